@@ -1,0 +1,82 @@
+"""Shared fixtures: real Chinese text (copies from shared/data with SOURCE.md), real tokenizers, real
+tiny models. Fixtures that every stage needs live here; stage-specific ones live in the stage's test file.
+Nothing here touches the network."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = REPO / "tests" / "data"
+SAMPLE = REPO / "corpora" / "sample"
+GOOGLE_VOCAB = DATA / "bert_base_chinese_vocab" / "vocab.txt"
+OUTPUT = REPO / "tests" / "output"  # CI artifacts (screenshots, reports); git-ignored
+
+
+def read_lines(path: Path, n: int | None = None) -> list[str]:
+    lines = [l for l in path.read_text(encoding="utf-8").split("\n") if l.strip()]
+    return lines[:n] if n else lines
+
+
+@pytest.fixture(scope="session")
+def output_dir() -> Path:
+    OUTPUT.mkdir(parents=True, exist_ok=True)
+    return OUTPUT
+
+
+@pytest.fixture(scope="session")
+def sample_docs() -> list[str]:
+    """600 real documents: 300 zhwiki + 300 CLUECorpusSmall lines (one document per line)."""
+    return (read_lines(SAMPLE / "zhwiki_sampled.txt", 300)
+            + read_lines(SAMPLE / "CLUECorpusSmall_sampled.txt", 300))
+
+
+@pytest.fixture(scope="session")
+def sample_jsonl(tmp_path_factory, sample_docs) -> Path:
+    """The documents above in `zh-bert clean` output format: {"text": ..., "source": ...} per line."""
+    path = tmp_path_factory.mktemp("corpus") / "docs.jsonl"
+    with open(path, "w", encoding="utf-8") as f:
+        for i, text in enumerate(sample_docs):
+            f.write(json.dumps({"text": text, "source": f"sample:{i}"}, ensure_ascii=False) + "\n")
+    return path
+
+
+@pytest.fixture(scope="session")
+def google_tokdir(tmp_path_factory) -> Path:
+    """A tokenizer dir with Google's bert-base-chinese vocab (21,128), as `zh-bert vocab` would write it."""
+    from transformers import BertTokenizer
+
+    out = tmp_path_factory.mktemp("google_tok")
+    tok = BertTokenizer(vocab=str(GOOGLE_VOCAB))
+    assert tok.convert_tokens_to_ids("[MASK]") == 103 and len(tok) == 21128
+    tok.save_pretrained(str(out))
+    (out / "vocab.txt").write_bytes(GOOGLE_VOCAB.read_bytes())
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, google_tokdir) -> Path:
+    """A real (randomly initialised, seed 0) L2/H128 BertForMaskedLM with Google's vocab + tokenizer files."""
+    import shutil
+
+    import torch
+    from transformers import BertConfig, BertForMaskedLM
+
+    out = tmp_path_factory.mktemp("tiny_model")
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=21128, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=512, max_position_embeddings=512)
+    BertForMaskedLM(cfg).save_pretrained(str(out))
+    for f in google_tokdir.iterdir():
+        shutil.copy(f, out / f.name)
+    return out

@@ -1,0 +1,3 @@
+from zh_bert.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,67 @@
+"""`zh-bert COMMAND ...`: dispatch to the stage module named after the command.
+
+Each stage module exposes `main(argv: list[str]) -> int` and builds its own argparse parser, so
+`zh-bert clean --help` imports only the cleaner (not torch, not gradio) and starts fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from zh_bert import __version__
+from zh_bert.errors import ZhBertError
+
+# command -> (module, one-line help). Order = pipeline order.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "clean": ("zh_bert.clean", "raw Chinese text -> cleaned, deduplicated documents (jsonl)"),
+    "vocab": ("zh_bert.vocab", "cleaned docs -> tokenizer dir (char|wordpiece|sentencepiece|word); 'vocab report'"),
+    "shard": ("zh_bert.shard", "cleaned docs + tokenizer -> packed token shards with jieba word boundaries"),
+    "inspect": ("zh_bert.inspect_shards", "print shard sequences with masking and word boundaries visible"),
+    "pretrain": ("zh_bert.pretrain", "train a masked LM from a recipe (Accelerate), with exact resume"),
+    "plan": ("zh_bert.plan", "memory/time plan for a model on a GPU (1080ti, k80, p100, ...)"),
+    "eval": ("zh_bert.evaluate", "evaluate a checkpoint: 'eval mlm' or 'eval cloze'"),
+    "finetune": ("zh_bert.finetune", "fine-tune a checkpoint on sentence classification (chnsenticorp, tnews, tsv)"),
+    "ablate": ("zh_bert.ablate", "run a grid of pretraining runs that differ in one setting"),
+    "publish": ("zh_bert.publish", "upload a run/checkpoint to the Hugging Face Hub with a model card"),
+    "download": ("zh_bert.download", "download a released Chinese checkpoint (alias or repo id)"),
+    "models": ("zh_bert.catalog", "list released Chinese masked-LM checkpoints"),
+    "demo": ("zh_bert.demo", "Gradio fill-in-the-blank (cloze) demo in the browser"),
+}
+
+
+def _usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = [f"zh-bert {__version__}: Chinese BERT pretraining toolkit", "",
+             "usage: zh-bert COMMAND [ARGS...]   (zh-bert COMMAND --help for details)", "", "commands:"]
+    lines += [f"  {name:<{width}}  {help_}" for name, (_, help_) in COMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0
+    if argv[0] in ("-V", "--version"):
+        print(f"zh-bert {__version__}")
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        from zh_bert.errors import suggest
+
+        print(f"zh-bert: unknown command '{name}'{suggest(name, COMMANDS)}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    try:
+        module = importlib.import_module(COMMANDS[name][0])
+        return int(module.main(rest) or 0)
+    except ZhBertError as e:
+        print(f"zh-bert {name}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"zh-bert {name}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,151 @@
+"""One schema for YAML, `--set key=value` and Python: dataclasses validated on load.
+
+An unknown key is an error that names the key and the nearest valid one; a value of the wrong type is an
+error that names the key, the expected type and the value. Stages build their config dataclasses with
+`from_dict` so that every entry point reports mistakes the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any, Mapping, TypeVar
+
+import yaml
+
+from zh_bert.errors import ZhBertError, unknown_key_error
+
+T = TypeVar("T")
+
+
+def _coerce(value: Any, tp: Any, key: str, where: str) -> Any:
+    """Check/convert one value against a dataclass field type (str, int, float, bool, Optional, list, Literal)."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _coerce(value, a, key, where)
+            except ZhBertError as e:
+                errors.append(str(e))
+        raise ZhBertError(errors[0] if errors else f"{where}: '{key}' has an invalid value {value!r}")
+    if origin is typing.Literal:
+        if value in args:
+            return value
+        raise ZhBertError(f"{where}: '{key}' must be one of {', '.join(map(repr, args))}, got {value!r}")
+    if origin in (list, tuple):
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, (list, tuple)):
+            raise ZhBertError(f"{where}: '{key}' must be a list, got {value!r}")
+        inner = args[0] if args else Any
+        return [_coerce(v, inner, key, where) for v in value]
+    if origin is dict or tp is dict:
+        if not isinstance(value, dict):
+            raise ZhBertError(f"{where}: '{key}' must be a mapping, got {value!r}")
+        return value
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "yes", "1", "on", "false", "no", "0", "off"):
+            return value.lower() in ("true", "yes", "1", "on")
+        raise ZhBertError(f"{where}: '{key}' must be true or false, got {value!r}")
+    if tp is int:
+        if isinstance(value, bool):
+            raise ZhBertError(f"{where}: '{key}' must be an integer, got {value!r}")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            try:
+                f = float(value)
+                if f.is_integer():
+                    return int(f)
+            except ValueError:
+                pass
+        raise ZhBertError(f"{where}: '{key}' must be an integer, got {value!r}")
+    if tp is float:
+        if isinstance(value, bool):
+            raise ZhBertError(f"{where}: '{key}' must be a number, got {value!r}")
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ZhBertError(f"{where}: '{key}' must be a number, got {value!r}") from None
+    if tp is str:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise ZhBertError(f"{where}: '{key}' must be a string, got {value!r}")
+    return value
+
+
+def from_dict(cls: type[T], data: Mapping[str, Any], where: str = "config",
+              aliases: Mapping[str, str] | None = None) -> T:
+    """Build dataclass `cls` from a mapping; unknown keys and wrong types raise ZhBertError.
+
+    `aliases` maps accepted alternative names to field names (e.g. learning_rate -> lr); they also serve
+    as targets for the "did you mean" suggestion, so `lerning_rate` suggests `lr` via `learning_rate`.
+    """
+    aliases = dict(aliases or {})
+    if not isinstance(data, Mapping):
+        raise ZhBertError(f"{where}: expected a mapping of key: value, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    kwargs = {}
+    for key, value in data.items():
+        key = str(key)
+        key = aliases.get(key, key)
+        if key not in fields:
+            raise unknown_key_error(key, fields, where, aliases)
+        kwargs[key] = _coerce(value, hints[key], key, where)
+    try:
+        return cls(**kwargs)
+    except TypeError as e:  # a required field is missing
+        raise ZhBertError(f"{where}: {e}") from None
+
+
+def parse_set(items: list[str] | None) -> dict[str, Any]:
+    """`--set key=value` pairs; values are parsed as YAML scalars (so 3e-4, true, null work)."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        if "=" not in item:
+            raise ZhBertError(f"--set expects key=value, got '{item}'")
+        key, raw = item.split("=", 1)
+        try:
+            out[key.strip()] = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError:
+            out[key.strip()] = raw
+    return out
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """A YAML mapping from `path`, with file-and-line errors for bad YAML."""
+    path = Path(path)
+    if not path.is_file():
+        raise ZhBertError(f"{path}: no such file")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise ZhBertError(f"{where}: invalid YAML: {getattr(e, 'problem', e)}") from None
+    except UnicodeDecodeError:
+        raise ZhBertError(f"{path}: not UTF-8 text") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ZhBertError(f"{path}: expected a mapping of key: value at the top level")
+    return data
+
+
+def to_dict(obj) -> dict[str, Any]:
+    return dataclasses.asdict(obj)
