@@ -2,39 +2,77 @@
 
 Why this exists: Accelerate accepts fp16 on a CPU and silently does nothing, bf16 on Pascal is emulated,
 fp16 on Kepler buys nothing, and PyTorch wheels drop old GPUs without a word. We decide the precision
-ourselves, say which one is in effect and why, and warn before a run starts rather than days into it.
+ourselves (one pure function, `decide_precision`, used by both the planner and the training loop), say
+which one is in effect and why, and warn before a run starts rather than days into it.
+
+Spec figures are the vendors' datasheet peaks (boost clock, dense, no sparsity). `utilisation` is the
+fraction of that peak an eager PyTorch BERT training step realistically reaches (model FLOPs utilisation);
+it is an assumption stated in README and replaced by a measured figure with `zh-bert plan --measure`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 from pathlib import Path
+
+# PyTorch's own wheel build scripts (.ci/manywheel/build_cuda.sh) decide which GPUs a wheel runs on:
+# cu118 builds (last: 2.7) still carry sm_37; cu126 builds carry sm_50/sm_60 (Maxwell/Pascal) and sm_70;
+# cu128+ builds start at Turing (sm_75). transformers 5 needs torch >= 2.6.
+WHEEL_KEPLER = "pip install torch==2.7.1 --index-url https://download.pytorch.org/whl/cu118"
+WHEEL_PASCAL = 'pip install "torch>=2.6,<2.15" --index-url https://download.pytorch.org/whl/cu126'
+WHEEL_CURRENT = "pip install torch  # PyPI's default CUDA build (Turing sm_75 and newer)"
 
 
 @dataclass(frozen=True)
 class GPUSpec:
     name: str
-    arch: str                # generation
+    arch: str                     # generation
     capability: tuple[int, int]
-    memory_gb: float         # per device (a K80 board is two 12 GB devices)
-    fp32_tflops: float       # peak, boost clock
-    fp16_tflops: float       # peak for AMP matmuls (tensor cores where present; 0 = no fp16 speed-up)
-    bf16: bool               # native bf16 arithmetic
-    torch_wheel: str         # newest PyTorch install line that still has kernels for it
+    memory_gb: float              # per device, GB as sold (a K80 board is two 12 GB devices)
+    fp32_tflops: float            # datasheet peak, boost clock
+    half_tflops: float            # peak of AMP (fp16/bf16) matmuls in PyTorch: tensor cores where present;
+                                  # = fp32 where half GEMMs accumulate on the fp32 units (Pascal, Kepler)
+    bf16: bool                    # native bf16 arithmetic (Ampere+)
+    fast_fp16: bool               # fp16 arithmetic at >= fp32 rate (P100, Volta+); not GP102/GP104 (1/64)
+    utilisation: dict = field(default_factory=dict)   # precision -> assumed fraction of peak, BERT training
+    link_gbs: float = 10.0        # achieved all-reduce bus bandwidth between devices of one node, GB/s
+    torch_wheel: str = WHEEL_CURRENT
+    sdpa_fused: bool = True       # a fused SDPA kernel (no s×s attention matrix stored) exists for it
+    note: str = ""
+
+    def peak_tflops(self, precision: str) -> float:
+        return self.fp32_tflops if precision == "fp32" else self.half_tflops
+
+    def achieved_tflops(self, precision: str, utilisation: float | None = None) -> float:
+        u = self.utilisation.get(precision, 0.3) if utilisation is None else utilisation
+        return self.peak_tflops(precision) * u
 
 
+# Datasheet figures: NVIDIA Tesla K80 / GTX 1080 Ti / Tesla P100 PCIe / T4 / V100 SXM2 / A100 SXM / H100 SXM.
 GPUS: dict[str, GPUSpec] = {
-    "k80": GPUSpec("Tesla K80 (one GK210 die)", "Kepler", (3, 7), 12, 4.37, 0.0, False,
-                   "pip install torch==1.12.1+cu113 --extra-index-url https://download.pytorch.org/whl/cu113"),
-    "1080ti": GPUSpec("GeForce GTX 1080 Ti", "Pascal", (6, 1), 11, 11.3, 0.0, False,
-                      "pip install torch==2.14.1 --index-url https://download.pytorch.org/whl/cu126"),
-    "p100": GPUSpec("Tesla P100 16GB (PCIe)", "Pascal", (6, 0), 16, 9.3, 18.7, False,
-                    "pip install torch==2.14.1 --index-url https://download.pytorch.org/whl/cu126"),
-    "t4": GPUSpec("Tesla T4", "Turing", (7, 5), 16, 8.1, 65.0, False, "pip install torch"),
-    "v100": GPUSpec("Tesla V100 16GB (SXM2)", "Volta", (7, 0), 16, 15.7, 125.0, False, "pip install torch"),
-    "a100": GPUSpec("A100 80GB (SXM)", "Ampere", (8, 0), 80, 19.5, 312.0, True, "pip install torch"),
-    "h100": GPUSpec("H100 80GB (SXM)", "Hopper", (9, 0), 80, 67.0, 989.0, True, "pip install torch"),
+    "k80": GPUSpec("Tesla K80 (one GK210 die)", "Kepler", (3, 7), 12, 4.37, 4.37, False, False,
+                   {"fp32": 0.40}, link_gbs=8.0, torch_wheel=WHEEL_KEPLER, sdpa_fused=False,
+                   note="a K80 board is two GK210 devices: four K80s = --gpus 8; driver <= 470 (CUDA 11.4; "
+                        "cu118 wheels run through CUDA minor-version compatibility)"),
+    "1080ti": GPUSpec("GeForce GTX 1080 Ti", "Pascal", (6, 1), 11, 11.3, 11.3, False, False,
+                      {"fp32": 0.55, "fp16": 0.55}, link_gbs=10.0, torch_wheel=WHEEL_PASCAL,
+                      note="fp16 arithmetic runs at 1/64 rate: AMP saves activation memory, not time"),
+    "p100": GPUSpec("Tesla P100 16GB (PCIe)", "Pascal", (6, 0), 16, 9.3, 9.3, False, True,
+                    {"fp32": 0.55, "fp16": 0.70}, link_gbs=10.0, torch_wheel=WHEEL_PASCAL,
+                    note="no tensor cores: fp16 pays through halved memory traffic, not matmul peak"),
+    "t4": GPUSpec("Tesla T4", "Turing", (7, 5), 16, 8.1, 65.0, False, True,
+                  {"fp32": 0.55, "fp16": 0.25}, link_gbs=10.0,
+                  note="70 W card: clocks drop under sustained tensor-core load"),
+    "v100": GPUSpec("Tesla V100 16GB (SXM2)", "Volta", (7, 0), 16, 15.7, 125.0, False, True,
+                    {"fp32": 0.55, "fp16": 0.35}, link_gbs=100.0, torch_wheel=WHEEL_PASCAL,
+                    note="cu128+ wheels dropped Volta in PyTorch 2.11: use the cu126 wheel"),
+    "a100": GPUSpec("A100 80GB (SXM)", "Ampere", (8, 0), 80, 19.5, 312.0, True, True,
+                    {"fp32": 0.55, "bf16": 0.40, "fp16": 0.40}, link_gbs=200.0),
+    "h100": GPUSpec("H100 80GB (SXM)", "Hopper", (9, 0), 80, 67.0, 989.0, True, True,
+                    {"fp32": 0.45, "bf16": 0.35, "fp16": 0.35}, link_gbs=350.0),
 }
+KNOWN_DEVICES = (*GPUS, "cpu")
 
 
 def cpu_supports_bf16() -> bool:
@@ -46,48 +84,138 @@ def cpu_supports_bf16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def resolve_precision(requested: str, device) -> tuple[str, list[str]]:
-    """(precision actually used: 'fp32'|'fp16'|'bf16', warnings) for `requested` on a torch.device.
+def _cpu_memory_gb() -> float:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024 / 1e9
+    except OSError:
+        pass
+    return 8.0
 
-    auto: bf16 where the device computes it natively; fp16 + dynamic loss scaling on CUDA GPUs without bf16
-    that run fp16 at least as fast as fp32 (Pascal and newer: memory saved even where not time);
-    fp32 on Kepler and on CPUs without bf16.
-    """
+
+def matmul_tflops(dtype: str = "fp32", n: int = 1024, seconds: float = 0.3) -> float:
+    """Measured TFLOP/s of an n×n matmul on this CPU: the CPU's practical 'peak'."""
+    import time
+
     import torch
+
+    dt = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+    a, b = torch.randn(n, n, dtype=dt), torch.randn(n, n, dtype=dt)
+    a @ b
+    reps, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        a @ b
+        reps += 1
+    return 2 * n ** 3 * reps / (time.perf_counter() - t0) / 1e12
+
+
+def cpu_spec(measure_peak: bool = True) -> GPUSpec:
+    """This machine's CPU as a 'device': RAM as memory, a measured matmul rate as peak."""
+    bf16 = cpu_supports_bf16()
+    fp32 = matmul_tflops("fp32") if measure_peak else 0.1
+    half = matmul_tflops("bf16") if (measure_peak and bf16) else fp32
+    return GPUSpec(f"CPU ({os.cpu_count()} logical cores, matmul peak measured)", "CPU", (0, 0),
+                   round(_cpu_memory_gb(), 1), round(fp32, 4), round(half, 4), bf16, False,
+                   {"fp32": 0.50, "bf16": 0.35}, link_gbs=5.0, torch_wheel="pip install torch==2.13.0",
+                   note="peak = measured n×n matmul rate of this CPU, not a datasheet figure")
+
+
+def get_spec(name: str, measure_peak: bool = True) -> GPUSpec:
+    """The spec for `--gpu NAME`; unknown names are an error listing the known ones."""
+    key = name.lower().replace(" ", "").replace("-", "").replace("_", "")
+    if key == "cpu":
+        return cpu_spec(measure_peak)
+    if key not in GPUS:
+        from zh_bert.errors import ZhBertError, suggest
+        raise ZhBertError(f"unknown GPU '{name}'{suggest(key, KNOWN_DEVICES)}; known: {', '.join(KNOWN_DEVICES)}")
+    return GPUS[key]
+
+
+def decide_precision(requested: str, capability: tuple[int, int] | None, *, cpu_bf16: bool = False,
+                     name: str = "") -> tuple[str, list[str]]:
+    """(precision in effect, warnings): the one rule for planner (GPUSpec) and trainer (torch.device).
+
+    `capability` None = CPU. auto: bf16 where computed natively (Ampere+, CPUs with avx512_bf16/AMX);
+    fp16 + dynamic loss scaling on GPUs with fast fp16 but no bf16 (P100, Volta, Turing); fp32 where fp16
+    buys no time (Kepler, Maxwell, GP102/GP104 such as the 1080 Ti) and on other CPUs.
+    """
+    from zh_bert.errors import ZhBertError
 
     warnings: list[str] = []
     if requested not in ("auto", "fp32", "fp16", "bf16"):
-        from zh_bert.errors import ZhBertError
         raise ZhBertError(f"precision must be one of auto, fp32, fp16, bf16; got '{requested}'")
-    if device.type == "cpu":
-        bf16_ok = cpu_supports_bf16()
+    if capability is None:
         if requested == "auto":
-            return ("bf16" if bf16_ok else "fp32"), warnings
+            return ("bf16" if cpu_bf16 else "fp32"), warnings
         if requested == "fp16":
             warnings.append("precision fp16 was requested, but fp16 autocast does nothing on a CPU "
                             "(Accelerate accepts it silently); running fp32")
             return "fp32", warnings
-        if requested == "bf16" and not bf16_ok:
+        if requested == "bf16" and not cpu_bf16:
             warnings.append("precision bf16 on a CPU without avx512_bf16/amx: emulated and slow")
         return requested, warnings
-    if device.type != "cuda":
-        return ("fp32" if requested == "auto" else requested), warnings
-    major, minor = torch.cuda.get_device_capability(device)
-    name = torch.cuda.get_device_name(device)
+    major, minor = capability
     arch = f"sm_{major}{minor}"
-    built = torch.cuda.get_arch_list()
-    if built and arch not in built and not any(a.startswith("compute_") for a in built):
-        warnings.append(f"this PyTorch build has kernels for {', '.join(built)} but {name} is {arch}: "
-                        f"it will fail or run slowly; see README 'Hardware' for an install line that supports it")
+    who = f"{name} ({arch})" if name else arch
     bf16_native = major >= 8
+    fast_fp16 = major >= 7 or capability in ((6, 0), (6, 2))
     if requested == "auto":
         if bf16_native:
             return "bf16", warnings
-        return ("fp16" if major >= 6 else "fp32"), warnings
+        return ("fp16" if fast_fp16 else "fp32"), warnings
     if requested == "bf16" and not bf16_native:
-        warnings.append(f"bf16 requested on {name} ({arch}) which has no native bf16: it is emulated and slow; "
-                        f"use precision: fp16 (or auto)")
+        warnings.append(f"bf16 requested on {who}, which has no native bf16: it is emulated and slow; "
+                        f"use precision: {'fp16' if fast_fp16 else 'fp32'} (or auto)")
     if requested == "fp16" and major < 6:
-        warnings.append(f"fp16 requested on {name} ({arch}, Kepler or older): no fp16 speed-up there, only "
+        warnings.append(f"fp16 requested on {who} (Kepler/Maxwell): no fp16 speed-up there, only "
                         f"loss-scaling risk; use precision: fp32 (or auto)")
+    elif requested == "fp16" and not fast_fp16:
+        warnings.append(f"fp16 requested on {who}: fp16 arithmetic runs at 1/64 rate on this Pascal chip, "
+                        f"so AMP saves activation memory but no time (and adds loss scaling)")
     return requested, warnings
+
+
+def build_supports(capability: tuple[int, int], arch_list: list[str]) -> bool:
+    """Whether a PyTorch build compiled for `arch_list` (torch.cuda.get_arch_list()) can run on `capability`.
+
+    A cubin for sm_XY runs on sm_XZ with Z >= Y (same major); PTX compute_XY JIT-compiles for any
+    capability >= XY. An empty list (unknown build) is given the benefit of the doubt.
+    """
+    if not arch_list:
+        return True
+    major, minor = capability
+    for a in arch_list:
+        kind, _, num = a.partition("_")
+        if not num.isdigit():
+            continue
+        m, n = int(num[:-1]), int(num[-1])
+        if kind == "sm" and m == major and n <= minor:
+            return True
+        if kind == "compute" and (m, n) <= (major, minor):
+            return True
+    return False
+
+
+def resolve_precision(requested: str, device) -> tuple[str, list[str]]:
+    """(precision actually used: 'fp32'|'fp16'|'bf16', warnings) for `requested` on a torch.device.
+
+    Also warns when this PyTorch build has no kernels for the GPU's compute capability (the classic
+    "no kernel image is available" days into setup), with the install line that does.
+    """
+    import torch
+
+    if device.type == "cpu":
+        return decide_precision(requested, None, cpu_bf16=cpu_supports_bf16())
+    if device.type != "cuda":
+        return ("fp32" if requested == "auto" else requested), []
+    capability = tuple(torch.cuda.get_device_capability(device))
+    name = torch.cuda.get_device_name(device)
+    precision, warnings = decide_precision(requested, capability, name=name)
+    built = torch.cuda.get_arch_list()
+    if not build_supports(capability, built):
+        wheel = WHEEL_KEPLER if capability[0] < 5 else WHEEL_PASCAL if capability < (7, 5) else WHEEL_CURRENT
+        warnings.insert(0, f"this PyTorch {torch.__version__} has kernels for {' '.join(built)} but {name} is "
+                           f"sm_{capability[0]}{capability[1]}: CUDA calls will fail with 'no kernel image'; "
+                           f"install a build that has it: {wheel}")
+    return precision, warnings

@@ -1,0 +1,111 @@
+"""Check the planner's memory model against the measured peak memory of real training steps on CPU.
+
+For two model sizes × two micro-batches, each measurement runs in a fresh subprocess: import and warm up
+torch (thread pools, oneDNN caches) on a throw-away model, take the resident set size as the baseline,
+reset the kernel's peak-RSS counter (`/proc/self/clear_refs` ← 5), then build the model + AdamW and run
+two optimizer steps of two accumulated micro-batches each (zh-bert's sparse-head `PretrainModel`). Peak =
+VmHWM − baseline. glibc's malloc keeps freed memory unless large blocks are mmap'ed, so the child runs
+with MALLOC_MMAP_THRESHOLD_=65536 (fixed threshold: every tensor buffer ≥ 64 KiB is its own mapping and
+goes back to the OS when freed); then peak RSS tracks peak live tensor bytes. The planner's estimate is
+`zh_bert.plan.estimate_memory(..., device="cpu")` (live tensors, no CUDA context/allocator slack).
+
+    python bench/plan_memory_check.py            # prints a table; exit 1 if any case is off by > 25%
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CASES = [("mini", 8), ("mini", 32), ("small", 8), ("small", 32)]
+TOLERANCE = 0.25
+
+
+def _status_kb(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def child(model: str, micro_batch: int, seq_len: int, precision: str, accumulation: int = 2,
+          steps: int = 2) -> dict:
+    """Runs in the fresh subprocess: returns the peak bytes of training above the warmed-up baseline."""
+    import torch
+    from transformers import BertForMaskedLM
+
+    from zh_bert.model import PretrainModel
+    from zh_bert.plan import model_config
+
+    torch.set_num_threads(2)
+    dtype = {"bf16": torch.bfloat16}.get(precision)
+
+    def run(cfg, mb, n_steps):
+        torch.manual_seed(0)
+        net = PretrainModel(BertForMaskedLM(cfg)).train()
+        opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
+        g = torch.Generator().manual_seed(0)
+        for _ in range(n_steps):
+            for _ in range(accumulation):
+                ids = torch.randint(1000, cfg.vocab_size, (mb, seq_len), generator=g)
+                labels = torch.where(torch.rand(ids.shape, generator=g) < 0.15, ids, torch.full_like(ids, -100))
+                with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
+                    out = net(ids, attention_mask=torch.ones_like(ids), labels=labels)
+                (out["mlm_loss_sum"] / out["mlm_count"]).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+    warm = model_config("tiny", 2000)
+    run(warm, 2, 1)                                       # warm-up: pools and kernel caches, then freed
+    baseline = _status_kb("VmRSS")
+    Path("/proc/self/clear_refs").write_text("5")         # reset VmHWM to the current RSS
+    cfg = model_config(model, 21128)
+    run(cfg, micro_batch, steps)
+    peak = _status_kb("VmHWM")
+    return {"peak_bytes": (peak - baseline) * 1024}
+
+
+def measure(model: str, micro_batch: int, seq_len: int = 128, precision: str = "fp32") -> float:
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="0",
+               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    code = (f"import json,sys; sys.path.insert(0, {str(REPO / 'bench')!r}); import plan_memory_check as m; "
+            f"print(json.dumps(m.child({model!r}, {micro_batch}, {seq_len}, {precision!r})))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])["peak_bytes"]
+
+
+def estimate(model: str, micro_batch: int, seq_len: int = 128, precision: str = "fp32") -> float:
+    from zh_bert.plan import ModelShape, estimate_memory, model_config
+
+    shape = ModelShape.from_config(model_config(model, 21128))
+    # CPU SDPA has no fused kernel with dropout > 0 in training: the math path stores the s×s matrix.
+    return estimate_memory(shape, seq_len, micro_batch, precision, device="cpu", fused_attention=False).total
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    ap.add_argument("--seq-len", type=int, default=128)
+    args = ap.parse_args(argv)
+    rows, ok = [], True
+    print(f"{'model':<7}{'micro':>6}{'measured MB':>13}{'planned MB':>12}{'planned/measured':>18}")
+    for model, mb in CASES:
+        got = measure(model, mb, args.seq_len, args.precision)
+        want = estimate(model, mb, args.seq_len, args.precision)
+        ratio = want / got
+        ok &= abs(ratio - 1) <= TOLERANCE
+        rows.append({"model": model, "micro_batch": mb, "measured_mb": got / 2**20, "planned_mb": want / 2**20,
+                     "ratio": ratio})
+        print(f"{model:<7}{mb:>6}{got / 2**20:>13.0f}{want / 2**20:>12.0f}{ratio:>18.2f}")
+    print(f"{'all within' if ok else 'NOT all within'} ±{TOLERANCE:.0%} (precision {args.precision}, "
+          f"seq_len {args.seq_len})")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

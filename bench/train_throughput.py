@@ -1,0 +1,167 @@
+"""Training tokens/s: zh-bert's pretrain step against the transformers Trainer, in the same process.
+
+Same model config (BertForMaskedLM, Google's 21,128 vocab), same real Chinese batches (zhwiki sample,
+packed to 128 tokens, 15% token masking done once up front so both sides see identical inputs), same
+batch (32 × 128), same precision, same optimizer (AdamW). The Trainer computes the full-vocabulary head
+at every position, as `BertForMaskedLM.forward` does; zh-bert runs its real `train_step` (sparse head,
+fused AdamW, Accelerate). Also measures a 2048² matmul to report useful-FLOP utilisation.
+
+    python bench/train_throughput.py                       # mini + small, fp32 (+ bf16 if the CPU has it)
+    python bench/train_throughput.py --models mini --precisions fp32 --steps 6
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+VOCAB = REPO / "tests" / "data" / "bert_base_chinese_vocab" / "vocab.txt"
+CORPUS = REPO / "corpora" / "sample" / "zhwiki_sampled.txt"
+
+
+def real_batches(n_batches: int, batch: int, seq_len: int, seed: int = 0) -> list[dict]:
+    """Packed, masked batches of real Chinese text (token masking, 80/10/10)."""
+    from transformers import BertTokenizer
+
+    from zh_bert.masking import MaskingConfig, mask_batch
+
+    tok = BertTokenizer(vocab=str(VOCAB))
+    need = n_batches * batch * (seq_len - 2)
+    ids: list[int] = []
+    for line in CORPUS.read_text(encoding="utf-8").split("\n"):
+        if line.strip():
+            ids += tok.convert_tokens_to_ids(tok.tokenize(line)) + [tok.sep_token_id]
+        if len(ids) >= need:
+            break
+    body = np.array((ids * (need // max(len(ids), 1) + 1))[:need], dtype=np.int64).reshape(-1, seq_len - 2)
+    rows = np.concatenate([np.full((len(body), 1), tok.cls_token_id), body,
+                           np.full((len(body), 1), tok.sep_token_id)], axis=1)
+    rng = np.random.default_rng(seed)
+    specials = [tok.pad_token_id, tok.cls_token_id, tok.sep_token_id, tok.mask_token_id, tok.unk_token_id]
+    masked, labels = mask_batch(rows, np.ones_like(rows, dtype=bool), MaskingConfig(strategy="token"), rng,
+                                mask_id=tok.mask_token_id, special_ids=specials, vocab_size=len(tok))
+    out = []
+    for b in range(n_batches):
+        s = slice(b * batch, (b + 1) * batch)
+        out.append({"input_ids": torch.from_numpy(masked[s]), "attention_mask": torch.ones(batch, seq_len, dtype=torch.long),
+                    "token_type_ids": torch.zeros(batch, seq_len, dtype=torch.long), "labels": torch.from_numpy(labels[s])})
+    return out
+
+
+def _reset_accelerate():
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+
+
+def matmul_flops(dtype: torch.dtype, n: int = 2048, reps: int = 10) -> float:
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    for _ in range(2):
+        a @ b
+    t = time.perf_counter()
+    for _ in range(reps):
+        a @ b
+    return 2 * n ** 3 * reps / (time.perf_counter() - t)
+
+
+def bench_trainer(cfg, batches, precision: str, warmup: int) -> float:
+    """tokens/s of transformers.Trainer on `batches` (timed after `warmup` steps)."""
+    from transformers import BertForMaskedLM, Trainer, TrainerCallback, TrainingArguments
+
+    class Clock(TrainerCallback):
+        def __init__(self):
+            self.t = {}
+
+        def on_step_begin(self, args, state, control, **kw):
+            if state.global_step == warmup:
+                self.t["start"] = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            self.t["end"] = time.perf_counter()
+
+    _reset_accelerate()
+    torch.manual_seed(0)
+    model = BertForMaskedLM(cfg)
+    rows = [{k: v[i] for k, v in b.items()} for b in batches for i in range(len(b["input_ids"]))]
+    clock = Clock()
+    args = TrainingArguments(output_dir="/tmp/zh_bert_bench_trainer", per_device_train_batch_size=len(batches[0]["input_ids"]),
+                             max_steps=len(batches), learning_rate=1e-4, warmup_steps=0, weight_decay=0.01,
+                             use_cpu=True, bf16=precision == "bf16", report_to=[], logging_steps=10_000,
+                             save_strategy="no", dataloader_num_workers=0, disable_tqdm=True, seed=0)
+    Trainer(model=model, args=args, train_dataset=rows, callbacks=[clock]).train()
+    steps = len(batches) - warmup
+    return steps * batches[0]["input_ids"].numel() / (clock.t["end"] - clock.t["start"])
+
+
+def bench_zh_bert(cfg, batches, precision: str, warmup: int) -> float:
+    """tokens/s of zh-bert's train_step (the one `zh-bert pretrain` runs) on the same batches."""
+    from accelerate import Accelerator
+    from transformers import BertForMaskedLM
+
+    from zh_bert.model import PretrainModel
+    from zh_bert.pretrain import StepStats, lr_lambda, make_optimizer, train_step
+    from zh_bert.recipe import Recipe
+
+    _reset_accelerate()
+    torch.manual_seed(0)
+    recipe = Recipe(lr=1e-4, warmup_steps=0, max_steps=len(batches), global_batch=len(batches[0]["input_ids"]),
+                    micro_batch=len(batches[0]["input_ids"]))
+    acc = Accelerator(mixed_precision="bf16" if precision == "bf16" else "no")
+    model = PretrainModel(BertForMaskedLM(cfg))
+    opt, _ = make_optimizer(model, recipe, acc.device)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(recipe))
+    model, opt = acc.prepare(model, opt)
+    model.train()
+    stats = StepStats()
+    for i, b in enumerate(batches):
+        if i == warmup:
+            start = time.perf_counter()
+        train_step(model, opt, sched, acc, [b], recipe, stats)
+    float(stats.loss)  # wait for the last step
+    return (len(batches) - warmup) * batches[0]["input_ids"].numel() / (time.perf_counter() - start)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", default="mini,small")
+    p.add_argument("--precisions", default=None, help="default: fp32, plus bf16 when the CPU has avx512_bf16")
+    p.add_argument("--steps", type=int, default=8, help="timed steps per run (after 2 warm-up steps)")
+    p.add_argument("--threads", type=int, default=2)
+    args = p.parse_args()
+    from transformers import BertConfig
+    from transformers.utils import logging as hf_logging
+
+    from zh_bert.hardware import cpu_supports_bf16
+    from zh_bert.model import PRESETS, flops_per_token
+
+    hf_logging.set_verbosity_error()
+    torch.set_num_threads(args.threads)
+    precisions = args.precisions.split(",") if args.precisions else ["fp32"] + (["bf16"] if cpu_supports_bf16() else [])
+    warmup, batch, seq = 2, 32, 128
+    batches = real_batches(warmup + args.steps, batch, seq)
+    mask_rate = float(np.mean([(b["labels"] != -100).float().mean() for b in batches]))
+    peak = {"fp32": matmul_flops(torch.float32), "bf16": matmul_flops(torch.bfloat16) if "bf16" in precisions else None}
+    print(f"torch {torch.__version__}, {args.threads} threads; 2048² matmul: fp32 {peak['fp32'] / 1e9:.0f} GFLOP/s"
+          + (f", bf16 {peak['bf16'] / 1e9:.0f} GFLOP/s" if peak["bf16"] else ""))
+    print(f"batch {batch} × {seq}, vocab 21128, masked fraction {mask_rate:.3f}, {args.steps} timed steps\n")
+    print(f"| model | precision | Trainer tokens/s | zh-bert tokens/s | ratio | zh-bert useful-FLOP utilisation |")
+    print(f"|---|---|---|---|---|---|")
+    for name in args.models.split(","):
+        layers, hidden, heads = PRESETS[name]
+        cfg = BertConfig(vocab_size=21128, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                         intermediate_size=4 * hidden, max_position_embeddings=512)
+        for prec in precisions:
+            base = bench_trainer(cfg, batches, prec, warmup)
+            ours = bench_zh_bert(cfg, batches, prec, warmup)
+            util = ours * flops_per_token(cfg, seq, mask_rate) / peak[prec]
+            print(f"| {name} | {prec} | {base:,.0f} | {ours:,.0f} | **{ours / base:.2f}×** | {util:.0%} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,299 @@
+"""A small Hugging Face Hub-compatible server for tests (FastAPI + uvicorn on 127.0.0.1).
+
+It implements just the endpoints `huggingface_hub` uses to upload (whoami-v2, repos/create, validate-yaml,
+preupload, commit with base64 "regular" files, branch) and to download (model info / revision, tree, resolve
+with HEAD), plus `GET /api/models?filter=TAG` for `zh-bert models --community`. Repos live in memory as
+commits of {path: bytes}. Every request is logged, so tests can assert what was (not) uploaded.
+`export_git` writes a repo as a real git repository, which is how `olah` serves it.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import socket
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import uvicorn
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse
+
+
+def git_hash(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Repo:
+    owner: str
+    private: bool
+    branches: dict[str, str] = field(default_factory=dict)
+    commits: dict[str, dict] = field(default_factory=dict)  # sha -> {"files": {path: bytes}, "parent", "message"}
+
+    def resolve(self, rev: str) -> str | None:
+        if rev in self.branches:
+            return self.branches[rev]
+        return rev if rev in self.commits else None
+
+    def files(self, rev: str) -> dict[str, bytes] | None:
+        sha = self.resolve(rev)
+        return None if sha is None else self.commits[sha]["files"]
+
+    def commit(self, branch: str, files: dict[str, bytes], message: str) -> str:
+        parent = self.branches.get(branch)
+        sha = hashlib.sha1(f"{parent}{message}{time.time_ns()}{sorted(files)}".encode()).hexdigest()
+        self.commits[sha] = {"files": files, "parent": parent, "message": message}
+        self.branches[branch] = sha
+        return sha
+
+
+def _err(status: int, msg: str, **headers) -> JSONResponse:
+    return JSONResponse({"error": msg}, status_code=status, headers={"X-Error-Message": msg, **headers})
+
+
+class HubServer:
+    """`with HubServer(tokens={"tok": ("alice", ["zh-org"])}) as hub: hub.url ...`"""
+
+    def __init__(self, tokens: dict[str, tuple[str, list[str]]] | None = None, port: int | None = None):
+        self.tokens = tokens or {}
+        self.repos: dict[str, Repo] = {}
+        self.log: list[tuple[str, str]] = []
+        self.fail_next: list[int] = []  # status codes to answer the next write requests with (transient errors)
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.app = self._build()
+        self._server = None
+        self._thread = None
+
+    # --- helpers -----------------------------------------------------------------------------------------
+    def user(self, request: Request) -> tuple[str, list[str]] | None:
+        auth = request.headers.get("authorization", "")
+        return self.tokens.get(auth[7:]) if auth.startswith("Bearer ") else None
+
+    def can_write(self, request: Request, repo_id: str) -> bool:
+        u = self.user(request)
+        return u is not None and repo_id.split("/")[0] in [u[0], *u[1]]
+
+    def readable(self, request: Request, repo_id: str) -> Repo | None:
+        repo = self.repos.get(repo_id)
+        if repo is None or (repo.private and not self.can_write(request, repo_id)):
+            return None
+        return repo
+
+    def uploaded_paths(self, repo_id: str) -> set[str]:
+        """Every path ever committed to the repo, on any branch."""
+        return {p for c in self.repos[repo_id].commits.values() for p in c["files"]}
+
+    def export_git(self, repo_id: str, dest: Path, revision: str = "main") -> Path:
+        """Write the repo at `revision` as a git repository (branch main) under dest."""
+        dest.mkdir(parents=True, exist_ok=True)
+        for path, data in self.repos[repo_id].files(revision).items():
+            (dest / path).parent.mkdir(parents=True, exist_ok=True)
+            (dest / path).write_bytes(data)
+        env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+               "GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin"}
+        for cmd in (["git", "init", "-q", "-b", "main"], ["git", "add", "-A"], ["git", "commit", "-q", "-m", "export"]):
+            subprocess.run(cmd, cwd=dest, check=True, env=env, capture_output=True)
+        return dest
+
+    def _maybe_fail(self):
+        if self.fail_next:
+            return _err(self.fail_next.pop(0), "injected transient failure")
+        return None
+
+    # --- app ---------------------------------------------------------------------------------------------
+    def _build(self) -> FastAPI:
+        app = FastAPI()
+        hub = self
+
+        @app.middleware("http")
+        async def log(request: Request, call_next):
+            hub.log.append((request.method, request.url.path))
+            return await call_next(request)
+
+        @app.get("/api/whoami-v2")
+        def whoami(request: Request):
+            u = hub.user(request)
+            if u is None:
+                return _err(401, "Invalid credentials in Authorization header")
+            return {"type": "user", "name": u[0], "orgs": [{"name": o, "type": "org"} for o in u[1]],
+                    "auth": {"type": "access_token", "accessToken": {"role": "write"}}}
+
+        @app.post("/api/validate-yaml")
+        async def validate_yaml(request: Request):
+            return {"errors": [], "warnings": []}
+
+        @app.post("/api/repos/create")
+        async def create(request: Request):
+            body = await request.json()
+            u = hub.user(request)
+            if u is None:
+                return _err(401, "Invalid credentials")
+            repo_id = f"{body.get('organization') or u[0]}/{body['name']}"
+            if (f := hub._maybe_fail()) is not None:
+                return f
+            if repo_id in hub.repos:
+                return JSONResponse({"error": "You already created this model repo", "url": f"{hub.url}/{repo_id}"},
+                                    status_code=409)
+            if not hub.can_write(request, repo_id):
+                return _err(403, f"You don't have the rights to create a model under the namespace "
+                                 f"\"{repo_id.split('/')[0]}\"")
+            repo = Repo(owner=u[0], private=body.get("visibility") == "private" or bool(body.get("private")))
+            repo.commit("main", {".gitattributes": b"*.safetensors filter=lfs diff=lfs merge=lfs -text\n"},
+                        "initial commit")
+            hub.repos[repo_id] = repo
+            return {"url": f"{hub.url}/{repo_id}", "name": repo_id}
+
+        @app.post("/api/models/{ns}/{name}/branch/{branch:path}")
+        async def branch(ns: str, name: str, branch: str, request: Request):
+            repo_id = f"{ns}/{name}"
+            if repo_id not in hub.repos:
+                return _err(404, "Repository not found", **{"X-Error-Code": "RepoNotFound"})
+            if not hub.can_write(request, repo_id):
+                return _err(403, "forbidden")
+            repo = hub.repos[repo_id]
+            if branch in repo.branches:
+                return _err(409, "Reference already exists")
+            body = await request.json() if await request.body() else {}
+            start = repo.resolve(body.get("startingPoint", "main"))
+            repo.branches[branch] = start
+            return {}
+
+        @app.post("/api/models/{ns}/{name}/preupload/{rev:path}")
+        async def preupload(ns: str, name: str, rev: str, request: Request):
+            repo_id = f"{ns}/{name}"
+            if repo_id not in hub.repos:
+                return _err(404, "Repository not found", **{"X-Error-Code": "RepoNotFound"})
+            if not hub.can_write(request, repo_id):
+                return _err(403, "You don't have write access to this repo")
+            if (f := hub._maybe_fail()) is not None:
+                return f
+            body = await request.json()
+            have = hub.repos[repo_id].files(rev) or {}
+            return {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False,
+                               "oid": git_hash(have[f["path"]]) if f["path"] in have else None}
+                              for f in body["files"]]}
+
+        @app.post("/api/models/{ns}/{name}/commit/{rev:path}")
+        async def commit(ns: str, name: str, rev: str, request: Request):
+            repo_id = f"{ns}/{name}"
+            if repo_id not in hub.repos:
+                return _err(404, "Repository not found", **{"X-Error-Code": "RepoNotFound"})
+            if not hub.can_write(request, repo_id):
+                return _err(403, "You don't have write access to this repo")
+            if (f := hub._maybe_fail()) is not None:
+                return f
+            repo = hub.repos[repo_id]
+            if rev not in repo.branches:
+                return _err(404, f"Invalid rev id: {rev}", **{"X-Error-Code": "RevisionNotFound"})
+            files = dict(repo.files(rev))
+            header = {}
+            for line in (await request.body()).splitlines():
+                item = json.loads(line)
+                if item["key"] == "header":
+                    header = item["value"]
+                elif item["key"] == "file":
+                    files[item["value"]["path"]] = base64.b64decode(item["value"]["content"])
+                elif item["key"] == "deletedFile":
+                    files.pop(item["value"]["path"], None)
+                else:
+                    return _err(400, f"unsupported commit operation {item['key']}")
+            sha = repo.commit(rev, files, header.get("summary", ""))
+            return {"commitUrl": f"{hub.url}/{repo_id}/commit/{sha}", "commitOid": sha, "success": True}
+
+        def info(request: Request, repo_id: str, rev: str):
+            repo = hub.readable(request, repo_id)
+            if repo is None:
+                return _err(401 if repo_id in hub.repos else 404, "Repository not found",
+                            **{"X-Error-Code": "RepoNotFound"})
+            sha = repo.resolve(rev)
+            if sha is None:
+                return _err(404, f"Invalid rev id: {rev}", **{"X-Error-Code": "RevisionNotFound"})
+            files = repo.commits[sha]["files"]
+            return {"id": repo_id, "modelId": repo_id, "sha": sha, "private": repo.private,
+                    "tags": hub.tags(files), "siblings": [{"rfilename": p} for p in sorted(files)]}
+
+        @app.get("/api/models/{ns}/{name}/revision/{rev:path}")
+        def repo_info_rev(ns: str, name: str, rev: str, request: Request):
+            return info(request, f"{ns}/{name}", rev)
+
+        @app.get("/api/models/{ns}/{name}")
+        def repo_info(ns: str, name: str, request: Request):
+            return info(request, f"{ns}/{name}", "main")
+
+        @app.get("/api/models/{ns}/{name}/tree/{rev:path}")
+        def tree(ns: str, name: str, rev: str, request: Request):
+            repo = hub.readable(request, f"{ns}/{name}")
+            if repo is None:
+                return _err(404, "Repository not found", **{"X-Error-Code": "RepoNotFound"})
+            rev = rev.split("/")[0]
+            files = repo.files(rev)
+            if files is None:
+                return _err(404, "Revision not found", **{"X-Error-Code": "RevisionNotFound"})
+            return [{"type": "file", "oid": git_hash(d), "size": len(d), "path": p} for p, d in sorted(files.items())]
+
+        @app.api_route("/{ns}/{name}/resolve/{rev}/{path:path}", methods=["GET", "HEAD"])
+        def resolve(ns: str, name: str, rev: str, path: str, request: Request):
+            repo = hub.readable(request, f"{ns}/{name}")
+            if repo is None:
+                return _err(404, "Repository not found", **{"X-Error-Code": "RepoNotFound"})
+            sha = repo.resolve(rev)
+            files = repo.commits[sha]["files"] if sha else None
+            if files is None or path not in files:
+                return _err(404, "Entry not found", **{"X-Error-Code": "EntryNotFound"})
+            data = files[path]
+            headers = {"X-Repo-Commit": sha, "ETag": f'"{git_hash(data)}"', "Content-Length": str(len(data))}
+            if request.method == "HEAD":
+                return Response(status_code=200, headers=headers)
+            return Response(content=data, headers=headers, media_type="application/octet-stream")
+
+        @app.get("/api/models")
+        def list_models(request: Request, filter: str | None = None, search: str | None = None):
+            out = []
+            for repo_id, repo in sorted(hub.repos.items()):
+                if repo.private:
+                    continue
+                tags = hub.tags(repo.files("main"))
+                if (filter is None or filter in tags) and (search is None or search in repo_id):
+                    out.append({"id": repo_id, "modelId": repo_id, "tags": tags, "downloads": 0, "likes": 0,
+                                "private": False})
+            return out
+
+        return app
+
+    @staticmethod
+    def tags(files: dict[str, bytes]) -> list[str]:
+        if "README.md" not in files:
+            return []
+        from huggingface_hub import ModelCard
+
+        data = ModelCard(files["README.md"].decode("utf-8")).data.to_dict()
+        return list(data.get("tags") or [])
+
+    # --- lifecycle -----------------------------------------------------------------------------------------
+    def __enter__(self) -> "HubServer":
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, daemon=True)
+        self._thread.start()
+        deadline = time.time() + 15
+        while not self._server.started:
+            if time.time() > deadline:
+                raise RuntimeError("hub test server did not start")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)

@@ -1,0 +1,225 @@
+"""`zh-bert download`: publish -> download round trips through the test Hub and through `olah` (a real HF
+mirror serving a local git repo), pickle-only repos, offline cache, ModelScope's HTTP API; all on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from _hub_helpers import TOKEN, hub, online, run_dir, top5  # noqa: F401  (fixtures)
+from hub_server import free_port
+from zh_bert.cli import main
+
+REPO_ID = "zh-org/tiny-roundtrip"
+
+
+@pytest.fixture(scope="module")
+def published(run_dir, hub, tmp_path_factory):
+    """The run dir published once to the test Hub."""
+    import huggingface_hub.constants as C
+
+    old = (C.HF_HUB_OFFLINE, os.environ.get("HF_TOKEN"))
+    C.HF_HUB_OFFLINE = False
+    os.environ["HF_TOKEN"] = TOKEN
+    try:
+        assert main(["publish", str(run_dir), "--repo-id", REPO_ID, "--endpoint", hub.url]) == 0
+    finally:
+        C.HF_HUB_OFFLINE = old[0]
+        if old[1] is None:
+            os.environ.pop("HF_TOKEN", None)
+        else:
+            os.environ["HF_TOKEN"] = old[1]
+    return REPO_ID
+
+
+@pytest.fixture(scope="module")
+def olah(hub, published, tmp_path_factory):
+    """`olah-cli` as a real subprocess serving the published repo from a local git repository."""
+    if shutil.which("olah-cli") is None:
+        if os.environ.get("CI"):
+            pytest.fail("olah-cli not installed (pip install olah)")
+        pytest.skip("olah-cli not installed")
+    root = tmp_path_factory.mktemp("olah")
+    hub.export_git(published, root / "mirrors" / "models" / published)
+    port = free_port()
+    (root / "olah.toml").write_text(
+        f'[basic]\nhost = "127.0.0.1"\nport = {port}\nrepos-path = "{root / "repos"}"\n'
+        f'mirrors-path = ["{root / "mirrors"}"]\nmirror-scheme = "http"\n'
+        f'mirror-netloc = "127.0.0.1:{port}"\nmirror-lfs-netloc = "127.0.0.1:{port}"\n'
+        f'[accessibility]\noffline = true\n')
+    log = open(root / "olah.log", "wb")
+    proc = subprocess.Popen(["olah-cli", "-c", str(root / "olah.toml")], cwd=root, stdout=log, stderr=log)
+    import httpx
+
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 30
+        while True:
+            try:
+                if httpx.get(f"{url}/api/models/{published}/revision/main", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"olah did not start: {(root / 'olah.log').read_text()[-2000:]}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def download(*args) -> int:
+    return main(["download", *map(str, args)])
+
+
+@pytest.mark.slow
+def test_roundtrip_through_test_hub_same_top5(published, hub, run_dir, online, tmp_path):
+    out = tmp_path / "dl"
+    assert download(published, "-o", out, "--endpoint", hub.url, "--cache-dir", tmp_path / "cache") == 0
+    names = {p.name for p in out.iterdir()}
+    assert names == {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt",
+                     "zh_bert_vocab.json"}  # only what inference needs: no card, curves, metrics
+    assert (out / "vocab.txt").read_bytes() == (run_dir / "final" / "vocab.txt").read_bytes()
+    original = top5(run_dir / "final")
+    assert len(original) == 5 and top5(out) == original
+
+    # offline afterwards: the cache answers
+    import huggingface_hub.constants as C
+
+    C.HF_HUB_OFFLINE = True
+    assert download(published, "-o", tmp_path / "dl2", "--endpoint", hub.url, "--cache-dir", tmp_path / "cache") == 0
+    assert top5(tmp_path / "dl2") == original
+
+
+@pytest.mark.slow
+def test_roundtrip_through_olah_mirror_same_top5(published, olah, run_dir, online, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", olah)  # the mirror via the usual variable, not --endpoint
+    out = tmp_path / "via-olah"
+    assert download(published, "-o", out, "--cache-dir", tmp_path / "cache") == 0
+    assert (out / "model.safetensors").read_bytes() == (run_dir / "final" / "model.safetensors").read_bytes()
+    assert top5(out) == top5(run_dir / "final")
+
+
+def _pickle_repo(hub, repo_id: str, model_dir: Path, payload=None) -> None:
+    """A repo as old releases look: pytorch_model.bin + vocab.txt + config.json only."""
+    import io
+
+    import torch
+    from safetensors.torch import load_file
+
+    from hub_server import Repo
+
+    state = load_file(str(model_dir / "model.safetensors"))
+    state["cls.predictions.decoder.weight"] = state["bert.embeddings.word_embeddings.weight"]  # tied, shared
+    buf = io.BytesIO()
+    torch.save(payload if payload is not None else state, buf)
+    repo = Repo(owner="uer", private=False)
+    repo.commit("main", {"config.json": (model_dir / "config.json").read_bytes(),
+                         "vocab.txt": (model_dir / "vocab.txt").read_bytes(),
+                         "pytorch_model.bin": buf.getvalue(), "tf_model.h5": b"tf weights we never fetch"}, "add")
+    hub.repos[repo_id] = repo
+
+
+def test_pickle_only_repo_is_converted(hub, tiny_model_dir, online, tmp_path, capsys):
+    _pickle_repo(hub, "uer/pickle-only", tiny_model_dir)
+    out = tmp_path / "conv"
+    assert download("uer/pickle-only", "-o", out, "--endpoint", hub.url, "--cache-dir", tmp_path / "c") == 0
+    names = {p.name for p in out.iterdir()}
+    assert "model.safetensors" in names and "pytorch_model.bin" not in names and "tf_model.h5" not in names
+    assert "tokenizer_config.json" in names  # added so AutoTokenizer (transformers 5) loads a vocab.txt-only repo
+    from zh_bert.tokenizer_files import load_tokenizer
+
+    assert load_tokenizer(out).convert_tokens_to_ids("北") == 1266
+    assert top5(out) == top5(tiny_model_dir)
+
+
+def test_pickle_with_code_is_refused(hub, tiny_model_dir, online, tmp_path, capsys):
+    import collections
+
+    _pickle_repo(hub, "uer/evil", tiny_model_dir, payload={"w": collections.Counter("abc")})
+    rc = download("uer/evil", "-o", tmp_path / "evil", "--endpoint", hub.url, "--cache-dir", tmp_path / "c")
+    err = capsys.readouterr().err
+    assert rc == 2 and "refused to convert" in err and not (tmp_path / "evil").exists()
+
+
+@pytest.mark.parametrize("case", ["unknown-alias", "missing-repo", "network-down", "exists"])
+def test_download_failures(case, hub, online, tmp_path, capsys):
+    args = {"unknown-alias": ["robeta-wwm-ext"], "missing-repo": ["nobody/nothing", "--endpoint", hub.url],
+            "network-down": ["nobody/nothing", "--endpoint", f"http://127.0.0.1:{free_port()}"],
+            "exists": ["nobody/nothing", "-o", tmp_path]}[case]
+    if "-o" not in args:
+        args += ["-o", tmp_path / "x"]
+    rc = download(*args, "--cache-dir", tmp_path / "c")
+    err = capsys.readouterr().err.strip()
+    expect = {"unknown-alias": "did you mean 'roberta-wwm-ext'", "missing-repo": "repository not found",
+              "network-down": "cannot reach", "exists": "already exists"}[case]
+    assert rc == 2 and len(err.splitlines()) == 1 and expect in err, err
+
+
+def test_modelscope_http_api(tiny_model_dir, tmp_path):
+    """--source modelscope speaks ModelScope's HTTP API (no `modelscope` package); a fake on 127.0.0.1."""
+    import threading
+
+    import uvicorn
+    from fastapi import FastAPI, Response
+
+    files = {n: (tiny_model_dir / n).read_bytes() for n in ("config.json", "model.safetensors", "tokenizer.json",
+                                                           "tokenizer_config.json", "vocab.txt")}
+    files["README.md"] = b"# card"
+    app = FastAPI()
+
+    @app.get("/api/v1/models/{ns}/{name}/repo/files")
+    def listing(ns: str, name: str, Revision: str = "master"):
+        return {"Code": 200, "Data": {"Files": [{"Path": k, "Name": k, "Type": "blob", "Size": len(v)}
+                                                 for k, v in files.items()]}}
+
+    @app.get("/api/v1/models/{ns}/{name}/repo")
+    def get(ns: str, name: str, FilePath: str, Revision: str = "master"):
+        return Response(files[FilePath])
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    t = threading.Thread(target=server.run, daemon=True)
+    t.start()
+    while not server.started:
+        time.sleep(0.02)
+    try:
+        out = tmp_path / "ms"
+        assert download("tiny/bert", "--source", "modelscope", "--endpoint", f"http://127.0.0.1:{port}", "-o", out) == 0
+        assert {p.name for p in out.iterdir()} == set(files) - {"README.md"}
+    finally:
+        server.should_exit = True
+        t.join(5)
+
+
+def test_catalog():
+    from zh_bert.catalog import BY_ALIAS, CATALOG, resolve
+
+    assert resolve("bert-base-chinese") == ("google-bert/bert-base-chinese", BY_ALIAS["bert-base-chinese"])
+    assert resolve("hfl/rbt3")[1].alias == "rbt3"
+    assert resolve("someone/else")[1] is None
+    # the computed parameter count matches a real BertModel of the same shape
+    from transformers import BertConfig, BertModel
+
+    e = BY_ALIAS["uer-tiny"]
+    m = BertModel(BertConfig(vocab_size=e.vocab_size, hidden_size=e.hidden, num_hidden_layers=e.layers,
+                             num_attention_heads=e.heads, intermediate_size=e.intermediate))
+    assert e.params == m.num_parameters()
+    assert 37e6 < BY_ALIAS["rbt3"].params < 39e6  # HFL quotes 38M
+    assert len({e.alias for e in CATALOG}) == len(CATALOG)
+
+
+def test_models_cli_fast_and_offline():
+    r = subprocess.run([sys.executable, "-m", "zh_bert", "models"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "hfl/chinese-macbert-base" in r.stdout and "uer/chinese_roberta_L-2_H-128" in r.stdout

@@ -1,0 +1,149 @@
+"""`zh-bert publish` against a live Hub-compatible server on 127.0.0.1 (tests/hub_server.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from _hub_helpers import OTHER_TOKEN, SECRET, TOKEN, hub, online, run_dir  # noqa: F401  (fixtures)
+from hub_server import free_port
+from zh_bert.cli import main
+from zh_bert.publish import MODEL_FILES, RUN_FILES
+
+ALLOWED = set(MODEL_FILES) | set(RUN_FILES) | {"README.md", ".gitattributes"}
+
+
+def publish(capsys, *args) -> tuple[int, str, str]:
+    rc = main(["publish", *map(str, args)])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_dry_run_stages_only_the_allow_list(run_dir, tmp_path, capsys):
+    from huggingface_hub import ModelCard
+
+    rc, out, err = publish(capsys, run_dir, "--repo-id", "zh-org/tiny-zh", "--dry-run", "-o", tmp_path / "staged")
+    assert rc == 0, err
+    staged = {p.name for p in (tmp_path / "staged").iterdir()}
+    assert staged == {"README.md", "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+                      "vocab.txt", "zh_bert_vocab.json", "recipe.yaml", "metrics.jsonl", "curves.png", "run.json",
+                      "eval_results.json"}
+    assert "optimizer.pt" in out and ".env" in out  # reported as left out
+    for p in (tmp_path / "staged").iterdir():
+        assert SECRET.encode() not in p.read_bytes()
+
+    card = ModelCard.load(tmp_path / "staged" / "README.md")
+    data = card.data.to_dict()
+    assert data["language"] == "zh" and data["license"] == "apache-2.0"
+    assert data["library_name"] == "transformers" and data["pipeline_tag"] == "fill-mask"
+    assert "zh-bert" in data["tags"] and data["datasets"] == ["zhwiki", "CLUECorpusSmall"]
+    assert "[MASK]" in data["widget"][0]["text"] and "北京" in data["widget"][0]["text"]
+    results = {(r.dataset_type, r.metric_name): r.metric_value for r in card.data.eval_results}
+    assert results == {("chnsenticorp", "accuracy"): 0.66, ("zh-cloze", "top-1 accuracy"): 0.05}  # newest wins
+    body = card.text
+    for needle in ("3,120,000", "char, 21,128", "strategy=wwm", "40,960", "1 min 35 s", "device: cpu",
+                   "precision: fp32", "docs_out: 870", "from_pretrained" if False else "pipeline(\"fill-mask\"",
+                   "## Limitations"):
+        assert needle in body, needle
+
+
+def test_bare_model_folder_card(tiny_model_dir, tmp_path, capsys):
+    """Any stock BERT folder publishes: the card falls back to config + safetensors header numbers."""
+    from huggingface_hub import ModelCard
+
+    rc, _, err = publish(capsys, tiny_model_dir, "--repo-id", "alice/bare", "--dry-run", "-o", tmp_path / "s")
+    assert rc == 0, err
+    card = ModelCard.load(tmp_path / "s" / "README.md")
+    import torch  # noqa: F401
+    from transformers import AutoModelForMaskedLM
+
+    n = AutoModelForMaskedLM.from_pretrained(str(tiny_model_dir)).num_parameters()  # tied weights once
+    assert f"{n:,}" in card.text and card.data.pipeline_tag == "fill-mask"
+
+
+@pytest.mark.slow
+def test_publish_upload_never_leaks(run_dir, hub, online, monkeypatch, capsys):
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    rc, out, err = publish(capsys, run_dir, "--repo-id", "zh-org/tiny-zh", "--endpoint", hub.url)
+    assert rc == 0, err
+    assert TOKEN not in out + err
+    paths = hub.uploaded_paths("zh-org/tiny-zh")
+    assert paths <= ALLOWED, paths - ALLOWED
+    assert {"model.safetensors", "README.md", "vocab.txt", "curves.png"} <= paths
+    for data in hub.repos["zh-org/tiny-zh"].files("main").values():
+        assert SECRET.encode() not in data and TOKEN.encode() not in data
+    commits = [c for c in hub.repos["zh-org/tiny-zh"].commits.values() if c["message"] != "initial commit"]
+    assert len(commits) == 1  # one commit
+
+    # an intermediate checkpoint to a branch; tokenizer files come from the run's final/
+    rc, _, err = publish(capsys, run_dir / "checkpoints" / "step-0000010", "--repo-id", "zh-org/tiny-zh",
+                         "--endpoint", hub.url, "--revision", "step-10")
+    assert rc == 0, err
+    repo = hub.repos["zh-org/tiny-zh"]
+    assert {"model.safetensors", "vocab.txt", "README.md"} <= set(repo.files("step-10"))
+    assert hub.uploaded_paths("zh-org/tiny-zh") <= ALLOWED
+
+    # `zh-bert models --community` finds it by its zh-bert tag
+    assert main(["models", "--community", "--endpoint", hub.url]) == 0
+    assert "zh-org/tiny-zh" in capsys.readouterr().out
+
+
+def test_publish_retries_transient_errors(run_dir, hub, online, monkeypatch, capsys):
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    monkeypatch.setattr("zh_bert.publish.RETRY_BACKOFF_S", 0.05)
+    hub.fail_next[:] = [503, 502]
+    rc, out, err = publish(capsys, run_dir, "--repo-id", "alice/retried", "--endpoint", hub.url)
+    assert rc == 0, err
+    assert "retrying" in out and not hub.fail_next
+    assert "model.safetensors" in hub.repos["alice/retried"].files("main")
+
+
+@pytest.mark.parametrize("case", ["no-token", "bad-token", "not-ours", "network-down", "no-weights", "bad-repo-id"])
+def test_publish_failures_are_one_clear_line(case, run_dir, hub, online, monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))  # no stored login
+    src, repo, endpoint = run_dir, "zh-org/fail", hub.url
+    expect = ""
+    if case == "no-token":
+        monkeypatch.delenv("HF_TOKEN")
+        expect = "no Hugging Face token"
+    elif case == "bad-token":
+        monkeypatch.setenv("HF_TOKEN", "hf_wrong_token_value_123")
+        expect = "HTTP 401"
+    elif case == "not-ours":
+        monkeypatch.setenv("HF_TOKEN", OTHER_TOKEN)
+        expect = "namespace 'zh-org' is not yours"
+    elif case == "network-down":
+        endpoint = f"http://127.0.0.1:{free_port()}"
+        expect = "cannot reach"
+    elif case == "no-weights":
+        src = tmp_path / "m"
+        src.mkdir()
+        (src / "config.json").write_text("{}")
+        (src / "pytorch_model.bin").write_bytes(b"x")
+        expect = "no safetensors weights"
+    elif case == "bad-repo-id":
+        repo = "no-namespace"
+        expect = "expected ORG/NAME"
+    rc, out, err = publish(capsys, src, "--repo-id", repo, "--endpoint", endpoint)
+    assert rc == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("zh-bert publish: error:") and expect in lines[0], err
+    assert "Traceback" not in err
+    for tok in (TOKEN, OTHER_TOKEN, "hf_wrong_token_value_123"):
+        assert tok not in out + err
+    assert "zh-org/fail" not in hub.repos
+
+
+def test_secret_in_allowed_file_is_refused(run_dir, tmp_path, hub, online, monkeypatch, capsys):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    (run / "recipe.yaml").write_text(f"hub_token: {TOKEN}\n")
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    rc, out, err = publish(capsys, run, "--repo-id", "alice/leaky", "--endpoint", hub.url)
+    assert rc == 2 and "recipe.yaml: contains your Hugging Face token" in err
+    assert TOKEN not in out + err and "alice/leaky" not in hub.repos

@@ -1,0 +1,204 @@
+"""The model card (`README.md`) that `zh-bert publish` writes: Hub metadata + a body generated from the run.
+
+`run.json` is written by `zh-bert pretrain`; its layout may grow, so every value is looked up by name
+anywhere in it (`_find`) and a missing value is left out of the card rather than guessed.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+WIDGET_TEXT = "北京是中国的{mask}都。"
+
+
+def _find(d: Any, *names: str) -> Any:
+    """First value stored under any of `names`, searching nested dicts breadth-first."""
+    queue = [d]
+    while queue:
+        cur = queue.pop(0)
+        if isinstance(cur, dict):
+            for n in names:
+                if cur.get(n) not in (None, "", {}, []):
+                    return cur[n]
+            queue.extend(v for v in cur.values() if isinstance(v, dict))
+    return None
+
+
+def read_json(path: Path, default=None):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return default
+
+
+def count_parameters(model_dir: Path) -> int | None:
+    """Parameter count from the safetensors headers (no torch import, no weight loading)."""
+    total, found = 0, False
+    for f in sorted(model_dir.glob("*.safetensors")):
+        with open(f, "rb") as fh:
+            (n,) = struct.unpack("<Q", fh.read(8))
+            header = json.loads(fh.read(n))
+        for k, v in header.items():
+            if k != "__metadata__":
+                size = 1
+                for s in v["shape"]:
+                    size *= s
+                total += size
+                found = True
+    return total if found else None
+
+
+def latest_eval_results(entries: list) -> list[dict]:
+    """Newest entry per (task, dataset, metric) wins (entries are appended in time order)."""
+    latest: dict[tuple, dict] = {}
+    for e in entries if isinstance(entries, list) else []:
+        if isinstance(e, dict) and all(k in e for k in ("task_type", "dataset_type", "metric_type", "metric_value")):
+            latest[(e["task_type"], e.get("dataset_type"), e.get("dataset_name"), e["metric_type"],
+                    e.get("metric_name"))] = e
+    return list(latest.values())
+
+
+def _fmt_int(n) -> str:
+    return f"{n:,}" if isinstance(n, (int, float)) else str(n)
+
+
+def _fmt_duration(s) -> str:
+    if not isinstance(s, (int, float)):
+        return str(s)
+    h, rem = divmod(int(s), 3600)
+    return f"{h} h {rem // 60} min" if h else f"{rem // 60} min {rem % 60} s"
+
+
+def _scalars(d: Any, prefix: str = "", depth: int = 2) -> list[tuple[str, Any]]:
+    out = []
+    if isinstance(d, dict):
+        for k, v in d.items():
+            if isinstance(v, (str, int, float, bool)):
+                out.append((prefix + str(k), v))
+            elif isinstance(v, dict) and depth > 1:
+                out += _scalars(v, f"{prefix}{k}.", depth - 1)
+            elif isinstance(v, list) and v and all(isinstance(x, str) for x in v):
+                out.append((prefix + str(k), ", ".join(v[:8]) + (" ..." if len(v) > 8 else "")))
+    return out
+
+
+def build_card(model_dir: Path, run_dir: Path | None, repo_id: str, license: str = "apache-2.0",
+               files: list[str] | None = None) -> str:
+    """The full README.md text: YAML metadata block + Markdown body."""
+    from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+    run = read_json(run_dir / "run.json", {}) if run_dir else {}
+    run = run if isinstance(run, dict) else {}
+    config = read_json(model_dir / "config.json", {}) or {}
+    tok_cfg = read_json(model_dir / "tokenizer_config.json", {}) or {}
+    vocab_meta = read_json(model_dir / "zh_bert_vocab.json", {}) or {}
+    mask = tok_cfg.get("mask_token") if isinstance(tok_cfg.get("mask_token"), str) else "[MASK]"
+    name = repo_id.split("/")[-1]
+
+    params = _find(run, "parameters", "n_params", "num_parameters", "param_count", "params")
+    params = params if isinstance(params, int) else count_parameters(model_dir)
+    vocab_kind = vocab_meta.get("kind") or _find(run, "vocab_kind") or (
+        _find(run.get("vocab", {}), "kind") if isinstance(run.get("vocab"), dict) else None) or "unknown"
+    vocab_size = config.get("vocab_size") or vocab_meta.get("vocab_size")
+    preset = _find(run, "preset", "model_preset")
+    objective = _find(run, "objective") or ("MLM + " + config["pairs"] if config.get("pairs") else None)
+    masking = _find(run, "masking")
+    masking_s = (", ".join(f"{k}={v}" for k, v in masking.items()) if isinstance(masking, dict) else masking)
+    steps = _find(run, "steps", "global_step", "step", "max_steps")
+    tokens = _find(run, "tokens_seen", "tokens")
+    wall = _find(run, "wall_clock_s", "wall_clock", "train_time_s")
+    hardware = _find(run, "hardware")
+    if isinstance(hardware, dict):
+        hardware_s = ", ".join(f"{k}: {v}" for k, v in hardware.items() if not isinstance(v, (dict, list)))
+    else:
+        hardware_s = hardware
+    val_loss = _find(run, "mlm_loss", "val_mlm_loss", "valid_mlm_loss")
+    val_acc = _find(run, "mlm_acc", "val_mlm_acc", "valid_mlm_acc")
+    data = _find(run, "data", "data_summary", "corpus")
+
+    datasets = []
+    sources = _find(run, "datasets", "sources", "corpora")
+    if isinstance(sources, dict):
+        sources = list(sources)
+    if isinstance(sources, str):
+        sources = [sources]
+    for s in sources or []:
+        s = s.get("name") if isinstance(s, dict) else s
+        if isinstance(s, str) and s and s not in datasets:
+            datasets.append(s.split(":")[0])
+    datasets = list(dict.fromkeys(datasets))
+
+    evals = latest_eval_results(read_json(run_dir / "eval_results.json", []) if run_dir else [])
+    eval_results = [EvalResult(task_type=e["task_type"], task_name=e.get("task_name"),
+                               dataset_type=e["dataset_type"], dataset_name=e.get("dataset_name") or e["dataset_type"],
+                               metric_type=e["metric_type"], metric_name=e.get("metric_name"),
+                               metric_value=e["metric_value"]) for e in evals]
+    card_data = ModelCardData(
+        language="zh", license=license, library_name="transformers", pipeline_tag="fill-mask",
+        tags=["zh-bert", "bert", "fill-mask", "chinese"] + ([f"vocab-{vocab_kind}"] if vocab_kind != "unknown" else []),
+        datasets=datasets or None, model_name=name, eval_results=eval_results or None,
+        widget=[{"text": WIDGET_TEXT.format(mask=mask)}, {"text": f"今天天气很{mask}。"}],
+    )
+
+    arch = (f"{config.get('num_hidden_layers', '?')} layers, hidden {config.get('hidden_size', '?')}, "
+            f"{config.get('num_attention_heads', '?')} heads, FFN {config.get('intermediate_size', '?')}")
+    lines = [f"# {name}", "",
+             f"A Chinese BERT masked language model pretrained from scratch with "
+             f"zh-bert ({'preset `' + str(preset) + '`, ' if preset else ''}{arch}).", "",
+             "## Model", "",
+             "| | |", "|---|---|",
+             f"| architecture | {config.get('architectures', ['BertForMaskedLM'])[0]} ({arch}) |",
+             f"| parameters | {_fmt_int(params) if params else 'unknown'} |",
+             f"| vocabulary | {vocab_kind}, {_fmt_int(vocab_size)} entries |",
+             f"| max sequence length | {config.get('max_position_embeddings', '?')} |"]
+    if objective:
+        lines.append(f"| objective | {objective} |")
+    if masking_s:
+        lines.append(f"| masking | {masking_s} |")
+    lines += ["", "## Training", "", "| | |", "|---|---|"]
+    for label, value in (("steps", _fmt_int(steps) if steps is not None else None),
+                         ("tokens seen", _fmt_int(tokens) if tokens is not None else None),
+                         ("wall-clock", _fmt_duration(wall) if wall is not None else None),
+                         ("hardware", hardware_s),
+                         ("final validation MLM loss", f"{val_loss:.4f}" if isinstance(val_loss, (int, float)) else val_loss),
+                         ("final validation MLM accuracy", f"{val_acc:.4f}" if isinstance(val_acc, (int, float)) else val_acc)):
+        lines.append(f"| {label} | {value if value is not None else 'not recorded'} |")
+    lines += ["", "## Corpus and cleaning", ""]
+    summary = _scalars(data) if isinstance(data, dict) else []
+    if datasets:
+        lines.append(f"Sources: {', '.join(datasets)}.")
+        lines.append("")
+    if summary:
+        lines += [f"- {k}: {v}" for k, v in summary[:24]]
+    elif not datasets:
+        lines.append("No data summary was recorded with this checkpoint.")
+    if files:
+        extra = [f for f in ("recipe.yaml", "metrics.jsonl", "curves.png", "run.json", "eval_results.json") if f in files]
+        if extra:
+            lines += ["", "The files " + ", ".join(f"`{f}`" for f in extra) +
+                      " in this repo record the exact recipe, the training curves and the run summary."]
+        if "curves.png" in files:
+            lines += ["", "![training curves](curves.png)"]
+    if evals:
+        lines += ["", "## Evaluation", "", "| task | dataset | metric | value |", "|---|---|---|---|"]
+        lines += [f"| {e.get('task_name') or e['task_type']} | {e.get('dataset_name') or e['dataset_type']} | "
+                  f"{e.get('metric_name') or e['metric_type']} | {e['metric_value']} |" for e in evals]
+    lines += ["", "## How to use", "", "```python",
+              "from transformers import pipeline", "",
+              f'fill = pipeline("fill-mask", model="{repo_id}")',
+              f'print(fill("{WIDGET_TEXT.format(mask=mask)}"))', "```", "",
+              "It is a stock `BertForMaskedLM` folder (safetensors, `tokenizer.json` and `vocab.txt`): "
+              "`AutoModelForMaskedLM`, `AutoTokenizer` and `BertTokenizer` load it in transformers 4.x and 5.x. "
+              "Fine-tune it like any BERT checkpoint, continue pretraining it with zh-bert, or try it in the "
+              f"browser with `zh-bert demo {repo_id}`.", "",
+              "## Limitations", "",
+              "- Trained on the corpus above only: it reflects that text's topics, register and biases, and knows "
+              "nothing after it was collected.",
+              "- A masked LM: it fills blanks and provides features for fine-tuning; it does not generate free text.",
+              f"- {'Small model and short training: expect far lower accuracy than released base-size models. ' if (params or 0) < 50_000_000 else ''}"
+              "Evaluate it on your task before relying on it.",
+              "- Simplified Chinese; traditional characters are handled only as far as the corpus contained them.", ""]
+    return ModelCard(f"---\n{card_data.to_yaml()}\n---\n\n" + "\n".join(lines)).content

@@ -1,0 +1,360 @@
+"""`zh-bert clean INPUT... -o OUT.jsonl`: raw Chinese text → cleaned, deduplicated documents.
+
+Pipeline: the main process reads documents in input order (readers.py) and sends batches to worker
+processes, which normalise (normalize.py), filter (filters.py) and hash (dedup.py) them; results come back
+in submission order and the main process deduplicates and writes them, so the output is the same for any
+`--workers`. At most 2 batches per worker are in flight: memory stays flat on any corpus size.
+
+Output: OUT.jsonl (one `{"text", "source"}` per line, paragraphs joined by "\\n") and OUT.report.json,
+both written under temporary names and renamed only when complete.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import multiprocessing as mp
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from itertools import chain
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from zh_bert.clean.dedup import DEDUP_MODES, LSHIndex, MinHashConfig, MinHasher, exact_key
+from zh_bert.clean.filters import FilterConfig, quality_reason, remove_boilerplate
+from zh_bert.clean.normalize import CONVERSIONS, PII_MODES, NormalizeConfig, Normalizer
+from zh_bert.clean.readers import DOC_SEPS, FORMATS, Problems, RawDoc, expand_inputs, read_input
+from zh_bert.errors import ZhBertError
+from zh_bert.fileio import atomic_write
+
+__all__ = ["main", "report_path", "CleanConfig", "DocCleaner"]
+
+BATCH_CHARS = 1 << 18   # ~0.75 MB of Chinese per batch: large enough to amortise pickling
+BATCH_DOCS = 2048
+
+
+@dataclass
+class CleanConfig:
+    normalize: NormalizeConfig = field(default_factory=NormalizeConfig)
+    filters: FilterConfig = field(default_factory=FilterConfig)
+    dedup: str = "exact"
+    minhash: MinHashConfig = field(default_factory=MinHashConfig)
+
+
+@dataclass
+class BatchResult:
+    kept: list            # (source, text, exact key, minhash signature or None)
+    docs_in: int = 0
+    chars_in: int = 0
+    bytes_in: int = 0
+    rejected: collections.Counter = field(default_factory=collections.Counter)
+    pii: collections.Counter = field(default_factory=collections.Counter)
+    boilerplate_lines: int = 0
+
+
+class DocCleaner:
+    """Normalise → remove boilerplate lines → quality filters → hashes, for one batch of documents."""
+
+    def __init__(self, cfg: CleanConfig):
+        self.cfg = cfg
+        self.normalize = Normalizer(cfg.normalize)
+        self.minhasher = MinHasher(cfg.minhash) if cfg.dedup == "minhash" else None
+
+    def __call__(self, batch: list[RawDoc]) -> BatchResult:
+        res = BatchResult(kept=[])
+        for doc in batch:
+            text = doc.text
+            res.docs_in += 1
+            res.chars_in += len(text)
+            res.bytes_in += len(text.encode("utf-8"))
+            if doc.markup == "wikitext":
+                from zh_bert.clean.wikitext import wikitext_to_text
+
+                text = wikitext_to_text(text)
+            text = self.normalize(text, res.pii)
+            if self.cfg.filters.boilerplate:
+                text, n = remove_boilerplate(text)
+                res.boilerplate_lines += n
+                if n and not text:
+                    res.rejected["boilerplate"] += 1
+                    continue
+            reason = quality_reason(text, self.cfg.filters)
+            if reason:
+                res.rejected[reason] += 1
+                continue
+            key = exact_key(text) if self.cfg.dedup != "none" else b""
+            sig = self.minhasher.signature(text) if self.minhasher else None
+            res.kept.append((doc.source, text, key, sig))
+        return res
+
+
+# --- worker processes ----------------------------------------------------------------------------
+_worker_cleaner: DocCleaner | None = None  # one per worker process, built by the pool initializer
+
+
+def _init_worker(cfg: CleanConfig) -> None:
+    global _worker_cleaner
+    _worker_cleaner = DocCleaner(cfg)
+
+
+def _clean_in_worker(batch: list[RawDoc]) -> BatchResult:
+    return _worker_cleaner(batch)
+
+
+def _map_ordered(cfg: CleanConfig, batches: Iterable[list[RawDoc]], workers: int) -> Iterator[BatchResult]:
+    """Results in input order, with a bounded number of batches in flight (streaming, flat memory)."""
+    if workers <= 1:
+        cleaner = DocCleaner(cfg)
+        for b in batches:
+            yield cleaner(b)
+        return
+    ctx = mp.get_context("fork" if sys.platform == "linux" else "spawn")
+    with ctx.Pool(workers, initializer=_init_worker, initargs=(cfg,)) as pool:
+        pending: collections.deque = collections.deque()
+        for b in batches:
+            pending.append(pool.apply_async(_clean_in_worker, (b,)))
+            if len(pending) >= 2 * workers:
+                yield pending.popleft().get()
+        while pending:
+            yield pending.popleft().get()
+
+
+def _batched(docs: Iterable[RawDoc]) -> Iterator[list[RawDoc]]:
+    batch, chars = [], 0
+    for d in docs:
+        batch.append(d)
+        chars += len(d.text)
+        if chars >= BATCH_CHARS or len(batch) >= BATCH_DOCS:
+            yield batch
+            batch, chars = [], 0
+    if batch:
+        yield batch
+
+
+# --- outputs -------------------------------------------------------------------------------------
+def report_path(out: str | os.PathLike) -> Path:
+    """OUT.report.json beside OUT.jsonl (docs.jsonl → docs.report.json)."""
+    out = Path(out)
+    stem = out.name[: -len(".jsonl")] if out.name.endswith(".jsonl") else out.name
+    return out.with_name(stem + ".report.json")
+
+
+def _remove_stale_temps(path: Path) -> None:
+    """Delete temp files that a killed earlier run left beside `path` (their pid is gone)."""
+    prefix = f".{path.name}.tmp-"
+    if not path.parent.is_dir():
+        return
+    for f in path.parent.iterdir():
+        if f.name.startswith(prefix):
+            try:
+                pid = int(f.name[len(prefix):])
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                f.unlink(missing_ok=True)
+            except (ValueError, PermissionError):
+                pass
+
+
+class _Progress:
+    """tqdm bar in MB with docs/s, only when stderr is a terminal."""
+
+    def __init__(self, total_bytes: int, quiet: bool):
+        self.bar = None
+        if not quiet and sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1_000_000,
+                            desc="clean", dynamic_ncols=True)
+        self.t0, self.docs = time.time(), 0
+
+    def update(self, res: BatchResult) -> None:
+        if self.bar is not None:
+            self.docs += res.docs_in
+            self.bar.update(res.bytes_in)
+            self.bar.set_postfix_str(f"{self.docs / max(1e-9, time.time() - self.t0):,.0f} docs/s", refresh=False)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def clean(inputs: list[str], out: str | os.PathLike, cfg: CleanConfig, *, fmt: str = "auto",
+          doc_sep: str = "line", field_name: str | None = None, encoding: str = "auto",
+          workers: int | None = None, quiet: bool = False, options: dict | None = None) -> dict:
+    """Clean `inputs` into `out` (+ its report); returns the report dict."""
+    t0 = time.time()
+    out = Path(out)
+    if out.is_dir():
+        raise ZhBertError(f"-o {out}: is a directory; give a file name such as {out}/docs.jsonl")
+    files, skipped = expand_inputs(inputs)
+    if not files:
+        raise ZhBertError(f"no input files found in {', '.join(inputs)}")
+    if not workers:
+        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    rpath = report_path(out)
+    for p in (out, rpath):
+        _remove_stale_temps(p)
+
+    problems = Problems()
+    per_file: dict[str, int] = {}
+
+    def docs() -> Iterator[RawDoc]:
+        for f in files:
+            n = 0
+            for d in read_input(f, fmt, doc_sep, field_name or "text", field_name is not None, encoding,
+                                problems):
+                n += 1
+                yield d
+            per_file[str(f)] = n
+
+    total = {"docs_in": 0, "chars_in": 0, "bytes_in": 0, "docs_out": 0, "chars_out": 0}
+    rejected: collections.Counter = collections.Counter()
+    pii: collections.Counter = collections.Counter()
+    dups = {"exact": 0, "near": 0}
+    boilerplate_lines = 0
+    seen: set[bytes] = set()
+    lsh = LSHIndex(cfg.minhash) if cfg.dedup == "minhash" else None
+    progress = _Progress(sum(f.stat().st_size for f in files), quiet)
+    try:
+        with atomic_write(out) as fout:
+            for res in _map_ordered(cfg, _batched(docs()), workers):
+                progress.update(res)
+                total["docs_in"] += res.docs_in
+                total["chars_in"] += res.chars_in
+                total["bytes_in"] += res.bytes_in
+                rejected.update(res.rejected)
+                pii.update(res.pii)
+                boilerplate_lines += res.boilerplate_lines
+                lines = []
+                for source, text, key, sig in res.kept:
+                    if cfg.dedup != "none":
+                        if key in seen:
+                            dups["exact"] += 1
+                            continue
+                        seen.add(key)
+                    if lsh is not None and lsh.add_or_match(sig):
+                        dups["near"] += 1
+                        continue
+                    total["docs_out"] += 1
+                    total["chars_out"] += len(text)
+                    lines.append(json.dumps({"text": text, "source": source}, ensure_ascii=False))
+                if lines:
+                    fout.write("\n".join(lines) + "\n")
+            if total["docs_out"] == 0:
+                raise ZhBertError(
+                    f"no documents left after cleaning {total['docs_in']} read from {len(files)} file(s) "
+                    f"(filtered: {dict(rejected) or 'none'}; unreadable lines: {problems.counts or 'none'}); "
+                    f"nothing written")
+            seconds = time.time() - t0
+            report = {
+                "docs_in": total["docs_in"], "docs_out": total["docs_out"],
+                "chars_in": total["chars_in"], "chars_out": total["chars_out"],
+                "bytes_in": total["bytes_in"],
+                "filtered": {r: rejected[r] for r in sorted(rejected)},
+                "duplicates": dups,
+                "lines_removed": {"boilerplate": boilerplate_lines},
+                "pii": {k: pii[k] for k in sorted(pii)},
+                "unreadable": {"counts": problems.counts, "where": problems.where},
+                "seconds": round(seconds, 3),
+                "mb_per_s": round(total["bytes_in"] / 1e6 / max(seconds, 1e-9), 2),
+                "inputs": [{"path": str(f), "docs": per_file.get(str(f), 0),
+                            "encoding": problems.encodings.get(str(f), encoding if encoding != "auto" else "utf-8")}
+                           for f in files],
+                "skipped_files": skipped,
+                "workers": workers,
+                "options": options if options is not None else _config_dict(cfg, fmt, doc_sep, field_name, encoding),
+                "output": str(out),
+            }
+            from zh_bert.fileio import write_json
+
+            write_json(rpath, report)
+    finally:
+        progress.close()
+    return report
+
+
+def _config_dict(cfg: CleanConfig, fmt, doc_sep, field_name, encoding) -> dict:
+    return {"format": fmt, "doc_sep": doc_sep, "field": field_name or "text", "encoding": encoding,
+            **asdict(cfg)}
+
+
+# --- CLI -----------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="zh-bert clean",
+        description="Clean raw Chinese text into deduplicated documents: OUT.jsonl ({\"text\", \"source\"} "
+                    "per line) + OUT.report.json. Streaming and multi-process; output order does not "
+                    "depend on --workers.")
+    p.add_argument("inputs", nargs="+", metavar="INPUT",
+                   help="files or directories (recursive); .gz/.bz2 are decompressed on the fly")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.jsonl", help="output JSONL file")
+    g = p.add_argument_group("reading")
+    g.add_argument("--format", default="auto", choices=FORMATS,
+                   help="input format (default: by extension/content: .jsonl, .json, .xml → mediawiki, "
+                        "<doc ...> → wikiextractor, else text)")
+    g.add_argument("--doc-sep", default="line", choices=DOC_SEPS,
+                   help="text files: one document per line, blank-line separated, or one per file "
+                        "(THUCNews) (default: line)")
+    g.add_argument("--field", default=None, help="JSON field with the text (default: text; CLUE files' "
+                   "content/answer/context/sentence are found automatically when --field is not given)")
+    g.add_argument("--encoding", default="auto",
+                   help="input encoding (default: auto = UTF-8, or GB18030/GBK/Big5 when detected)")
+    g = p.add_argument_group("normalisation (each on by default)")
+    g.add_argument("--convert", default="t2s", choices=CONVERSIONS,
+                   help="OpenCC traditional→simplified conversion (default: t2s)")
+    g.add_argument("--pii", default="mask", choices=PII_MODES,
+                   help="URLs, e-mails, mainland mobile numbers, resident ID numbers: replace by <URL> "
+                        "<EMAIL> <PHONE> <ID>, delete, or keep (default: mask)")
+    g.add_argument("--no-fullwidth", action="store_true", help="keep full-width ASCII letters/digits/space")
+    g.add_argument("--no-control", action="store_true", help="keep control and zero-width characters")
+    g.add_argument("--no-html", action="store_true", help="keep HTML tags and entities")
+    g.add_argument("--no-whitespace", action="store_true",
+                   help="keep whitespace as is (no collapsing, spaces between CJK characters kept)")
+    g = p.add_argument_group("filters")
+    g.add_argument("--min-chars", type=int, default=FilterConfig.min_chars)
+    g.add_argument("--max-chars", type=int, default=FilterConfig.max_chars)
+    g.add_argument("--min-cjk-ratio", type=float, default=FilterConfig.min_cjk_ratio)
+    g.add_argument("--no-repetition", action="store_true", help="turn off the Gopher repetition filters")
+    g.add_argument("--no-boilerplate", action="store_true", help="keep boilerplate lines")
+    g = p.add_argument_group("deduplication")
+    g.add_argument("--dedup", default="exact", choices=DEDUP_MODES,
+                   help="exact: hash of the normalised text; minhash: exact + near duplicates "
+                        "(MinHash LSH over character n-grams) (default: exact)")
+    g.add_argument("--minhash-threshold", type=float, default=MinHashConfig.threshold)
+    g.add_argument("--minhash-ngram", type=int, default=MinHashConfig.ngram)
+    g.add_argument("--minhash-perm", type=int, default=MinHashConfig.num_perm)
+    p.add_argument("--workers", type=int, default=None, help="worker processes (default: number of cores)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.workers is not None and args.workers < 1:
+        raise ZhBertError(f"--workers must be at least 1, got {args.workers}")
+    if not 0 < args.minhash_threshold < 1:
+        raise ZhBertError(f"--minhash-threshold must be between 0 and 1, got {args.minhash_threshold}")
+    if args.min_chars < 0 or args.max_chars < max(1, args.min_chars):
+        raise ZhBertError(f"--min-chars/--max-chars: need 0 <= min <= max, got {args.min_chars}/{args.max_chars}")
+    filters = FilterConfig(min_chars=args.min_chars, max_chars=args.max_chars,
+                           min_cjk_ratio=args.min_cjk_ratio, boilerplate=not args.no_boilerplate)
+    if args.no_repetition:
+        filters.max_dup_line_frac = filters.max_dup_line_char_frac = 1.0
+        filters.top_ngram, filters.dup_ngram = {}, {}
+    cfg = CleanConfig(
+        normalize=NormalizeConfig(convert=args.convert, fullwidth=not args.no_fullwidth,
+                                  invisible=not args.no_control, html=not args.no_html,
+                                  whitespace=not args.no_whitespace, pii=args.pii),
+        filters=filters, dedup=args.dedup,
+        minhash=MinHashConfig(num_perm=args.minhash_perm, ngram=args.minhash_ngram,
+                              threshold=args.minhash_threshold))
+    report = clean(args.inputs, args.output, cfg, fmt=args.format, doc_sep=args.doc_sep,
+                   field_name=args.field, encoding=args.encoding, workers=args.workers, quiet=args.quiet)
+    if not args.quiet and sys.stderr.isatty():
+        print(f"zh-bert clean: {report['docs_out']:,} of {report['docs_in']:,} documents kept "
+              f"({report['bytes_in'] / 1e6:.1f} MB in {report['seconds']:.1f} s, {report['mb_per_s']} MB/s) "
+              f"→ {args.output}; report: {report_path(args.output)}", file=sys.stderr)
+    return 0

@@ -1,0 +1,337 @@
+"""Streaming readers: every input format becomes an iterator of `RawDoc(text, source)`.
+
+Files are read line by line as bytes and decoded per line, so a stray invalid byte costs one line
+(recorded as file:line in `Problems`) instead of the run; nothing reads a whole corpus into memory
+except a whole-file `.json` document (SQuAD/DRCD style), which is one JSON value by definition.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import io
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Iterator
+
+from zh_bert.errors import ZhBertError
+
+FORMATS = ("auto", "text", "jsonl", "json", "wikiextractor", "mediawiki")
+DOC_SEPS = ("line", "blank", "file")
+# File name endings a directory walk picks up (after removing .gz/.bz2); anything else (README.md,
+# SOURCE.md, scripts) is skipped and listed in the report. Files named on the command line are always read.
+CORPUS_SUFFIXES = ("", ".txt", ".text", ".jsonl", ".json", ".xml")
+MAX_RECORDED = 100  # file:line entries kept per problem kind in the report (counts are always exact)
+
+
+@dataclass
+class RawDoc:
+    text: str
+    source: str
+    markup: str = ""  # "wikitext": converted to plain text in the worker process (it is the slow part)
+
+
+@dataclass
+class Problems:
+    """Lines the readers could not use, by kind ('undecodable', 'bad_json'), with file:line."""
+    counts: dict = field(default_factory=dict)
+    where: dict = field(default_factory=dict)
+    encodings: dict = field(default_factory=dict)  # path -> encoding used (detected or given)
+
+    def add(self, kind: str, path, line: int, detail: str = "") -> None:
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        entries = self.where.setdefault(kind, [])
+        if len(entries) < MAX_RECORDED:
+            entries.append(f"{path}:{line}" + (f": {detail}" if detail else ""))
+
+
+# --- files and encodings -------------------------------------------------------------------------
+def _inner_name(path: Path) -> str:
+    name = path.name.lower()
+    for ext in (".gz", ".bz2"):
+        if name.endswith(ext):
+            return name[: -len(ext)]
+    return name
+
+
+def open_binary(path: Path) -> IO[bytes]:
+    name = path.name.lower()
+    if name.endswith(".gz"):
+        return gzip.open(path, "rb")
+    if name.endswith(".bz2"):
+        return bz2.open(path, "rb")
+    return open(path, "rb")
+
+
+def expand_inputs(inputs: list[str]) -> tuple[list[Path], list[str]]:
+    """Files to read, in a deterministic order (directories walked recursively, sorted), plus the files
+    a directory walk skipped. A missing input is an error before anything is read or written."""
+    files, skipped = [], []
+    for name in inputs:
+        p = Path(name)
+        if p.is_dir():
+            for root, dirs, names in os.walk(p):
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                for n in sorted(names):
+                    f = Path(root) / n
+                    if n.startswith(".") or Path(_inner_name(f)).suffix not in CORPUS_SUFFIXES \
+                            or n.endswith(".report.json"):
+                        skipped.append(str(f))
+                    else:
+                        files.append(f)
+        elif p.is_file():
+            files.append(p)
+        elif p.exists():
+            raise ZhBertError(f"{name}: not a regular file or directory")
+        else:
+            raise ZhBertError(f"{name}: no such file or directory")
+    return files, skipped
+
+
+# Very frequent characters in both scripts: correctly decoded Chinese has ~20-30% of them, mojibake ~1%.
+_COMMON = set("的一是不了在人有我他这個个们們中来來上大为為和国國地到以说說时時要就出会會可也你对對生能而子那得于着著下自之年过過发發后後作里裡用道行所然家种種事成方多经經么麼去法学學如都同现現当當没沒动動面起看定天分还還进進好小部其些主样樣理心她本前开開但因只从從想实實日")
+SNIFF_BYTES = 1 << 16
+
+
+def _common_ratio(text: str) -> float:
+    n = sum(1 for c in text if not c.isspace())
+    return sum(1 for c in text if c in _COMMON) / n if n else 0.0
+
+
+def detect_encoding(path: Path, sample: bytes) -> str:
+    """'utf-8' unless the sample is clearly not UTF-8; then the best of GB18030 (a superset of GBK and
+    GB2312) and Big5 by the share of very common Chinese characters. Raises ZhBertError if neither fits."""
+    if sample.startswith(b"\xef\xbb\xbf"):
+        return "utf-8-sig"
+    lines = sample.split(b"\n")
+    if len(lines) > 1 and len(sample) >= SNIFF_BYTES:
+        lines = lines[:-1]  # the last line may be cut mid-character
+    bad = 0
+    for line in lines:
+        try:
+            line.decode("utf-8")
+        except UnicodeDecodeError:
+            bad += 1
+    if bad == 0 or bad <= 0.05 * len(lines):
+        return "utf-8"  # a few broken lines in a UTF-8 file: drop them, keep the file
+    scores = {}
+    for enc in ("gb18030", "big5"):
+        text = sample.decode(enc, errors="replace")
+        scores[enc] = _common_ratio(text) - text.count("\ufffd") / max(1, len(text))
+    enc = max(scores, key=scores.get)
+    if scores[enc] < 0.05:
+        raise ZhBertError(f"{path}: not UTF-8, and not recognisably GB18030/GBK or Big5 text; "
+                          f"pass its encoding with --encoding (e.g. --encoding gbk)")
+    return enc
+
+
+def read_lines(path: Path, encoding: str, problems: Problems) -> Iterator[tuple[int, str]]:
+    """(line number, decoded line without its newline); undecodable lines are counted and skipped."""
+    with open_binary(path) as f:
+        if encoding == "auto":
+            head = f.read(SNIFF_BYTES)
+            encoding = detect_encoding(path, head)
+            stream = io.BufferedReader(_Prepend(head, f))
+        else:
+            stream = f
+        problems.encodings[str(path)] = encoding
+        for i, raw in enumerate(stream, 1):
+            try:
+                line = raw.decode(encoding)
+            except UnicodeDecodeError as e:
+                problems.add("undecodable", path, i, f"{encoding}: {e.reason} at byte {e.start}")
+                continue
+            except LookupError:
+                raise ZhBertError(f"--encoding {encoding}: unknown encoding") from None
+            if i == 1 and line.startswith("\ufeff"):
+                line = line[1:]
+            yield i, line.rstrip("\r\n")
+
+
+class _Prepend(io.RawIOBase):
+    """A raw stream that replays `head` (already read for sniffing) before the rest of `f`."""
+
+    def __init__(self, head: bytes, f: IO[bytes]):
+        self.head, self.f = head, f
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        if self.head:
+            n = min(len(b), len(self.head))
+            b[:n] = self.head[:n]
+            self.head = self.head[n:]
+            return n
+        data = self.f.read(len(b))
+        b[:len(data)] = data
+        return len(data)
+
+
+# --- format detection ----------------------------------------------------------------------------
+def detect_format(path: Path, fmt: str) -> str:
+    if fmt != "auto":
+        return fmt
+    name = _inner_name(path)
+    if name.endswith(".jsonl"):
+        return "jsonl"
+    if name.endswith(".json"):
+        return "json"
+    if name.endswith(".xml"):
+        return "mediawiki"
+    with open_binary(path) as f:
+        head = f.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
+    if head.startswith(b"<doc ") or head.startswith(b"<doc>"):
+        return "wikiextractor"
+    if head.startswith(b"<mediawiki"):
+        return "mediawiki"
+    return "text"
+
+
+# --- readers -------------------------------------------------------------------------------------
+def read_text(path: Path, doc_sep: str, encoding: str, problems: Problems) -> Iterator[RawDoc]:
+    """Plain text: one document per line ('line'), blank-line separated ('blank'), or the whole file ('file',
+    e.g. THUCNews: title line, then paragraphs)."""
+    if doc_sep == "line":
+        for i, line in read_lines(path, encoding, problems):
+            if line.strip():
+                yield RawDoc(line, f"{path}:{i}")
+        return
+    buf: list[str] = []
+    start = 1
+    for i, line in read_lines(path, encoding, problems):
+        if doc_sep == "blank" and not line.strip():
+            if buf:
+                yield RawDoc("\n".join(buf), f"{path}:{start}")
+            buf = []
+            continue
+        if not buf:
+            start = i
+        buf.append(line)
+    if buf:
+        yield RawDoc("\n".join(buf), f"{path}:{start}" if doc_sep == "blank" else str(path))
+
+
+# Fields holding the running text in common Chinese corpora (CLUECorpus2020 / nlp_chinese_corpus:
+# news2016zh 'content', webtext2019zh 'content', baike2018qa 'answer', wiki2019zh 'text';
+# CLUE classification 'sentence'; SQuAD/CMRC/DRCD 'context').
+_TEXT_FIELDS = ("text", "content", "answer", "context", "sentence", "desc")
+
+
+def record_text(obj, field_name: str, field_given: bool) -> str | None:
+    """The text of one JSON record: `field_name` if present; if the user did not choose a field, the first
+    known text field, with a 'title' as the first paragraph."""
+    if isinstance(obj, str):
+        return obj
+    if not isinstance(obj, dict):
+        return None
+    if field_name in obj:
+        v = obj[field_name]
+        return v if isinstance(v, str) else None
+    if field_given:
+        return None
+    for k in _TEXT_FIELDS:
+        if isinstance(obj.get(k), str) and obj[k].strip():
+            title = obj.get("title")
+            if isinstance(title, str) and title.strip() and title.strip() not in obj[k][:len(title) + 5]:
+                return title.strip() + "\n" + obj[k]
+            return obj[k]
+    return None
+
+
+def read_jsonl(path: Path, field_name: str, field_given: bool, encoding: str,
+               problems: Problems) -> Iterator[RawDoc]:
+    for i, line in read_lines(path, encoding, problems):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            problems.add("bad_json", path, i, e.msg)
+            continue
+        text = record_text(obj, field_name, field_given)
+        if text is None:
+            problems.add("no_text_field", path, i, f"no string field '{field_name}'")
+            continue
+        yield RawDoc(text, f"{path}:{i}")
+
+
+def read_json(path: Path, field_name: str, field_given: bool, encoding: str,
+              problems: Problems) -> Iterator[RawDoc]:
+    """CLUE-style `.json`: JSON lines (CLUECorpus2020, CLUE tasks), a JSON array of records, or a
+    SQuAD-format document (CMRC 2018, DRCD: one document per article, its paragraphs joined by '\\n')."""
+    with open_binary(path) as f:
+        first = f.readline().strip()
+    try:
+        first_obj = json.loads(first.decode("utf-8-sig", errors="replace")) if first else None
+    except json.JSONDecodeError:
+        first_obj = None
+    if isinstance(first_obj, dict):
+        yield from read_jsonl(path, field_name, field_given, encoding, problems)
+        return
+    with open_binary(path) as f:
+        raw = f.read()
+    try:
+        data = json.loads(raw.decode("utf-8-sig" if encoding == "auto" else encoding))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        problems.add("bad_json", path, getattr(e, "lineno", 1), str(e))
+        return
+    if isinstance(data, dict) and isinstance(data.get("data"), list):  # SQuAD / CMRC / DRCD
+        for k, article in enumerate(data["data"]):
+            paras = [p.get("context", "") for p in article.get("paragraphs", []) if isinstance(p, dict)]
+            if paras:
+                yield RawDoc("\n".join(paras), f"{path}#{article.get('id', k)}")
+        return
+    records = data if isinstance(data, list) else [data]
+    for k, obj in enumerate(records):
+        text = record_text(obj, field_name, field_given)
+        if text is None:
+            problems.add("no_text_field", path, k, f"record {k} has no string field '{field_name}'")
+            continue
+        yield RawDoc(text, f"{path}#{k}")
+
+
+_DOC_OPEN_RE = re.compile(r'<doc\b([^>]*)>')
+_ATTR_RE = re.compile(r'(\w+)="([^"]*)"')
+
+
+def read_wikiextractor(path: Path, encoding: str, problems: Problems) -> Iterator[RawDoc]:
+    """WikiExtractor output: `<doc id=.. url=.. title=..>` title line, paragraphs, `</doc>`. One document
+    per article; the title line (a repeat of the title attribute) is dropped."""
+    attrs: dict | None = None
+    buf: list[str] = []
+    for i, line in read_lines(path, encoding, problems):
+        m = _DOC_OPEN_RE.match(line.strip())
+        if m:
+            attrs, buf = dict(_ATTR_RE.findall(m.group(1))), []
+            continue
+        if line.strip() == "</doc>":
+            if attrs is not None:
+                if buf and buf[0].strip() == attrs.get("title", "").strip():
+                    buf = buf[1:]
+                yield RawDoc("\n".join(buf), f"{path}#{attrs.get('id', i)}")
+            attrs, buf = None, []
+            continue
+        if attrs is not None:
+            buf.append(line)
+
+
+def read_input(path: Path, fmt: str, doc_sep: str, field_name: str, field_given: bool, encoding: str,
+               problems: Problems) -> Iterator[RawDoc]:
+    fmt = detect_format(path, fmt)
+    if fmt == "text":
+        return read_text(path, doc_sep, encoding, problems)
+    if fmt == "jsonl":
+        return read_jsonl(path, field_name, field_given, encoding, problems)
+    if fmt == "json":
+        return read_json(path, field_name, field_given, encoding, problems)
+    if fmt == "wikiextractor":
+        return read_wikiextractor(path, encoding, problems)
+    if fmt == "mediawiki":
+        from zh_bert.clean.wikitext import read_mediawiki
+
+        return read_mediawiki(path)
+    raise ZhBertError(f"--format {fmt}: unknown format; choose one of {', '.join(FORMATS)}")

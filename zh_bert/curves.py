@@ -1,0 +1,52 @@
+"""`curves.png` from `metrics.jsonl`: loss, MLM accuracy and learning rate against step.
+
+Train lines have `loss`; validation lines have `val_mlm_loss`. Drawn with matplotlib's Agg backend so it
+works on headless machines.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def read_metrics(path: str | Path) -> list[dict]:
+    rows = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if line:
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:  # a line cut by kill -9
+                continue
+    return rows
+
+
+def plot_curves(metrics_path: str | Path, out_png: str | Path, title: str = "") -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from zh_bert.fileio import atomic_write
+
+    rows = read_metrics(metrics_path)
+    train = [r for r in rows if "loss" in r]
+    val = [r for r in rows if "val_mlm_loss" in r]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    panels = [("loss", "val_mlm_loss", "MLM loss"), ("mlm_acc", "val_mlm_acc", "MLM accuracy"), ("lr", None, "learning rate")]
+    for ax, (key, vkey, label) in zip(axes, panels):
+        ax.plot([r["step"] for r in train], [r[key] for r in train], lw=1, label="train")
+        if vkey and val:
+            ax.plot([r["step"] for r in val], [r[vkey] for r in val], "o-", ms=3, label="valid")
+            ax.legend()
+        ax.set_xlabel("step")
+        ax.set_title(label)
+        ax.grid(alpha=0.3)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    with atomic_write(out_png, "wb") as f:
+        fig.savefig(f, format="png", dpi=100)
+    plt.close(fig)
+    return Path(out_png)

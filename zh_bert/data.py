@@ -1,0 +1,275 @@
+"""Reading SHARDDIR: O(1) random access to packed sequences, and a resumable, rank-sharded loader.
+
+SHARDDIR layout (written by `zh-bert shard`, format_version 1). Per split S in {train, valid}, N sequences
+of seq_len L, all raw little-endian arrays that `np.memmap` opens directly:
+
+    S.ids.bin         (N, L) uint16 (vocab <= 65535) or uint32 token ids, [PAD] after `lengths`
+    S.word_start.bin  (N, L) uint8, 1 where a token begins a jieba word ([CLS]/[SEP]/[PAD] are starts)
+    S.lengths.npy     (N,) int32 real tokens per sequence (attention_mask = position < length)
+    S.doc_starts.npy  (D,) int64 flat position (row * L + column) of each document's first token
+    S.b_start.npy     (N,) int32 position of segment B (token_type_ids 1 from there), only with --pairs
+    S.nsp.npy         (N,) int8 next_sentence_label (0 = B follows A in order, 1 = random/swapped)
+    unigram_counts.npy (V,) int64 train-split token counts (for `unigram-noise` masking)
+    meta.json         format_version, tokenizer_fingerprint, vocab_size, seq_len, pairs, special ids,
+                      counts per split, segmenter, sources + input hashes, cache_key
+
+.npy files are loaded with allow_pickle=False; every file's size is checked against meta.json at open so a
+truncated copy fails with a clear message instead of a crash mid-training.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from zh_bert.errors import ZhBertError
+from zh_bert.masking import MaskingConfig, mask_batch
+
+FORMAT_VERSION = 1
+SPLITS = ("train", "valid")
+
+
+def ids_dtype(vocab_size: int) -> np.dtype:
+    return np.dtype(np.uint16) if vocab_size <= 65535 else np.dtype(np.uint32)
+
+
+def read_meta(sharddir: str | Path) -> dict:
+    sharddir = Path(sharddir)
+    path = sharddir / "meta.json"
+    if not sharddir.is_dir():
+        raise ZhBertError(f"{sharddir}: shard directory not found (build it with `zh-bert shard`)")
+    if not path.is_file():
+        raise ZhBertError(f"{sharddir}: not a shard directory (no meta.json); build it with `zh-bert shard`")
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ZhBertError(f"{path}: unreadable meta.json ({e})") from None
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise ZhBertError(f"{path}: shard format_version {meta.get('format_version')!r} is not "
+                          f"{FORMAT_VERSION}; re-run `zh-bert shard`")
+    return meta
+
+
+def _fingerprint_of(tok) -> tuple[str, str]:
+    """(fingerprint, description) from a fingerprint string, a tokenizer dir, or a tokenizer object."""
+    from zh_bert.tokenizer_files import tokenizer_fingerprint
+
+    if isinstance(tok, (str, os.PathLike)) and Path(tok).is_dir():
+        return tokenizer_fingerprint(tok), f"tokenizer {tok}"
+    if isinstance(tok, str):
+        return tok, "the training tokenizer"
+    return tokenizer_fingerprint(tok), f"tokenizer {getattr(tok, 'name_or_path', '') or type(tok).__name__}"
+
+
+class ShardDataset:
+    """Sequence i of one split of SHARDDIR as numpy arrays; memory-mapped, O(1) per item.
+
+    `tokenizer_fingerprint` may be a fingerprint string, a tokenizer dir, or a tokenizer object; when it
+    does not match the one the shards were built with, ZhBertError names both.
+    """
+
+    def __init__(self, sharddir: str | Path, split: str = "train", tokenizer_fingerprint=None):
+        if split not in SPLITS:
+            raise ZhBertError(f"split must be one of {', '.join(SPLITS)}, got '{split}'")
+        self.dir = Path(sharddir)
+        self.split = split
+        self.meta = meta = read_meta(self.dir)
+        if tokenizer_fingerprint is not None:
+            self.check_tokenizer(tokenizer_fingerprint)
+        self.seq_len: int = int(meta["seq_len"])
+        self.vocab_size: int = int(meta["vocab_size"])
+        self.pairs: str | None = meta.get("pairs")
+        self.pad_id, self.cls_id, self.sep_id = int(meta["pad_id"]), int(meta["cls_id"]), int(meta["sep_id"])
+        self.mask_id, self.unk_id = int(meta["mask_id"]), int(meta["unk_id"])
+        self.special_ids: list[int] = [int(i) for i in meta["special_ids"]]
+        self.n = n = int(meta["counts"][split]["sequences"])
+        L = self.seq_len
+        self.ids = self._memmap(f"{split}.ids.bin", np.dtype(meta["ids_dtype"]), (n, L))
+        self.word_start = self._memmap(f"{split}.word_start.bin", np.dtype(np.uint8), (n, L))
+        self.lengths = self._npy(f"{split}.lengths.npy", (n,))
+        self.doc_starts = self._npy(f"{split}.doc_starts.npy", (int(meta["counts"][split]["documents"]),))
+        if self.pairs:
+            self.b_start = self._npy(f"{split}.b_start.npy", (n,))
+            self.nsp = self._npy(f"{split}.nsp.npy", (n,))
+
+    # -- opening files with size checks ------------------------------------------------------------
+    def _memmap(self, name: str, dtype: np.dtype, shape: tuple[int, int]) -> np.ndarray:
+        path = self.dir / name
+        expected = dtype.itemsize * shape[0] * shape[1]
+        if not path.is_file():
+            raise ZhBertError(f"{path}: missing shard file; re-run `zh-bert shard`")
+        size = path.stat().st_size
+        if size != expected:
+            raise ZhBertError(f"{path}: shard file is truncated or corrupt ({size} bytes, meta.json says "
+                              f"{expected}); re-run `zh-bert shard`")
+        if expected == 0:
+            return np.zeros(shape, dtype=dtype)
+        return np.memmap(path, dtype=dtype, mode="r", shape=shape)
+
+    def _npy(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
+        path = self.dir / name
+        try:
+            arr = np.load(path, allow_pickle=False)
+        except FileNotFoundError:
+            raise ZhBertError(f"{path}: missing shard file; re-run `zh-bert shard`") from None
+        except (ValueError, OSError, EOFError) as e:
+            raise ZhBertError(f"{path}: shard file is truncated or corrupt ({e}); re-run `zh-bert shard`") from None
+        if arr.shape != shape:
+            raise ZhBertError(f"{path}: shape {arr.shape} but meta.json says {shape}; re-run `zh-bert shard`")
+        return arr
+
+    # -- checks the trainer calls --------------------------------------------------------------------
+    def check_tokenizer(self, tok) -> None:
+        """Refuse shards built with another tokenizer (fingerprint string, tokenizer dir or object)."""
+        fp, what = _fingerprint_of(tok)
+        have = self.meta.get("tokenizer_fingerprint")
+        if fp != have:
+            raise ZhBertError(
+                f"{self.dir} was built with tokenizer {self.meta.get('tokenizer', '?')} (fingerprint {have}), "
+                f"but {what} has fingerprint {fp}; re-run `zh-bert shard --tokenizer` with the training tokenizer")
+
+    def check_positions(self, max_position_embeddings: int) -> None:
+        if self.seq_len > max_position_embeddings:
+            raise ZhBertError(f"{self.dir}: seq_len {self.seq_len} is longer than the model's "
+                              f"max_position_embeddings {max_position_embeddings}")
+
+    # -- access ----------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return self.n
+
+    def batch(self, idx) -> dict:
+        """Items `idx` stacked: input_ids, word_start, token_type_ids, attention_mask (B, L) (+ nsp labels)."""
+        idx = np.asarray(idx, dtype=np.int64)
+        if idx.size and (idx.min() < -self.n or idx.max() >= self.n):
+            raise IndexError(f"index out of range for {self.n} sequences")
+        idx = idx % max(self.n, 1)
+        pos = np.arange(self.seq_len)
+        lengths = self.lengths[idx].astype(np.int64)
+        out = {
+            "input_ids": np.asarray(self.ids[idx], dtype=np.int64),
+            "word_start": np.asarray(self.word_start[idx], dtype=bool),
+            "attention_mask": (pos[None, :] < lengths[:, None]).astype(np.int64),
+        }
+        if self.pairs:
+            b = self.b_start[idx].astype(np.int64)
+            out["token_type_ids"] = ((pos[None, :] >= b[:, None]) & (pos[None, :] < lengths[:, None])).astype(np.int64)
+            out["next_sentence_label"] = self.nsp[idx].astype(np.int64)
+        else:
+            out["token_type_ids"] = np.zeros((len(idx), self.seq_len), dtype=np.int64)
+        return out
+
+    def __getitem__(self, i) -> dict:
+        i = int(i)
+        if not -self.n <= i < self.n:
+            raise IndexError(f"sequence {i} out of range for {self.n} sequences")
+        b = self.batch([i])
+        out = {k: v[0] for k, v in b.items()}
+        if "next_sentence_label" in out:
+            out["next_sentence_label"] = int(out["next_sentence_label"])
+        return out
+
+    def unigram_probs(self) -> np.ndarray:
+        """(vocab_size,) float64 token frequencies of the train split (specials excluded)."""
+        counts = self._npy("unigram_counts.npy", (self.vocab_size,)).astype(np.float64)
+        total = counts.sum()
+        if total <= 0:
+            raise ZhBertError(f"{self.dir}: unigram_counts.npy is empty")
+        return counts / total
+
+
+class ShardLoader:
+    """Endless batches of dynamically masked sequences, resumable without replay.
+
+    The sample stream is the concatenation of per-epoch permutations, each drawn from (seed, epoch). Each
+    step takes the next `batch_size * world_size` samples; rank r takes every world_size-th of them
+    starting at r, so ranks are disjoint and together consume exactly one global batch. `position` counts
+    samples of the current epoch consumed by all ranks, so `state_dict()` is identical on every rank and
+    `load_state_dict()` jumps there by arithmetic. Masking randomness comes from (seed, epoch, position,
+    rank) of the batch, so a resumed run masks exactly as an uninterrupted one would.
+    """
+
+    def __init__(self, dataset: ShardDataset, batch_size: int, masking: MaskingConfig, seed: int,
+                 rank: int = 0, world_size: int = 1, shuffle: bool = True):
+        if len(dataset) == 0:
+            raise ZhBertError(f"{dataset.dir}: split '{dataset.split}' has no sequences")
+        if batch_size < 1:
+            raise ZhBertError(f"batch_size must be >= 1, got {batch_size}")
+        if not 0 <= rank < world_size:
+            raise ZhBertError(f"rank {rank} not in [0, {world_size})")
+        self.dataset, self.batch_size, self.masking = dataset, int(batch_size), masking
+        self.seed, self.rank, self.world_size, self.shuffle = int(seed), int(rank), int(world_size), shuffle
+        self.epoch, self.position = 0, 0
+        self.last_indices = np.zeros(0, dtype=np.int64)
+        self._perm_cache: dict[int, np.ndarray] = {}
+        self._unigram = dataset.unigram_probs() if masking.strategy == "unigram-noise" else None
+
+    def _perm(self, epoch: int) -> np.ndarray:
+        if epoch not in self._perm_cache:
+            n = len(self.dataset)
+            perm = (np.random.default_rng([self.seed, epoch]).permutation(n) if self.shuffle
+                    else np.arange(n))
+            self._perm_cache = {epoch: perm}  # only the current epoch is kept
+        return self._perm_cache[epoch]
+
+    def _global_indices(self) -> np.ndarray:
+        """The next global batch's sample indices; advances (epoch, position)."""
+        need, n = self.batch_size * self.world_size, len(self.dataset)
+        parts = []
+        while need:
+            perm = self._perm(self.epoch)
+            take = perm[self.position:self.position + need]
+            parts.append(take)
+            need -= len(take)
+            self.position += len(take)
+            if self.position >= n:
+                self.epoch, self.position = self.epoch + 1, 0
+        return np.concatenate(parts)
+
+    def make_batch(self, idx: np.ndarray, rng: np.random.Generator) -> dict:
+        """Masked numpy batch for dataset rows `idx` (also used for fixed-mask evaluation)."""
+        ds = self.dataset
+        b = ds.batch(idx)
+        ids, labels = mask_batch(b["input_ids"], b["word_start"], self.masking, rng, mask_id=ds.mask_id,
+                                 special_ids=ds.special_ids, vocab_size=ds.vocab_size,
+                                 unigram_probs=self._unigram)
+        out = {"input_ids": ids, "attention_mask": b["attention_mask"], "token_type_ids": b["token_type_ids"],
+               "labels": labels}
+        if "next_sentence_label" in b:
+            out["next_sentence_label"] = b["next_sentence_label"]
+        return out
+
+    def next_numpy(self) -> dict:
+        epoch, position = self.epoch, self.position
+        idx = self._global_indices()[self.rank::self.world_size]
+        self.last_indices = idx  # dataset rows of the batch just made (for tests and debugging)
+        rng = np.random.default_rng([self.seed, epoch, position, self.rank])
+        return self.make_batch(idx, rng)
+
+    def __iter__(self):
+        import torch
+
+        while True:
+            yield {k: torch.from_numpy(v) for k, v in self.next_numpy().items()}
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, d: dict) -> None:
+        epoch, position = int(d["epoch"]), int(d["position"])
+        if epoch < 0 or not 0 <= position < max(len(self.dataset), 1):
+            raise ZhBertError(f"loader state {d} does not fit a split of {len(self.dataset)} sequences")
+        self.epoch, self.position = epoch, position
+
+    def one_pass(self, seed: int | None = None):
+        """One ordered pass over this rank's share of the split (last batch may be short), masked with a
+        fixed RNG per batch: the same batches every call, for validation loss/accuracy."""
+        import torch
+
+        n, seed = len(self.dataset), self.seed if seed is None else seed
+        mine = np.arange(self.rank, n, self.world_size)
+        for k, start in enumerate(range(0, len(mine), self.batch_size)):
+            rng = np.random.default_rng([seed, 2**31 - 1, k, self.rank])
+            yield {key: torch.from_numpy(v) for key, v in self.make_batch(mine[start:start + self.batch_size], rng).items()}

@@ -1,0 +1,397 @@
+"""`zh-bert eval mlm|cloze CKPT ...`: masked-LM figures that compare checkpoints fairly.
+
+`eval mlm` packs held-out text into `[CLS] ... [SEP]` sequences (documents joined by [SEP], as the shards
+are) and masks them once with `zh_bert.masking.mask_batch` from a fixed seed, over the whole set at once,
+so the masked positions depend only on (text, tokenizer, seed, strategy) — not on batch size or model —
+and two checkpoints with the same tokenizer are scored on exactly the same blanks.
+
+`eval cloze` fills each blank with every candidate: the blank becomes as many [MASK]s as the candidate has
+tokens, and the candidate's score is the sum (or mean) of its tokens' log-probabilities, all predicted at
+once. Candidates with the same token count share one forward pass (ChID's are all four characters).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from zh_bert.errors import ZhBertError
+
+
+# --------------------------------------------------------------------------- model
+
+def load_mlm(ckpt):
+    """(model in eval mode, tokenizer, model dir) for a checkpoint folder or run dir."""
+    from transformers import AutoModelForMaskedLM
+    from transformers.utils import logging as hf_logging
+
+    from zh_bert.eval_results import resolve_checkpoint
+    from zh_bert.tokenizer_files import load_tokenizer
+
+    ckpt_dir = resolve_checkpoint(ckpt)
+    tok = load_tokenizer(ckpt_dir)
+    hf_logging.disable_progress_bar()
+    try:
+        model = AutoModelForMaskedLM.from_pretrained(str(ckpt_dir))
+    except (OSError, ValueError) as e:
+        raise ZhBertError(f"{ckpt_dir}: cannot load a masked-LM model: {e}") from None
+    if model.config.vocab_size < len(tok):
+        raise ZhBertError(f"{ckpt_dir}: tokenizer has {len(tok)} tokens but the model's vocab_size is "
+                          f"{model.config.vocab_size}")
+    return model.eval(), tok, ckpt_dir
+
+
+def masked_logits(model, batch: dict, positions):
+    """Vocabulary logits only at `positions` (a (B, L) bool tensor): for BERT the 21k-way head runs on the
+    masked rows alone, which is most of the cost of a small model."""
+    import torch
+
+    with torch.no_grad():
+        if hasattr(model, "bert") and hasattr(model, "cls"):
+            hidden = model.bert(**batch).last_hidden_state
+            return model.cls(hidden[positions]).float()
+        return model(**batch).logits[positions].float()
+
+
+# --------------------------------------------------------------------------- eval mlm
+
+def read_documents(paths: list[str]) -> list[str]:
+    """Documents from `zh-bert clean` JSONL ({"text": ...}) or plain text (one document per line)."""
+    docs = []
+    for p in map(Path, paths):
+        if not p.is_file():
+            raise ZhBertError(f"{p}: no such file")
+        try:
+            lines = p.read_text(encoding="utf-8").split("\n")
+        except UnicodeDecodeError as e:
+            raise ZhBertError(f"{p}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+        first = next((l for l in lines if l.strip()), "")
+        is_jsonl = first.lstrip().startswith("{")
+        for n, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            if is_jsonl:
+                try:
+                    text = json.loads(line)["text"]
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    raise ZhBertError(f"{p}:{n}: expected a JSON object with a \"text\" field") from None
+            else:
+                text = line
+            if text.strip():
+                docs.append(text.strip())
+    if not docs:
+        raise ZhBertError(f"{', '.join(paths)}: no text to evaluate on")
+    return docs
+
+
+def encode_and_pack(docs: list[str], tok, seq_len: int, segmenter: str = "rjieba") -> tuple[np.ndarray, np.ndarray]:
+    """(N, seq_len) ids and word starts: `[CLS] doc [SEP] doc [SEP] ...` cut into full rows, last row padded."""
+    from zh_bert.segment import Segmenter, token_word_starts
+
+    seg = Segmenter(segmenter)
+    enc = tok(docs, add_special_tokens=False, return_offsets_mapping=True)
+    ids, starts = [], []
+    for text, doc_ids, offsets in zip(docs, enc["input_ids"], enc["offset_mapping"]):
+        if not doc_ids:
+            continue
+        off = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
+        ws = token_word_starts(seg.word_start_mask(text), off[:, 0], off[:, 1])
+        ids.extend(doc_ids + [tok.sep_token_id])
+        starts.extend(ws.tolist() + [True])
+    if not ids:
+        raise ZhBertError("the text tokenizes to nothing")
+    body = seq_len - 1
+    n = math.ceil(len(ids) / body)
+    out_ids = np.full((n, seq_len), tok.pad_token_id, dtype=np.int64)
+    out_ws = np.ones((n, seq_len), dtype=bool)
+    out_ids[:, 0] = tok.cls_token_id
+    for r in range(n):
+        chunk = ids[r * body:(r + 1) * body]
+        out_ids[r, 1:1 + len(chunk)] = chunk
+        out_ws[r, 1:1 + len(chunk)] = starts[r * body:(r + 1) * body]
+    return out_ids, out_ws
+
+
+@dataclass
+class MlmEvalConfig:
+    seed: int = 0
+    masking: str = "wwm"
+    mask_rate: float = 0.15
+    seq_len: int = 128
+    batch_size: int = 32
+    max_seqs: int = 0        # 0 = all packed sequences
+    segmenter: str = "rjieba"
+
+
+def eval_mlm(model, tok, docs: list[str], cfg: MlmEvalConfig) -> dict:
+    """Masked-LM loss / accuracy / top-5 on `docs`, masked deterministically from cfg.seed."""
+    import torch
+
+    from zh_bert.masking import MaskingConfig, mask_batch
+
+    max_pos = getattr(model.config, "max_position_embeddings", 512)
+    if not 8 <= cfg.seq_len <= max_pos:
+        raise ZhBertError(f"--seq-len {cfg.seq_len}: must be between 8 and the model's {max_pos} positions")
+    ids, ws = encode_and_pack(docs, tok, cfg.seq_len, cfg.segmenter)
+    if cfg.max_seqs:
+        ids, ws = ids[:cfg.max_seqs], ws[:cfg.max_seqs]
+    vocab_size = model.config.vocab_size
+    unigram = None
+    if cfg.masking == "unigram-noise":
+        unigram = np.bincount(ids.ravel(), minlength=vocab_size).astype(np.float64)
+        unigram[list(tok.all_special_ids)] = 0
+        unigram /= unigram.sum()
+    masked, labels = mask_batch(ids, ws, MaskingConfig(strategy=cfg.masking, mask_rate=cfg.mask_rate),
+                                np.random.default_rng(cfg.seed), mask_id=tok.mask_token_id,
+                                special_ids=tok.all_special_ids, vocab_size=vocab_size, unigram_probs=unigram)
+    loss_sum, top1, top5, n = 0.0, 0, 0, 0
+    for s in range(0, len(ids), cfg.batch_size):
+        lab = torch.from_numpy(labels[s:s + cfg.batch_size])
+        if not (lab != -100).any():
+            continue
+        inp = torch.from_numpy(masked[s:s + cfg.batch_size])
+        batch = {"input_ids": inp, "attention_mask": (torch.from_numpy(ids[s:s + cfg.batch_size]) != tok.pad_token_id).long(),
+                 "token_type_ids": torch.zeros_like(inp)}
+        pos = lab != -100
+        logits = masked_logits(model, batch, pos)
+        gold = lab[pos]
+        loss_sum += float(torch.nn.functional.cross_entropy(logits, gold, reduction="sum"))
+        best5 = logits.topk(min(5, logits.shape[-1]), dim=-1).indices
+        top1 += int((best5[:, 0] == gold).sum())
+        top5 += int((best5 == gold[:, None]).any(-1).sum())
+        n += int(pos.sum())
+    if n == 0:
+        raise ZhBertError("no token was masked: the text is too short")
+    loss = loss_sum / n
+    return {"mlm_loss": loss, "mlm_acc": top1 / n, "mlm_top5": top5 / n, "perplexity": math.exp(min(loss, 700)),
+            "n_masked": n, "n_sequences": int(len(ids)), "n_tokens": int((ids != tok.pad_token_id).sum()),
+            "seed": cfg.seed, "masking": cfg.masking, "mask_rate": cfg.mask_rate, "seq_len": cfg.seq_len}
+
+
+# --------------------------------------------------------------------------- eval cloze
+
+BLANK = re.compile(r"#idiom\d*#")
+
+
+@dataclass
+class ClozeItem:
+    where: str                  # file:line
+    prefix: str
+    suffix: str
+    candidates: list[str] | None
+    answer: str
+
+
+def _item(obj, where: str, mask_token: str) -> ClozeItem:
+    if not isinstance(obj, dict):
+        raise ZhBertError(f"{where}: expected a JSON object")
+    cands = obj.get("candidates")
+    if cands is not None and (not isinstance(cands, list) or not cands or not all(isinstance(c, str) and c for c in cands)):
+        raise ZhBertError(f"{where}: 'candidates' must be a non-empty list of strings")
+    if "content" in obj:                      # ChID style: "...#idiom#..." + candidates + answer
+        text = obj["content"]
+        if not isinstance(text, str):
+            raise ZhBertError(f"{where}: 'content' must be a string with one #idiom# blank")
+        blanks = BLANK.findall(text)
+        if len(blanks) != 1:
+            raise ZhBertError(f"{where}: 'content' must contain exactly one #idiom# blank, found {len(blanks)}")
+        if not cands:
+            raise ZhBertError(f"{where}: a #idiom# item needs 'candidates'")
+        prefix, suffix = BLANK.split(text)
+    elif "text" in obj:                       # plain: "...[MASK]..." + answer (+ candidates)
+        text = obj["text"]
+        runs = list(re.finditer(rf"(?:{re.escape(mask_token)})+", text if isinstance(text, str) else ""))
+        if len(runs) != 1:
+            raise ZhBertError(f"{where}: 'text' must contain exactly one {mask_token} blank (a run of "
+                              f"{mask_token}), found {len(runs)}")
+        prefix, suffix = text[:runs[0].start()], text[runs[0].end():]
+    else:
+        raise ZhBertError(f"{where}: expected 'content' (with #idiom#) or 'text' (with [MASK])")
+    ans = obj.get("answer")
+    if isinstance(ans, bool) or ans is None:
+        raise ZhBertError(f"{where}: missing 'answer' (a candidate index or the answer text)")
+    if isinstance(ans, int):
+        if not cands or not 0 <= ans < len(cands):
+            raise ZhBertError(f"{where}: answer index {ans} is out of range for {len(cands or [])} candidates")
+        ans = cands[ans]
+    elif not isinstance(ans, str) or not ans:
+        raise ZhBertError(f"{where}: 'answer' must be a candidate index or a non-empty string")
+    elif cands and ans not in cands:
+        raise ZhBertError(f"{where}: answer '{ans}' is not among the candidates")
+    return ClozeItem(where, prefix, suffix, cands, ans)
+
+
+def read_cloze(path: str | Path, mask_token: str = "[MASK]") -> list[ClozeItem]:
+    path = Path(path)
+    if not path.is_file():
+        raise ZhBertError(f"{path}: no such file")
+    items = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ZhBertError(f"{path}:{n}: not JSON ({e.msg} at column {e.colno})") from None
+        items.append(_item(obj, f"{path}:{n}", mask_token))
+    if not items:
+        raise ZhBertError(f"{path}: no cloze items")
+    return items
+
+
+def _ids(tok, text: str) -> list[int]:
+    return tok(text, add_special_tokens=False)["input_ids"] if text else []
+
+
+def candidate_logprobs(model, tok, items: list[ClozeItem], seq_len: int = 256, batch_size: int = 32) -> list[dict]:
+    """Per item: {candidate: [log p of each of its tokens]} with the blank masked to the candidate's length.
+
+    Items without candidates get their answer's length and `"_argmax"`: the greedy fill of that blank.
+    """
+    import torch
+
+    jobs = []  # (item index, k, input ids, mask start)
+    wanted: list[dict[int, list[str]]] = []
+    for i, it in enumerate(items):
+        by_len: dict[int, list[str]] = {}
+        for c in it.candidates or [it.answer]:
+            by_len.setdefault(len(_ids(tok, c)), []).append(c)
+        if 0 in by_len:
+            raise ZhBertError(f"{it.where}: candidate {by_len[0][0]!r} tokenizes to nothing")
+        wanted.append(by_len)
+        pre, suf = _ids(tok, it.prefix), _ids(tok, it.suffix)
+        for k in by_len:
+            room = seq_len - 2 - k
+            if room < 0:
+                raise ZhBertError(f"{it.where}: a {k}-token candidate does not fit --seq-len {seq_len}")
+            keep_pre = min(len(pre), max(room // 2, room - len(suf)))   # centre the window on the blank
+            keep_suf = min(len(suf), room - keep_pre)
+            p = pre[len(pre) - keep_pre:]
+            ids = [tok.cls_token_id] + p + [tok.mask_token_id] * k + suf[:keep_suf] + [tok.sep_token_id]
+            jobs.append((i, k, ids, 1 + len(p)))
+    out = [dict() for _ in items]
+    for s in range(0, len(jobs), batch_size):
+        chunk = jobs[s:s + batch_size]
+        width = max(len(j[2]) for j in chunk)
+        inp = torch.full((len(chunk), width), tok.pad_token_id, dtype=torch.long)
+        pos = torch.zeros((len(chunk), width), dtype=torch.bool)
+        for r, (_, k, ids, start) in enumerate(chunk):
+            inp[r, :len(ids)] = torch.tensor(ids)
+            pos[r, start:start + k] = True
+        batch = {"input_ids": inp, "attention_mask": (inp != tok.pad_token_id).long(), "token_type_ids": torch.zeros_like(inp)}
+        logp = torch.log_softmax(masked_logits(model, batch, pos), dim=-1)  # rows in (job, position) order
+        row = 0
+        for i, k, _, _ in chunk:
+            lp = logp[row:row + k]
+            row += k
+            for c in wanted[i][k]:
+                cid = torch.tensor(_ids(tok, c))
+                out[i][c] = lp[torch.arange(k), cid].tolist()
+            if items[i].candidates is None:
+                out[i]["_argmax"] = lp.argmax(-1).tolist()
+    return out
+
+
+def eval_cloze(model, tok, items: list[ClozeItem], score: str = "sum", seq_len: int = 256,
+               batch_size: int = 32) -> tuple[dict, list[dict]]:
+    """Accuracy under sum and mean log-probability; `score` picks the headline `accuracy`."""
+    lps = candidate_logprobs(model, tok, items, seq_len, batch_size)
+    hits = {"sum": 0, "mean": 0}
+    preds = []
+    for it, lp in zip(items, lps):
+        if it.candidates is None:
+            ok = lp["_argmax"] == _ids(tok, it.answer)
+            fill = tok.decode(lp["_argmax"]).replace(" ", "")
+            hits["sum"] += ok
+            hits["mean"] += ok
+            preds.append({"where": it.where, "answer": it.answer, "prediction": fill, "correct": bool(ok)})
+            continue
+        sums = {c: float(sum(lp[c])) for c in it.candidates}
+        means = {c: sums[c] / len(lp[c]) for c in it.candidates}
+        best = {"sum": max(it.candidates, key=sums.get), "mean": max(it.candidates, key=means.get)}
+        for m in hits:
+            hits[m] += best[m] == it.answer
+        preds.append({"where": it.where, "answer": it.answer, "prediction": best[score],
+                      "correct": best[score] == it.answer, "scores": sums if score == "sum" else means})
+    n = len(items)
+    return ({"accuracy": hits[score] / n, "n": n, "score": score, "accuracy_sum": hits["sum"] / n,
+             "accuracy_mean": hits["mean"] / n}, preds)
+
+
+# --------------------------------------------------------------------------- CLI
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="zh-bert eval", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="what", required=True, metavar="{mlm,cloze}")
+    m = sub.add_parser("mlm", help="masked-LM loss, perplexity, top-1/top-5 accuracy on held-out text",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    d = MlmEvalConfig()
+    m.add_argument("ckpt", metavar="CKPT", help="model folder, or a run dir (uses RUN/final)")
+    m.add_argument("--text", nargs="+", required=True, metavar="FILE",
+                   help="held-out text: `zh-bert clean` JSONL or plain text, one document per line")
+    m.add_argument("--seed", type=int, default=d.seed, help="masking seed (same seed = same blanks)")
+    from zh_bert.masking import STRATEGIES
+
+    m.add_argument("--masking", choices=STRATEGIES, default=d.masking)
+    m.add_argument("--mask-rate", type=float, default=d.mask_rate)
+    m.add_argument("--seq-len", type=int, default=d.seq_len)
+    m.add_argument("--batch-size", type=int, default=d.batch_size)
+    m.add_argument("--max-seqs", type=int, default=d.max_seqs, help="evaluate the first N packed sequences (0: all)")
+    m.add_argument("--segmenter", default=d.segmenter, help="word boundaries for wwm/ngram: rjieba|jieba|none")
+    c = sub.add_parser("cloze", help="multiple-choice cloze (ChID #idiom# or [MASK] sentences)",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    c.add_argument("ckpt", metavar="CKPT", help="model folder, or a run dir (uses RUN/final)")
+    c.add_argument("--data", required=True, metavar="FILE",
+                   help='JSON lines: {"content": "..#idiom#..", "candidates": [..], "answer": i} or '
+                        '{"text": "..[MASK]..", "answer": "..", "candidates": [..] (optional)}')
+    c.add_argument("--score", choices=("sum", "mean"), default="sum",
+                   help="rank candidates by summed or mean token log-probability")
+    c.add_argument("--seq-len", type=int, default=256)
+    c.add_argument("--batch-size", type=int, default=32)
+    c.add_argument("--show", type=int, default=5, help="print the first N predictions")
+    for s in (m, c):
+        s.add_argument("--no-record", action="store_true", help="do not write RUN/eval_results.json")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    from zh_bert.eval_results import entry, record_for_checkpoint
+
+    args = build_parser().parse_args(argv)
+    if args.what == "mlm":
+        cfg = MlmEvalConfig(seed=args.seed, masking=args.masking, mask_rate=args.mask_rate, seq_len=args.seq_len,
+                            batch_size=args.batch_size, max_seqs=args.max_seqs, segmenter=args.segmenter)
+        docs = read_documents(args.text)
+        model, tok, ckpt_dir = load_mlm(args.ckpt)
+        res = eval_mlm(model, tok, docs, cfg)
+        print(f"{ckpt_dir}: {res['n_sequences']} sequences, {res['n_masked']} masked tokens ({cfg.masking}, "
+              f"seed {cfg.seed}): loss {res['mlm_loss']:.4f}, perplexity {res['perplexity']:.2f}, "
+              f"acc {res['mlm_acc']:.4f}, top-5 {res['mlm_top5']:.4f}", flush=True)
+        name = ", ".join(Path(t).name for t in args.text)
+        task = f"Masked LM ({cfg.masking} masking, seed {cfg.seed})"
+        entries = [entry("fill-mask", task, "text", name, "accuracy", "MLM accuracy", res["mlm_acc"]),
+                   entry("fill-mask", task, "text", name, "accuracy", "MLM top-5 accuracy", res["mlm_top5"]),
+                   entry("fill-mask", task, "text", name, "perplexity", "perplexity", res["perplexity"])]
+    else:
+        items = read_cloze(args.data)
+        model, tok, ckpt_dir = load_mlm(args.ckpt)
+        res, preds = eval_cloze(model, tok, items, args.score, args.seq_len, args.batch_size)
+        for p in preds[:args.show]:
+            print(f"{p['where']}: {'✓' if p['correct'] else '✗'} predicted {p['prediction']!r}, answer {p['answer']!r}")
+        print(f"{ckpt_dir}: cloze accuracy {res['accuracy']:.4f} on {res['n']} items "
+              f"(sum {res['accuracy_sum']:.4f}, mean {res['accuracy_mean']:.4f})", flush=True)
+        entries = [entry("fill-mask", f"Cloze ({args.score} log-prob)", "cloze", Path(args.data).name, "accuracy",
+                         "cloze accuracy", res["accuracy"])]
+    res["checkpoint"] = str(ckpt_dir)
+    if not args.no_record:
+        where = record_for_checkpoint(args.ckpt, entries)
+        if where:
+            print(f"recorded in {where}", flush=True)
+    print(json.dumps(res, ensure_ascii=False), flush=True)
+    return 0

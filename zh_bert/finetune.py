@@ -1,0 +1,305 @@
+"""`zh-bert finetune CKPT --task chnsenticorp|tnews|tsv:TRAIN,DEV[,TEST]`: sentence(-pair) classification.
+
+The usual BERT recipe, nothing clever: AdamW (no decay on biases/LayerNorm), linear warmup then linear
+decay, dev evaluation every epoch (or `--eval-every` steps), early stop when dev accuracy has not improved
+for `--patience` evaluations, the best dev state restored before the test set is scored. The seed is a
+setting; `--seeds 3` runs seeds S, S+1, S+2 and reports mean ± sample std (ddof=1), because a single
+fine-tuning run of a small model varies by more than most differences people try to measure.
+`--random-init` trains the same architecture from random weights: the baseline pretraining must beat.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from zh_bert.errors import ZhBertError
+from zh_bert.tasks import DATASET_NAMES, TaskData, load_task
+
+
+@dataclass
+class FinetuneConfig:
+    epochs: int = 3
+    lr: float = 5e-5
+    seq_len: int = 128
+    batch_size: int = 32
+    warmup: float = 0.1          # fraction of total steps spent warming up
+    weight_decay: float = 0.01
+    patience: int = 2            # dev evaluations without improvement before stopping
+    eval_every: int = 0          # steps between dev evaluations; 0 = once per epoch
+    max_train: int = 0           # use only the first N training examples (after shuffling by seed); 0 = all
+    random_init: bool = False
+    precision: str = "fp32"      # fp32 | bf16 (CPU autocast is real on CPUs with avx512_bf16)
+
+    def __post_init__(self):
+        for k in ("epochs", "seq_len", "batch_size"):
+            if getattr(self, k) < 1:
+                raise ZhBertError(f"--{k.replace('_', '-')} must be >= 1, got {getattr(self, k)}")
+        if not 8 <= self.seq_len <= 4096:
+            raise ZhBertError(f"--seq-len must be between 8 and 4096, got {self.seq_len}")
+        if not (0 < self.lr < 1):
+            raise ZhBertError(f"--lr must be in (0, 1), got {self.lr}")
+        if not 0 <= self.warmup < 1:
+            raise ZhBertError(f"--warmup is a fraction of the steps in [0, 1), got {self.warmup}")
+        if self.precision not in ("fp32", "bf16"):
+            raise ZhBertError(f"--precision must be fp32 or bf16, got {self.precision!r}")
+
+
+# --------------------------------------------------------------------------- metrics
+
+def accuracy(gold: np.ndarray, pred: np.ndarray) -> float:
+    return float((gold == pred).mean()) if len(gold) else float("nan")
+
+
+def macro_f1(gold: np.ndarray, pred: np.ndarray) -> float:
+    """Unweighted mean of per-class F1 over the classes present in gold or predictions (sklearn's default)."""
+    scores = []
+    for c in np.union1d(gold, pred):
+        tp = int(((pred == c) & (gold == c)).sum())
+        fp = int(((pred == c) & (gold != c)).sum())
+        fn = int(((pred != c) & (gold == c)).sum())
+        scores.append(2 * tp / (2 * tp + fp + fn) if tp else 0.0)
+    return float(np.mean(scores)) if scores else float("nan")
+
+
+def mean_std(xs: list[float]) -> tuple[float, float]:
+    return float(statistics.fmean(xs)), float(statistics.stdev(xs)) if len(xs) > 1 else 0.0
+
+
+# --------------------------------------------------------------------------- data
+
+def encode(tok, examples, label_index: dict[str, int], seq_len: int) -> dict:
+    """Token ids per example (ragged lists) + labels; padding happens per batch."""
+    a = [e.text_a for e in examples]
+    b = [e.text_b or "" for e in examples] if any(e.text_b is not None for e in examples) else None
+    enc = tok(a, b, truncation=True, max_length=seq_len)
+    tt = enc.get("token_type_ids") or [[0] * len(x) for x in enc["input_ids"]]
+    labels = np.array([label_index.get(e.label, -1) for e in examples], dtype=np.int64)
+    return {"input_ids": enc["input_ids"], "token_type_ids": tt, "labels": labels}
+
+
+def batches(data: dict, order: np.ndarray, batch_size: int, pad_id: int):
+    import torch
+
+    for s in range(0, len(order), batch_size):
+        idx = order[s:s + batch_size]
+        width = max(len(data["input_ids"][i]) for i in idx)
+        ids = np.full((len(idx), width), pad_id, dtype=np.int64)
+        tt = np.zeros((len(idx), width), dtype=np.int64)
+        mask = np.zeros((len(idx), width), dtype=np.int64)
+        for r, i in enumerate(idx):
+            n = len(data["input_ids"][i])
+            ids[r, :n], tt[r, :n], mask[r, :n] = data["input_ids"][i], data["token_type_ids"][i], 1
+        yield {"input_ids": torch.from_numpy(ids), "token_type_ids": torch.from_numpy(tt),
+               "attention_mask": torch.from_numpy(mask), "labels": torch.from_numpy(data["labels"][idx])}
+
+
+def predict(model, data: dict, batch_size: int, pad_id: int, precision: str) -> np.ndarray:
+    import torch
+
+    model.eval()
+    preds = []
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+        for batch in batches(data, np.arange(len(data["labels"])), batch_size * 2, pad_id):
+            batch.pop("labels")
+            preds.append(model(**batch).logits.float().argmax(-1).numpy())
+    model.train()
+    return np.concatenate(preds) if preds else np.zeros(0, dtype=np.int64)
+
+
+def scores(model, data, cfg, pad_id) -> tuple[float, float]:
+    pred = predict(model, data, cfg.batch_size, pad_id, cfg.precision)
+    return accuracy(data["labels"], pred), macro_f1(data["labels"], pred)
+
+
+# --------------------------------------------------------------------------- training
+
+def load_classifier(ckpt_dir: Path, num_labels: int, random_init: bool, labels: list[str]):
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    id2label = dict(enumerate(labels))
+    kw = dict(num_labels=num_labels, id2label=id2label, label2id={v: k for k, v in id2label.items()})
+    try:
+        if random_init:
+            return AutoModelForSequenceClassification.from_config(AutoConfig.from_pretrained(str(ckpt_dir), **kw))
+        return AutoModelForSequenceClassification.from_pretrained(str(ckpt_dir), **kw)
+    except (OSError, ValueError) as e:
+        raise ZhBertError(f"{ckpt_dir}: cannot load as a classifier: {e}") from None
+
+
+def train_one(ckpt_dir: Path, task: TaskData, cfg: FinetuneConfig, seed: int, tok=None, log=print) -> dict:
+    """Fine-tune once with `seed`; returns dev/test accuracy and macro-F1 of the best-on-dev state."""
+    import torch
+    from transformers import get_linear_schedule_with_warmup
+
+    from zh_bert.tokenizer_files import load_tokenizer
+
+    tok = tok or load_tokenizer(ckpt_dir)
+    label_index = {l: i for i, l in enumerate(task.labels)}
+    rng = np.random.default_rng(seed)
+    train_ex = task.train
+    if cfg.max_train and cfg.max_train < len(train_ex):
+        train_ex = [train_ex[i] for i in sorted(rng.permutation(len(train_ex))[:cfg.max_train])]
+    train, dev = encode(tok, train_ex, label_index, cfg.seq_len), encode(tok, task.dev, label_index, cfg.seq_len)
+    test = encode(tok, task.test, label_index, cfg.seq_len) if task.test else None
+    pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
+
+    torch.manual_seed(seed)
+    model = load_classifier(ckpt_dir, len(task.labels), cfg.random_init, task.labels)
+    if model.config.vocab_size < len(tok):
+        raise ZhBertError(f"{ckpt_dir}: tokenizer has {len(tok)} tokens but the model's vocab_size is "
+                          f"{model.config.vocab_size}")
+    model.train()
+    no_decay = lambda n: n.endswith("bias") or "LayerNorm" in n or "layer_norm" in n  # noqa: E731
+    groups = [{"params": [p for n, p in model.named_parameters() if not no_decay(n)], "weight_decay": cfg.weight_decay},
+              {"params": [p for n, p in model.named_parameters() if no_decay(n)], "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=cfg.lr)
+    steps_per_epoch = math.ceil(len(train["labels"]) / cfg.batch_size)
+    total = steps_per_epoch * cfg.epochs
+    sched = get_linear_schedule_with_warmup(opt, int(cfg.warmup * total), total)
+    eval_every = cfg.eval_every or steps_per_epoch
+
+    best = {"dev_acc": -1.0}
+    best_state, bad, step, t0 = None, 0, 0, time.perf_counter()
+    stop = False
+    for epoch in range(cfg.epochs):
+        order = rng.permutation(len(train["labels"]))
+        for batch in batches(train, order, cfg.batch_size, pad_id):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.precision == "bf16"):
+                loss = model(**batch).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            step += 1
+            if step % eval_every == 0 or step == total:
+                acc, f1 = scores(model, dev, cfg, pad_id)
+                log(f"  seed {seed} step {step}/{total} epoch {epoch + 1} loss {loss.item():.4f} "
+                    f"dev acc {acc:.4f} macro-F1 {f1:.4f}")
+                if acc > best["dev_acc"]:
+                    best, bad = {"dev_acc": acc, "dev_macro_f1": f1, "best_step": step}, 0
+                    best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+                else:
+                    bad += 1
+                    if bad >= cfg.patience:
+                        log(f"  seed {seed}: early stop at step {step} (no dev gain for {bad} evaluations)")
+                        stop = True
+                        break
+        if stop:
+            break
+    model.load_state_dict(best_state)
+    out = {"seed": seed, **best, "steps": step, "train_s": round(time.perf_counter() - t0, 1)}
+    if test is not None:
+        out["test_acc"], out["test_macro_f1"] = scores(model, test, cfg, pad_id)
+    return out
+
+
+def summarize(runs: list[dict]) -> dict:
+    out = {}
+    for key in ("dev_acc", "dev_macro_f1", "test_acc", "test_macro_f1"):
+        vals = [r[key] for r in runs if key in r]
+        if not vals:
+            out[key] = None
+            continue
+        out[key], std = mean_std(vals)
+        if len(vals) > 1:
+            out[f"{key}_std"] = std
+    return out
+
+
+def run(ckpt: str | Path, task: TaskData, cfg: FinetuneConfig, seeds: list[int], log=print) -> dict:
+    """Fine-tune once per seed; the summary dict is what the JSON line and ablate use."""
+    from zh_bert.eval_results import resolve_checkpoint
+    from zh_bert.tokenizer_files import load_tokenizer
+
+    ckpt_dir = resolve_checkpoint(ckpt)
+    tok = load_tokenizer(ckpt_dir)
+    runs = []
+    for seed in seeds:
+        r = train_one(ckpt_dir, task, cfg, seed, tok=tok, log=log)
+        log(f"seed {seed}: dev acc {r['dev_acc']:.4f} macro-F1 {r['dev_macro_f1']:.4f}"
+            + (f" | test acc {r['test_acc']:.4f} macro-F1 {r['test_macro_f1']:.4f}" if "test_acc" in r else "")
+            + f" (best step {r['best_step']}, {r['train_s']} s)")
+        runs.append(r)
+    gold = [e.label for e in task.dev]
+    majority = max(set(gold), key=gold.count)
+    return {"task": task.name, "checkpoint": str(ckpt_dir), "init": "random" if cfg.random_init else "pretrained",
+            "seeds": seeds, **summarize(runs), "majority_dev_acc": gold.count(majority) / len(gold),
+            "n_train": min(len(task.train), cfg.max_train or len(task.train)), "n_dev": len(task.dev),
+            "n_test": len(task.test) if task.test else 0, "config": asdict(cfg),
+            "per_seed": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()} for r in runs]}
+
+
+def eval_entries(summary: dict, task_spec: str) -> list[dict]:
+    from zh_bert.eval_results import entry
+
+    name, dtype = DATASET_NAMES.get(task_spec, (summary["task"], "tsv"))
+    n = len(summary["seeds"])
+    task_name = "Text classification" + (f" (mean of {n} seeds)" if n > 1 else "")
+    figures = [("dev", "dev_acc", "accuracy", "accuracy"), ("test", "test_acc", "accuracy", "accuracy"),
+               ("test", "test_macro_f1", "f1", "macro-F1")]
+    return [entry("text-classification", task_name, dtype, name, mtype, f"{split} {mname}", summary[key])
+            for split, key, mtype, mname in figures if summary.get(key) is not None]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="zh-bert finetune", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    d = FinetuneConfig()
+    p.add_argument("ckpt", metavar="CKPT", help="model folder, or a run dir (uses RUN/final)")
+    p.add_argument("--task", required=True, help="chnsenticorp | tnews | tsv:TRAIN,DEV[,TEST]")
+    p.add_argument("--columns", help="TSV columns, e.g. label,text or text,label or label,text_a,text_b "
+                                     "(default: detected from the header or the values)")
+    p.add_argument("--epochs", type=int, default=d.epochs)
+    p.add_argument("--lr", type=float, default=d.lr)
+    p.add_argument("--seq-len", type=int, default=d.seq_len)
+    p.add_argument("--batch-size", type=int, default=d.batch_size)
+    p.add_argument("--warmup", type=float, default=d.warmup, help="warmup fraction of all steps")
+    p.add_argument("--weight-decay", type=float, default=d.weight_decay)
+    p.add_argument("--patience", type=int, default=d.patience, help="early stop after N dev evals without gain")
+    p.add_argument("--eval-every", type=int, default=d.eval_every, help="steps between dev evals (0: per epoch)")
+    p.add_argument("--max-train", type=int, default=d.max_train, help="use N training examples (0: all)")
+    p.add_argument("--seed", type=int, default=42, help="first seed")
+    p.add_argument("--seeds", type=int, default=1, help="number of seeds (S, S+1, ...); reports mean ± std")
+    p.add_argument("--random-init", action="store_true", help="same architecture, random weights (baseline)")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default=d.precision)
+    p.add_argument("--no-record", action="store_true", help="do not write RUN/eval_results.json")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    if args.seeds < 1:
+        raise ZhBertError(f"--seeds must be >= 1, got {args.seeds}")
+    cfg = FinetuneConfig(epochs=args.epochs, lr=args.lr, seq_len=args.seq_len, batch_size=args.batch_size,
+                         warmup=args.warmup, weight_decay=args.weight_decay, patience=args.patience,
+                         eval_every=args.eval_every, max_train=args.max_train, random_init=args.random_init,
+                         precision=args.precision)
+    task = load_task(args.task, args.columns)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()  # "newly initialised classifier" warnings are expected here
+    hf_logging.disable_progress_bar()
+    print(f"task {task.name}: {len(task.train)} train / {len(task.dev)} dev / {len(task.test or [])} test, "
+          f"{len(task.labels)} labels{' (sentence pairs)' if task.pair else ''}", flush=True)
+    for note in task.notes:
+        print(f"note: {note}", flush=True)
+    summary = run(args.ckpt, task, cfg, list(range(args.seed, args.seed + args.seeds)),
+                  log=lambda m: print(m, flush=True))
+    summary["notes"] = task.notes
+    if not args.no_record and not args.random_init:
+        from zh_bert.eval_results import record_for_checkpoint
+
+        where = record_for_checkpoint(args.ckpt, eval_entries(summary, args.task))
+        if where:
+            print(f"recorded in {where}", flush=True)
+    print(json.dumps(summary, ensure_ascii=False), flush=True)
+    return 0

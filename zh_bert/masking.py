@@ -1,0 +1,166 @@
+"""Dynamic masking for masked-LM pretraining: one vectorised function, four strategies.
+
+Every strategy is the same algorithm on a different *unit*:
+
+- ``token``          unit = one token (BERT's 80/10/10, Devlin et al. 2019);
+- ``wwm``            unit = one jieba word: all its tokens are predicted together (Chinese BERT-wwm,
+                     Cui et al. 2019), the budget is counted in tokens;
+- ``ngram``          unit = a span of 1..``max_ngram`` consecutive jieba words, span lengths drawn with
+                     MacBERT's word-level n-gram probabilities 40/30/20/10 % for 1..4-grams (Cui et al.
+                     2020, "Revisiting Pre-Trained Models for Chinese NLP", §3.2), truncated to
+                     ``max_ngram`` and renormalised (3 -> 4/9, 3/9, 2/9);
+- ``unigram-noise``  unit = one token as in ``token``, but the "random token" replacements are drawn from
+                     the corpus unigram distribution instead of uniformly (Xie et al. 2017, "Data Noising as
+                     Smoothing in Neural Network Language Models"), so it differs from ``token`` in exactly
+                     one thing.
+
+Units are picked in random order until ``mask_rate`` of the maskable tokens of each sequence is reached;
+the unit that crosses the budget is taken with probability (budget left / its length), which makes the
+expected number of predicted tokens exactly ``mask_rate × maskable tokens`` whatever the word lengths
+(Google's wwm skips words that overflow and so undershoots). Special tokens ([CLS], [SEP], [PAD], ...)
+are never picked. Then each picked token independently becomes [MASK] (``mask_token_prob``), a random
+token (``random_token_prob``) or stays unchanged, as in Google's create_pretraining_data.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from zh_bert.errors import ZhBertError
+
+STRATEGIES = ("token", "wwm", "ngram", "unigram-noise")
+
+# MacBERT's n-gram masking probabilities for 1..4 words (Cui et al. 2020, §3.2).
+MACBERT_NGRAM_PROBS = (0.4, 0.3, 0.2, 0.1)
+
+
+@dataclass
+class MaskingConfig:
+    strategy: str = "wwm"
+    mask_rate: float = 0.15
+    mask_token_prob: float = 0.8    # of selected tokens -> [MASK]
+    random_token_prob: float = 0.1  # of selected tokens -> random token; the rest stay unchanged
+    max_ngram: int = 3
+
+    def __post_init__(self):
+        if self.strategy not in STRATEGIES:
+            from zh_bert.errors import suggest
+
+            raise ZhBertError(f"masking strategy '{self.strategy}' is not one of {', '.join(STRATEGIES)}"
+                              f"{suggest(self.strategy, STRATEGIES)}")
+        if not 0.0 < self.mask_rate < 1.0:
+            raise ZhBertError(f"masking mask_rate must be in (0, 1), got {self.mask_rate}")
+        for name in ("mask_token_prob", "random_token_prob"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ZhBertError(f"masking {name} must be in [0, 1], got {getattr(self, name)}")
+        if self.mask_token_prob + self.random_token_prob > 1.0 + 1e-9:
+            raise ZhBertError(f"masking mask_token_prob + random_token_prob must be <= 1, got "
+                              f"{self.mask_token_prob} + {self.random_token_prob}")
+        if not 1 <= self.max_ngram <= len(MACBERT_NGRAM_PROBS):
+            raise ZhBertError(f"masking max_ngram must be 1..{len(MACBERT_NGRAM_PROBS)}, got {self.max_ngram}")
+
+    def ngram_probs(self) -> np.ndarray:
+        p = np.asarray(MACBERT_NGRAM_PROBS[: self.max_ngram], dtype=np.float64)
+        return p / p.sum()
+
+
+def _unit_starts(word_start: np.ndarray, special: np.ndarray, cfg: MaskingConfig,
+                 rng: np.random.Generator) -> np.ndarray:
+    """(B, L) bool: where a masking unit (token / word / n-gram span) begins. Special tokens are
+    always units of their own, so no unit ever contains one."""
+    B, L = special.shape
+    prev_special = np.zeros_like(special)
+    prev_special[:, 1:] = special[:, :-1]
+    boundary = special | prev_special
+    boundary[:, 0] = True
+    if cfg.strategy in ("token", "unigram-noise"):
+        return np.ones((B, L), dtype=bool)
+    starts = word_start.astype(bool) | boundary
+    if cfg.strategy == "wwm":
+        return starts
+    # ngram: partition the word stream into spans of n words, n ~ MacBERT probabilities; spans are cut
+    # at row starts and around special tokens.
+    flat = starts.ravel()
+    word_pos = np.flatnonzero(flat)                       # flat position of every word start
+    n = rng.choice(np.arange(1, cfg.max_ngram + 1), size=len(word_pos), p=cfg.ngram_probs())
+    span_first_word = np.cumsum(n) - n                    # word index where each span begins
+    span_first_word = span_first_word[span_first_word < len(word_pos)]
+    out = np.zeros(B * L, dtype=bool)
+    out[word_pos[span_first_word]] = True
+    out |= boundary.ravel()
+    return out.reshape(B, L)
+
+
+def mask_batch(input_ids: np.ndarray, word_start: np.ndarray, cfg: MaskingConfig, rng: np.random.Generator,
+               *, mask_id: int, special_ids, vocab_size: int, unigram_probs: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """Mask a (B, L) batch. Returns (masked input ids, labels) as int64, labels -100 where not predicted.
+
+    `word_start[b, t]` is True where token t begins a jieba word. `unigram_probs` (vocab_size,) is required
+    for ``unigram-noise``; special ids get zero probability there and are never drawn as random tokens.
+    """
+    ids = np.asarray(input_ids).astype(np.int64, copy=False)
+    if ids.ndim != 2:
+        raise ValueError(f"input_ids must be (batch, seq_len), got shape {ids.shape}")
+    B, L = ids.shape
+    special_ids = np.asarray(sorted(set(int(s) for s in special_ids)), dtype=np.int64)
+    special = np.isin(ids, special_ids)
+    starts = _unit_starts(np.asarray(word_start, dtype=bool).reshape(B, L), special, cfg, rng)
+
+    # Units: global id per token; length, row and "maskable" per unit.
+    unit = np.cumsum(starts.ravel()) - 1
+    n_units = int(unit[-1]) + 1 if unit.size else 0
+    unit_len = np.bincount(unit, minlength=n_units)
+    unit_row = np.flatnonzero(starts.ravel()) // L
+    unit_ok = np.bincount(unit, weights=special.ravel(), minlength=n_units) == 0
+    budget = cfg.mask_rate * (~special).sum(axis=1)      # (B,) tokens to predict, in expectation
+
+    # Random order of units within each row (non-maskable last), cumulative token count in that order.
+    key = rng.random(n_units) + (~unit_ok) * 2.0
+    order = np.lexsort((key, unit_row))
+    lens = np.where(unit_ok[order], unit_len[order], 0)
+    cum = np.cumsum(lens)
+    row_sorted = unit_row[order]
+    row_first = np.searchsorted(row_sorted, np.arange(B))  # first sorted unit of each row
+    row_base = np.where(row_first > 0, cum[np.maximum(row_first - 1, 0)], 0)
+    before = cum - lens - row_base[row_sorted]           # tokens already taken in this row
+    left = budget[row_sorted] - before
+    take = unit_ok[order] & (left >= lens)
+    crossing = unit_ok[order] & (left > 0) & (left < lens)
+    take |= crossing & (rng.random(len(order)) * np.maximum(lens, 1) < left)
+    chosen_unit = np.zeros(n_units, dtype=bool)
+    chosen_unit[order[take]] = True
+    selected = chosen_unit[unit].reshape(B, L) & ~special
+
+    labels = np.where(selected, ids, -100)
+    masked = ids.copy()
+    u = rng.random((B, L))
+    to_mask = selected & (u < cfg.mask_token_prob)
+    to_random = selected & (u >= cfg.mask_token_prob) & (u < cfg.mask_token_prob + cfg.random_token_prob)
+    masked[to_mask] = mask_id
+    n_random = int(to_random.sum())
+    if n_random:
+        masked[to_random] = _random_tokens(n_random, cfg, rng, special_ids, vocab_size, unigram_probs)
+    return masked, labels
+
+
+def _random_tokens(n: int, cfg: MaskingConfig, rng: np.random.Generator, special_ids: np.ndarray,
+                   vocab_size: int, unigram_probs: np.ndarray | None) -> np.ndarray:
+    if cfg.strategy == "unigram-noise":
+        if unigram_probs is None:
+            raise ZhBertError("masking strategy 'unigram-noise' needs the corpus unigram distribution "
+                              "(ShardDataset.unigram_probs())")
+        p = np.array(unigram_probs, dtype=np.float64)
+        if p.shape != (vocab_size,):
+            raise ZhBertError(f"unigram_probs has shape {p.shape}, expected ({vocab_size},)")
+        p[special_ids[special_ids < vocab_size]] = 0.0
+        cdf = np.cumsum(p)
+        if cdf[-1] <= 0:
+            raise ZhBertError("unigram_probs has no mass outside the special tokens")
+        return np.searchsorted(cdf, rng.random(n) * cdf[-1], side="right").clip(0, vocab_size - 1)
+    # uniform over the non-special vocabulary: draw among (vocab_size - n_special) slots and skip specials
+    specials = special_ids[(special_ids >= 0) & (special_ids < vocab_size)]
+    draws = rng.integers(0, vocab_size - len(specials), size=n)
+    return draws + np.searchsorted(specials - np.arange(len(specials)), draws, side="right")

@@ -1,0 +1,182 @@
+"""Stock BERT models (presets named as UER's miniatures), continued pretraining, vocab extension, and the
+sparse MLM head that makes training fast.
+
+Checkpoints stay stock `BertForMaskedLM` / `BertForPreTraining`: `PretrainModel` only changes *where* the
+stock head is applied (at masked positions instead of all 128), never its weights or names.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from zh_bert.errors import ZhBertError
+
+# name -> (layers, hidden, heads); intermediate = 4 * hidden (UER-py / Turc et al. miniatures)
+PRESETS: dict[str, tuple[int, int, int]] = {
+    "tiny": (2, 128, 2),
+    "mini": (4, 256, 4),
+    "small": (4, 512, 8),
+    "medium": (8, 512, 8),
+    "base": (12, 768, 12),
+    "large": (24, 1024, 16),
+}
+
+
+def build_config(model: str, vocab_size: int, *, pad_token_id: int = 0, dropout: float = 0.1,
+                 max_positions: int = 512):
+    """BertConfig for a preset name or a config.json path, with the tokenizer's vocab size."""
+    from transformers import BertConfig
+
+    if model in PRESETS:
+        layers, hidden, heads = PRESETS[model]
+        return BertConfig(vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=layers,
+                          num_attention_heads=heads, intermediate_size=4 * hidden,
+                          max_position_embeddings=max_positions, pad_token_id=pad_token_id,
+                          hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
+    path = Path(model)
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        from zh_bert.errors import suggest
+        raise ZhBertError(f"model '{model}' is neither a preset ({', '.join(PRESETS)}){suggest(model, PRESETS)} "
+                          f"nor a config.json file")
+    try:
+        cfg = BertConfig.from_json_file(str(path))
+    except (OSError, ValueError) as e:
+        raise ZhBertError(f"{path}: not a BERT config: {e}") from None
+    cfg.vocab_size = vocab_size
+    return cfg
+
+
+def model_class(objective: str):
+    from transformers import BertForMaskedLM, BertForPreTraining
+
+    return BertForMaskedLM if objective == "mlm" else BertForPreTraining
+
+
+def count_params(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def _checkpoint_vocab(ckpt: Path) -> list[str] | None:
+    """The token list a checkpoint was trained with (vocab.txt, else tokenizer.json), if it ships one."""
+    from zh_bert.fileio import read_vocab_txt
+
+    if (ckpt / "vocab.txt").is_file():
+        return read_vocab_txt(ckpt / "vocab.txt")
+    if (ckpt / "tokenizer.json").is_file() or (ckpt / "tokenizer_config.json").is_file():
+        from zh_bert.tokenizer_files import load_tokenizer
+        tok = load_tokenizer(ckpt)
+        return [t for t, _ in sorted(tok.get_vocab().items(), key=lambda kv: kv[1])]
+    return None
+
+
+def load_init(init_from: str | Path, tokenizer, objective: str, seq_len: int):
+    """A stock model from checkpoint dir `init_from`, fitted to `tokenizer`.
+
+    Same vocab size: loaded as is. Tokenizer larger and its first N tokens equal to the checkpoint's N:
+    embeddings extended (`extend_vocab`). Anything else: refused, naming both sizes — training on ids
+    that mean different characters would silently destroy the checkpoint.
+    """
+    ckpt = Path(init_from)
+    if not (ckpt / "config.json").is_file():
+        raise ZhBertError(f"init_from: {ckpt} is not a checkpoint dir (no config.json)")
+    cfg = json.loads((ckpt / "config.json").read_text(encoding="utf-8"))
+    old_n, new_n = int(cfg.get("vocab_size", 0)), len(tokenizer)
+    if seq_len > int(cfg.get("max_position_embeddings", 512)):
+        raise ZhBertError(f"seq_len {seq_len} exceeds the checkpoint's max_position_embeddings "
+                          f"{cfg.get('max_position_embeddings')} ({ckpt})")
+    new_tokens = [t for t, _ in sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])]
+    if new_n != old_n:
+        old_tokens = _checkpoint_vocab(ckpt)
+        extendable = new_n > old_n and old_tokens is not None and old_tokens[:old_n] == new_tokens[:old_n]
+        if not extendable:
+            why = ("the tokenizer is smaller" if new_n < old_n else
+                   "the checkpoint ships no vocab to compare" if old_tokens is None else
+                   f"their first {old_n} tokens differ")
+            raise ZhBertError(f"vocab size mismatch: checkpoint {ckpt} has vocab_size {old_n} but the tokenizer "
+                              f"has {new_n} tokens ({why}); use the checkpoint's tokenizer or one that extends it")
+    try:
+        model = model_class(objective).from_pretrained(str(ckpt))
+    except (OSError, ValueError) as e:
+        raise ZhBertError(f"init_from: cannot load {ckpt}: {e}") from None
+    if new_n > old_n:
+        extend_vocab(model, new_tokens, old_n, tokenizer)
+    return model
+
+
+@torch.no_grad()
+def extend_vocab(model, tokens: list[str], old_n: int, tokenizer=None) -> None:
+    """Grow the (tied) embeddings from `old_n` to len(tokens) rows.
+
+    A new token made of known pieces (e.g. a word whose characters are in the old vocab) starts as the
+    mean of their embeddings, so the model already "reads" it roughly right; any other new token starts
+    at the mean of all old rows (Hewitt 2021: keeps the softmax from being dominated by new rows).
+    The output bias gets the old mean bias for the same reason.
+    """
+    emb = model.get_input_embeddings().weight
+    mean = emb[:old_n].mean(0)
+    model.resize_token_embeddings(len(tokens), mean_resizing=False)
+    emb = model.get_input_embeddings().weight
+    index = {t: i for i, t in enumerate(tokens[:old_n])}
+    for i in range(old_n, len(tokens)):
+        text = tokens[i][2:] if tokens[i].startswith("##") else tokens[i]
+        parts = [index[c] for c in text if c in index] if text else []
+        emb[i] = emb[parts].mean(0) if parts and len(parts) == len(text) else mean
+    head = getattr(model, "cls", None)
+    bias = getattr(getattr(head, "predictions", None), "bias", None)
+    if bias is not None and bias.shape[0] == len(tokens):
+        bias[old_n:] = bias[:old_n].mean()
+    model.config.vocab_size = len(tokens)
+
+
+class PretrainModel(nn.Module):
+    """Wraps a stock BertForMaskedLM/BertForPreTraining; forward computes the losses sparsely.
+
+    The 21k-way projection is most of a small BERT's FLOPs; running it on the ~15% masked positions only
+    (UER-py does the same) is the main speed-up. Returns sums, not means, so the caller can normalise by
+    the masked-token count of the whole accumulated/distributed batch: 4×8 then equals 1×32 exactly.
+    """
+
+    def __init__(self, hf_model):
+        super().__init__()
+        self.hf = hf_model
+        self.pairs = hasattr(hf_model.cls, "seq_relationship")
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
+                next_sentence_label=None) -> dict[str, torch.Tensor]:
+        bert = self.hf.bert
+        out = bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        hidden = out[0]
+        flat = labels.reshape(-1)
+        pos = (flat != -100).nonzero(as_tuple=True)[0]
+        target = flat.index_select(0, pos)
+        h = hidden.reshape(-1, hidden.shape[-1]).index_select(0, pos)
+        logits = self.hf.cls.predictions(h).float()
+        result = {
+            "mlm_loss_sum": F.cross_entropy(logits, target, reduction="sum"),
+            "mlm_correct": (logits.argmax(-1) == target).sum(),
+            "mlm_count": torch.tensor(target.numel(), device=logits.device),
+        }
+        if self.pairs and next_sentence_label is not None:
+            nsp = self.hf.cls.seq_relationship(out[1]).float()
+            result["nsp_loss_sum"] = F.cross_entropy(nsp, next_sentence_label, reduction="sum")
+            result["nsp_correct"] = (nsp.argmax(-1) == next_sentence_label).sum()
+        return result
+
+
+def flops_per_token(cfg, seq_len: int, mask_rate: float, sparse: bool = True) -> float:
+    """Training FLOPs per input token (forward + backward = 3 × forward, 2 FLOPs per MAC).
+
+    "Useful" FLOPs: encoder matmuls + attention scores, and the MLM head only where a prediction is
+    needed (masked positions) — what any implementation must compute; a dense head's extra work is waste.
+    """
+    h, l, i, v = cfg.hidden_size, cfg.num_hidden_layers, cfg.intermediate_size, cfg.vocab_size
+    encoder = l * (4 * h * h + 2 * h * i) + l * 2 * seq_len * h   # qkvo + ffn, QK^T and AV per token
+    head = h * h + h * v
+    return 6.0 * (encoder + head * (mask_rate if sparse else 1.0))

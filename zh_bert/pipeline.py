@@ -1,0 +1,89 @@
+"""Raw corpus -> clean -> vocab -> shard, cached, so `zh-bert pretrain` goes from text to checkpoint.
+
+The stages are called through their CLIs (`zh_bert.clean.main([...])` etc.), exactly as a user would
+run them, so the one-command path and the step-by-step path cannot drift apart. Outputs live in a cache
+dir keyed by a hash of the input bytes and every setting that changes them; each stage writes its output
+atomically, so an existing output is a complete one and is reused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from zh_bert.errors import ZhBertError
+
+
+@dataclass
+class PreparedData:
+    sharddir: Path
+    tokdir: Path | None          # None: the caller's tokenizer (recipe.tokenizer / init_from) applies
+    clean_report: dict | None    # `OUT.report.json` of the clean stage, when it ran here
+
+
+def is_sharddir(path: str | Path) -> bool:
+    return (Path(path) / "meta.json").is_file()
+
+
+def _input_files(paths: list[Path]) -> list[Path]:
+    files = []
+    for p in paths:
+        if p.is_dir():
+            files += sorted(f for f in p.rglob("*") if f.is_file() and not f.name.startswith("."))
+        elif p.is_file():
+            files.append(p)
+        else:
+            raise ZhBertError(f"data: {p} does not exist (expected a SHARDDIR, a corpus file or a directory)")
+    return files
+
+
+def cache_key(paths: list[Path], settings: dict) -> str:
+    """sha256 over input file names + bytes and the stage settings: same inputs and settings, same key."""
+    h = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
+    for f in _input_files(paths):
+        h.update(str(f).encode() + b"\0")
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()[:16]
+
+
+def _run(stage: str, argv: list[str]) -> None:
+    import importlib
+
+    module = importlib.import_module(f"zh_bert.{stage}")
+    rc = module.main(argv)
+    if rc:
+        raise ZhBertError(f"`zh-bert {stage} {' '.join(argv)}` failed with exit code {rc}")
+
+
+def prepare_data(recipe, log=print) -> PreparedData:
+    """SHARDDIR as is, or build one from the raw corpus in `recipe.data` (cached)."""
+    paths = [Path(p) for p in recipe.data_paths]
+    if len(paths) == 1 and is_sharddir(paths[0]):
+        return PreparedData(paths[0], None, None)
+    tokenizer = recipe.tokenizer or recipe.init_from   # a given tokenizer is used, not rebuilt
+    pairs = {"mlm": None, "mlm+nsp": "nsp", "mlm+sop": "sop"}[recipe.objective]
+    settings = {"doc_sep": recipe.doc_sep, "vocab_kind": None if tokenizer else recipe.vocab_kind,
+                "vocab_size": None if tokenizer else recipe.vocab_size,
+                "tokenizer": str(Path(tokenizer).resolve()) if tokenizer else None,
+                "seq_len": recipe.seq_len, "pairs": pairs, "valid_docs": recipe.valid_docs}
+    root = Path(recipe.data_cache or Path(recipe.out_dir) / "data") / cache_key(paths, settings)
+    docs, tokdir, sharddir = root / "docs.jsonl", root / "tokenizer", root / "shards"
+    if not docs.is_file():
+        log(f"[data] clean {' '.join(map(str, paths))} -> {docs}")
+        _run("clean", [*map(str, paths), "-o", str(docs), "--doc-sep", recipe.doc_sep])
+    if not tokenizer and not (tokdir / "tokenizer_config.json").is_file():
+        size = ["--size", str(recipe.vocab_size)] if recipe.vocab_size else []
+        log(f"[data] vocab --kind {recipe.vocab_kind} -> {tokdir}")
+        _run("vocab", [str(docs), "-o", str(tokdir), "--kind", recipe.vocab_kind, *size])
+    if not is_sharddir(sharddir):
+        tok = str(tokenizer or tokdir)
+        log(f"[data] shard --tokenizer {tok} --seq-len {recipe.seq_len} -> {sharddir}")
+        _run("shard", [str(docs), "--tokenizer", tok, "-o", str(sharddir), "--seq-len", str(recipe.seq_len),
+                       "--valid-docs", str(recipe.valid_docs), *(["--pairs", pairs] if pairs else [])])
+    reports = [p for p in (root / "docs.report.json", root / "docs.jsonl.report.json") if p.is_file()]
+    report = json.loads(reports[0].read_text(encoding="utf-8")) if reports else None
+    return PreparedData(sharddir, None if tokenizer else tokdir, report)

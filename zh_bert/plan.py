@@ -1,0 +1,452 @@
+"""`zh-bert plan`: will this model fit on that GPU, with which micro-batch, and how long will it take?
+
+Answered before the run starts, from first principles:
+
+- memory per device = weights + grads + AdamW states (fp32, 16 bytes/param) + the autocast weight cache
+  under AMP (2 bytes/param) + activations (derived per BERT layer below) + framework overhead (CUDA
+  context, allocator slack);
+- micro-batch = the largest divisor of the per-device batch that fits; accumulation = global batch /
+  (micro-batch × devices), so every device count trains with the same global batch;
+- precision = `zh_bert.hardware.decide_precision`, the same rule `pretrain` applies to its torch.device;
+- time = training FLOPs (`zh_bert.model.flops_per_token`: 6 × matmul params per token + attention, MLM
+  head only at masked positions) ÷ (peak × assumed utilisation) + gradient all-reduce per step.
+  `--measure` runs real steps on this machine and replaces the assumed utilisation by the measured one.
+
+Activation bytes per token per encoder layer (post-LN BERT, tensors autograd saves for backward):
+fp32: QKV input 4h, Q/K/V 12h, attention output 4h, LayerNorm inputs 2×4h, FFN input 4h, FFN hidden
+before/after GELU 2×16h, two dropout masks 2×1h = 66h. AMP (autocast): matmul inputs/outputs in half,
+LayerNorm inputs in fp32 = 38h. A fused SDPA kernel keeps no s×s attention matrix; without one (Kepler,
+CPU training with attention dropout) probabilities + dropout mask + dropped probabilities add 9·heads·s
+bytes per token (11 under AMP). The sparse MLM head stores per *masked* token its 4 h-sized inputs and
+2 V-sized fp32 tensors (logits, log-softmax), plus 2 more V-sized gradients at the start of backward.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import asdict, dataclass, field
+
+from zh_bert.errors import ZhBertError
+from zh_bert.hardware import KNOWN_DEVICES, GPUSpec, decide_precision, get_spec
+
+GiB = 2 ** 30
+BERT_PHASE1_STEPS = 900_000          # BERT's 128-token phase: 900k steps × 256 × 128 tokens
+CUDA_CONTEXT_BYTES = 0.5 * GiB       # CUDA context + cuBLAS workspace + kernels, outside the allocator
+ALLOCATOR_SLACK = 0.10               # caching-allocator fragmentation on top of live tensors
+PRESET_ORDER = ("tiny", "mini", "small", "medium", "base", "large")
+
+
+@dataclass
+class ModelShape:
+    """The numbers the memory and FLOP models need, from a BertConfig."""
+    layers: int
+    hidden: int
+    heads: int
+    intermediate: int
+    vocab: int
+    positions: int
+    dropout: float
+    params: int                      # BertForMaskedLM (tied decoder), or BertForPreTraining with pairs
+
+    @classmethod
+    def from_config(cls, cfg, pairs: bool = False) -> "ModelShape":
+        h, i, v, l = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size, cfg.num_hidden_layers
+        p = cfg.max_position_embeddings
+        emb = v * h + p * h + cfg.type_vocab_size * h + 2 * h
+        layer = (4 * h * h + 4 * h) + (2 * h * i + i + h) + 2 * 2 * h
+        head = h * h + h + 2 * h + v                     # transform + LayerNorm + decoder bias (weight tied)
+        extra = (h * h + h + 2 * h + 2) if pairs else 0  # pooler + seq_relationship
+        return cls(l, h, cfg.num_attention_heads, i, v, p,
+                   max(cfg.hidden_dropout_prob, cfg.attention_probs_dropout_prob),
+                   emb + l * layer + head + extra)
+
+    def label(self) -> str:
+        return f"L{self.layers}/H{self.hidden}/A{self.heads}"
+
+
+def model_config(model: str, vocab_size: int, dropout: float = 0.1):
+    from zh_bert.model import build_config
+
+    return build_config(model, vocab_size, dropout=dropout)
+
+
+@dataclass
+class Memory:
+    """Bytes per device, by what holds them."""
+    weights: float
+    grads: float
+    optimizer: float
+    autocast_cache: float
+    activations: float
+    overhead: float
+
+    @property
+    def total(self) -> float:
+        return (self.weights + self.grads + self.optimizer + self.autocast_cache + self.activations
+                + self.overhead)
+
+
+def activation_bytes(shape: ModelShape, seq_len: int, micro_batch: int, precision: str, *,
+                     mask_rate: float = 0.15, fused_attention: bool = True,
+                     grad_checkpointing: bool = False) -> float:
+    """Bytes autograd keeps for backward in one micro-batch (see module docstring for the derivation)."""
+    h, a, s, v = shape.hidden, shape.heads, seq_len, shape.vocab
+    half = precision in ("fp16", "bf16")
+    drop = 1 if shape.dropout > 0 else 0
+    per_layer = (38 if half else 64) * h + 2 * drop * h
+    if not fused_attention:
+        per_layer += (11 if half else 9) * a * s if drop else (6 if half else 4) * a * s
+    else:
+        per_layer += 4 * a                                  # softmax log-sum-exp per head
+    tokens = micro_batch * seq_len
+    if grad_checkpointing:                                  # layer inputs kept; one layer recomputed at a time
+        encoder = tokens * (shape.layers * 4 * h + per_layer)
+    else:
+        encoder = tokens * shape.layers * per_layer
+    embeddings = tokens * (4 + drop) * h
+    masked = tokens * mask_rate
+    head = masked * ((10 * h + 18 * v) if half else (16 * h + 16 * v))
+    return encoder + embeddings + head
+
+
+def estimate_memory(shape: ModelShape, seq_len: int, micro_batch: int, precision: str, *,
+                    device: str = "cuda", mask_rate: float = 0.15, fused_attention: bool = True,
+                    grad_checkpointing: bool = False) -> Memory:
+    """Peak bytes per device of a training step with gradient accumulation (grads live across micro-steps).
+
+    device 'cpu' counts live tensors only (no CUDA context, no caching-allocator slack): what
+    `bench/plan_memory_check.py` measures.
+    """
+    p = shape.params
+    acts = activation_bytes(shape, seq_len, micro_batch, precision, mask_rate=mask_rate,
+                            fused_attention=fused_attention, grad_checkpointing=grad_checkpointing)
+    cache = 2 * p if precision in ("fp16", "bf16") else 0   # autocast's half copies of the weights
+    dynamic = 4 * p + 4 * p + 8 * p + cache + acts
+    overhead = 0.0 if device == "cpu" else CUDA_CONTEXT_BYTES + ALLOCATOR_SLACK * dynamic
+    return Memory(4 * p, 4 * p, 8 * p, cache, acts, overhead)
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+@dataclass
+class Plan:
+    device: str
+    device_name: str
+    arch: str
+    gpus: int
+    model: str
+    model_shape: str
+    params: int
+    vocab_size: int
+    seq_len: int
+    global_batch: int
+    tokens: float
+    steps: int
+    precision: str
+    precision_warnings: list
+    fits: bool
+    micro_batch: int
+    accumulation: int
+    grad_checkpointing: bool
+    memory_gb: dict                 # per device, GB (2^30 bytes), by component
+    device_memory_gb: float
+    next_micro_batch_gb: float | None
+    flops_per_token: float
+    peak_tflops: float
+    utilisation: float
+    utilisation_source: str         # "assumed" | "measured"
+    allreduce_s_per_step: float
+    tokens_per_s: float
+    step_s: float
+    days: float
+    gpu_hours: float
+    install: str
+    notes: list = field(default_factory=list)
+
+
+def make_plan(spec: GPUSpec, device_key: str, *, model: str = "base", gpus: int = 1, seq_len: int = 128,
+              global_batch: int = 256, tokens: float | None = None, vocab_size: int = 21128,
+              precision: str = "auto", mask_rate: float = 0.15, dropout: float = 0.1,
+              grad_checkpointing: str = "auto", utilisation: float | None = None,
+              objective: str = "mlm") -> Plan:
+    if gpus < 1:
+        raise ZhBertError(f"--gpus must be at least 1, got {gpus}")
+    if global_batch % gpus:
+        raise ZhBertError(f"--global-batch {global_batch} is not divisible by --gpus {gpus}: every device "
+                          f"must get the same share of the global batch")
+    cfg = model_config(model, vocab_size, dropout)
+    if seq_len > cfg.max_position_embeddings:
+        raise ZhBertError(f"--seq-len {seq_len} exceeds the model's {cfg.max_position_embeddings} positions")
+    shape = ModelShape.from_config(cfg, pairs=objective != "mlm")
+    is_cpu = device_key == "cpu"
+    prec, warns = decide_precision(precision, None if is_cpu else spec.capability,
+                                   cpu_bf16=spec.bf16 if is_cpu else False, name=spec.name)
+    fused = spec.sdpa_fused and not (is_cpu and dropout > 0)
+    tokens = float(tokens if tokens is not None else BERT_PHASE1_STEPS * global_batch * seq_len)
+    steps = math.ceil(tokens / (global_batch * seq_len))
+    per_device = global_batch // gpus
+    capacity = spec.memory_gb * GiB
+
+    def mem(mb, ckpt):
+        return estimate_memory(shape, seq_len, mb, prec, device="cpu" if is_cpu else "cuda",
+                               mask_rate=mask_rate, fused_attention=fused, grad_checkpointing=ckpt)
+
+    choices = [False, True] if grad_checkpointing == "auto" else [grad_checkpointing == "on"]
+    micro, ckpt, fits = 1, choices[0], False
+    for ck in choices:
+        fitting = [d for d in divisors(per_device) if mem(d, ck).total <= capacity]
+        if fitting:
+            micro, ckpt, fits = max(fitting), ck, True
+            break
+    m = mem(micro, ckpt)
+    larger = [d for d in divisors(per_device) if d > micro]
+    next_gb = mem(larger[0], ckpt).total / GiB if larger else None
+
+    from zh_bert.model import flops_per_token
+
+    fpt = flops_per_token(cfg, seq_len, mask_rate)
+    recompute = 4 / 3 if ckpt else 1.0                    # one extra forward of the encoder
+    util = spec.utilisation.get(prec, 0.3) if utilisation is None else utilisation
+    achieved = spec.peak_tflops(prec) * 1e12 * util
+    tokens_per_step = global_batch * seq_len
+    compute_s = tokens_per_step / gpus * fpt * recompute / achieved
+    allreduce_s = 0.0 if gpus == 1 else 2 * (gpus - 1) / gpus * 4 * shape.params / (spec.link_gbs * 1e9)
+    step_s = compute_s + allreduce_s
+    tps = tokens_per_step / step_s
+    days = tokens / tps / 86400
+    notes = [spec.note] if spec.note else []
+    if ckpt:
+        notes.append("gradient checkpointing on (recipe key grad_checkpointing: true): ~33% more compute")
+    if not fits:
+        notes.append(f"does not fit: even micro-batch 1 needs {m.total / GiB:.1f} GB of {spec.memory_gb} GB")
+    if not fused:
+        notes.append("no fused SDPA kernel here: the s×s attention matrix is stored (counted above)")
+    return Plan(
+        device=device_key, device_name=spec.name, arch=f"{spec.arch} sm_{spec.capability[0]}{spec.capability[1]}"
+        if not is_cpu else "CPU", gpus=gpus, model=model, model_shape=shape.label(), params=shape.params,
+        vocab_size=vocab_size, seq_len=seq_len, global_batch=global_batch, tokens=tokens, steps=steps,
+        precision=prec, precision_warnings=warns, fits=fits, micro_batch=micro,
+        accumulation=per_device // micro, grad_checkpointing=ckpt,
+        memory_gb={k: round(v / GiB, 3) for k, v in {**asdict(m), "total": m.total}.items()},
+        device_memory_gb=spec.memory_gb, next_micro_batch_gb=None if next_gb is None else round(next_gb, 2),
+        flops_per_token=fpt, peak_tflops=spec.peak_tflops(prec), utilisation=util,
+        utilisation_source="assumed" if utilisation is None else "measured",
+        allreduce_s_per_step=allreduce_s, tokens_per_s=tps, step_s=step_s, days=days,
+        gpu_hours=days * 24 * gpus, install=spec.torch_wheel, notes=notes)
+
+
+def largest_within(spec: GPUSpec, device_key: str, days: float, **kw) -> Plan | None:
+    """The largest preset whose run fits in memory and finishes within `days`."""
+    best = None
+    for name in PRESET_ORDER:
+        p = make_plan(spec, device_key, model=name, **kw)
+        if p.fits and p.days <= days:
+            best = p
+    return best
+
+
+# ---------------------------------------------------------------- measuring on this machine
+
+def measure(model: str, seq_len: int, micro_batch: int, precision: str, *, vocab_size: int = 21128,
+            steps: int = 3, mask_rate: float = 0.15, dropout: float = 0.1, device: str | None = None,
+            grad_checkpointing: bool = False) -> dict:
+    """Time real training steps (zh-bert's own sparse-head model, AdamW, autocast) on the local device.
+
+    Returns tokens/s and, on CUDA, the peak allocated memory; the first step (allocations, kernel
+    selection) is not timed.
+    """
+    import time
+
+    import torch
+    from transformers import BertForMaskedLM
+
+    from zh_bert.model import PretrainModel
+
+    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    torch.manual_seed(0)
+    cfg = model_config(model, vocab_size, dropout)
+    net = PretrainModel(BertForMaskedLM(cfg)).to(dev)
+    if grad_checkpointing:
+        net.hf.gradient_checkpointing_enable()
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-4, fused=dev.type == "cuda")
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(1000, vocab_size, (micro_batch, seq_len), generator=g).to(dev)
+    labels = torch.full_like(ids, -100)
+    pick = torch.rand(ids.shape, generator=g).to(dev) < mask_rate
+    labels[pick] = ids[pick]
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    scaler = torch.amp.GradScaler(dev.type) if precision == "fp16" and dev.type == "cuda" else None
+
+    def step():
+        with torch.autocast(dev.type, dtype=dtype, enabled=dtype is not None):
+            out = net(ids, attention_mask=torch.ones_like(ids), labels=labels)
+        loss = out["mlm_loss_sum"] / out["mlm_count"]
+        (scaler.scale(loss) if scaler else loss).backward()
+        if scaler:
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    def sync():
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+
+    step()
+    sync()
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    sync()
+    dt = time.perf_counter() - t0
+    result = {"device": str(dev), "model": model, "micro_batch": micro_batch, "seq_len": seq_len,
+              "precision": precision, "steps": steps, "seconds": dt,
+              "tokens_per_s": steps * micro_batch * seq_len / dt}
+    if dev.type == "cuda":
+        result["peak_allocated_gb"] = torch.cuda.max_memory_allocated(dev) / GiB
+        result["device_name"] = torch.cuda.get_device_name(dev)
+        result["capability"] = list(torch.cuda.get_device_capability(dev))
+    return result
+
+
+# ---------------------------------------------------------------- CLI
+
+def _fmt_tokens(x: float) -> str:
+    return f"{x:.3g}"
+
+
+def render(p: Plan, best: Plan | None, budget_days: float) -> str:
+    gb = p.memory_gb
+    devs = f"{p.gpus} × {p.device_name}" if p.gpus > 1 else p.device_name
+    lines = [
+        f"zh-bert plan: {p.model} ({p.model_shape}, {p.params / 1e6:.1f}M params, vocab {p.vocab_size}) "
+        f"on {devs} [{p.arch}, {p.device_memory_gb:g} GB each]",
+        f"  seq_len {p.seq_len}, global batch {p.global_batch}, {_fmt_tokens(p.tokens)} tokens = {p.steps:,} steps",
+        "",
+        f"  precision      {p.precision}" + (f"   ({'; '.join(p.precision_warnings)})" if p.precision_warnings else ""),
+        f"  micro-batch    {p.micro_batch}" + ("" if p.fits else "   DOES NOT FIT")
+        + (f"   (next size up needs {p.next_micro_batch_gb:.1f} GB)" if p.next_micro_batch_gb else ""),
+        f"  accumulation   {p.accumulation}   ({p.micro_batch} × {p.gpus} device{'s' if p.gpus > 1 else ''} "
+        f"× {p.accumulation} = {p.global_batch})",
+        f"  memory/device  {gb['total']:.2f} GB of {p.device_memory_gb:g}: weights {gb['weights']:.2f}, grads "
+        f"{gb['grads']:.2f}, AdamW {gb['optimizer']:.2f}, autocast cache {gb['autocast_cache']:.2f}, "
+        f"activations {gb['activations']:.2f}, overhead {gb['overhead']:.2f}",
+        f"  compute        {p.flops_per_token / 1e6:.0f} MFLOP/token; {p.peak_tflops:.3g} TFLOP/s peak × "
+        f"{p.utilisation:.0%} utilisation ({p.utilisation_source})"
+        + (f"; all-reduce {p.allreduce_s_per_step * 1e3:.0f} ms/step" if p.gpus > 1 else ""),
+        f"  throughput     {p.tokens_per_s:,.0f} tokens/s ({p.step_s:.2f} s/step)",
+        f"  time           {p.days:.1f} days ({p.gpu_hours:,.0f} GPU-hours)",
+    ]
+    if best is not None:
+        lines.append(f"  within {budget_days:g} days  largest preset: {best.model} ({best.model_shape}, "
+                     f"{best.params / 1e6:.1f}M) in {best.days:.1f} days, micro-batch {best.micro_batch} "
+                     f"× accumulation {best.accumulation}")
+    else:
+        lines.append(f"  within {budget_days:g} days  no preset finishes")
+    lines.append(f"  install        {p.install}")
+    lines += [f"  note           {n}" for n in p.notes]
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="zh-bert plan",
+        description="Memory, micro-batch, accumulation, precision and time of a BERT pretraining run on a GPU.")
+    ap.add_argument("--gpu", default="cpu", help=f"device: {', '.join(KNOWN_DEVICES)} (default cpu)")
+    ap.add_argument("--gpus", type=int, default=1, help="devices (a K80 board counts as 2; default 1)")
+    ap.add_argument("--model", default="base", help="preset (tiny, mini, small, medium, base, large) or config.json")
+    ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--global-batch", type=int, default=256, help="sequences per optimizer step (all devices)")
+    ap.add_argument("--tokens", type=float, default=None,
+                    help="training tokens (default: BERT's 128-token phase, 900k steps × global batch × seq-len)")
+    ap.add_argument("--vocab-size", type=int, default=21128)
+    ap.add_argument("--precision", default="auto", choices=["auto", "fp32", "fp16", "bf16"])
+    ap.add_argument("--mask-rate", type=float, default=0.15)
+    ap.add_argument("--objective", default="mlm", choices=["mlm", "mlm+nsp", "mlm+sop"])
+    ap.add_argument("--grad-checkpointing", default="auto", choices=["auto", "on", "off"],
+                    help="auto: only when nothing fits without it")
+    ap.add_argument("--utilisation", type=float, default=None, help="override the assumed fraction of peak")
+    ap.add_argument("--days", type=float, default=7.0, help="budget for 'largest preset that finishes' (default 7)")
+    ap.add_argument("--measure", action="store_true",
+                    help="run real steps on this machine's device and use the measured utilisation")
+    ap.add_argument("--measure-steps", type=int, default=3)
+    ap.add_argument("--measure-micro-batch", type=int, default=None,
+                    help="micro-batch for --measure (default: the planned one; capped at 8 on a CPU)")
+    ap.add_argument("--json", action="store_true", help="print the plan as JSON")
+    return ap
+
+
+def _check_measure_device(device_key: str, spec: GPUSpec) -> str:
+    import torch
+
+    if device_key == "cpu":
+        return "cpu"
+    if not torch.cuda.is_available():
+        raise ZhBertError(f"--measure runs on this machine's device, which has no CUDA GPU; "
+                          f"use --gpu cpu here or run it on the {device_key}")
+    cap = tuple(torch.cuda.get_device_capability(0))
+    if cap != spec.capability:
+        raise ZhBertError(f"--measure: this machine's GPU is {torch.cuda.get_device_name(0)} (sm_{cap[0]}{cap[1]}), "
+                          f"not a {device_key} (sm_{spec.capability[0]}{spec.capability[1]}); plan with its name")
+    return "cuda"
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    key = args.gpu.lower().replace("-", "").replace("_", "").replace(" ", "")
+    spec = get_spec(args.gpu)
+    if args.seq_len < 8 or args.global_batch < 1:
+        raise ZhBertError("--seq-len must be >= 8 and --global-batch >= 1")
+    if not 0 < args.mask_rate < 1:
+        raise ZhBertError(f"--mask-rate must be in (0, 1), got {args.mask_rate}")
+    if args.tokens is not None and args.tokens <= 0:
+        raise ZhBertError(f"--tokens must be positive, got {args.tokens}")
+    if args.utilisation is not None and not 0 < args.utilisation <= 1:
+        raise ZhBertError(f"--utilisation must be in (0, 1], got {args.utilisation}")
+    kw = dict(gpus=args.gpus, seq_len=args.seq_len, global_batch=args.global_batch, tokens=args.tokens,
+              vocab_size=args.vocab_size, precision=args.precision, mask_rate=args.mask_rate,
+              grad_checkpointing=args.grad_checkpointing, objective=args.objective)
+    plan = make_plan(spec, key, model=args.model, utilisation=args.utilisation, **kw)
+    measured = None
+    if args.measure:
+        dev = _check_measure_device(key, spec)
+        mb = args.measure_micro_batch or (min(plan.micro_batch, 8) if dev == "cpu" else plan.micro_batch)
+        measured = measure(args.model, args.seq_len, mb, plan.precision, vocab_size=args.vocab_size,
+                           steps=args.measure_steps, mask_rate=args.mask_rate, device=dev,
+                           grad_checkpointing=plan.grad_checkpointing)
+        recompute = 4 / 3 if plan.grad_checkpointing else 1.0
+        util = measured["tokens_per_s"] * plan.flops_per_token * recompute / (plan.peak_tflops * 1e12)
+        measured["utilisation"] = util
+        if dev == "cuda":
+            est = estimate_memory(ModelShape.from_config(model_config(args.model, args.vocab_size)), args.seq_len,
+                                  mb, plan.precision, device="cpu", mask_rate=args.mask_rate)
+            measured["estimated_allocated_gb"] = est.total / GiB
+        plan = make_plan(spec, key, model=args.model, utilisation=util, **kw)
+    best = largest_within(spec, key, args.days, utilisation=plan.utilisation if measured else args.utilisation, **kw)
+    if args.json:
+        out = asdict(plan)
+        out["largest_within_days"] = {"days_budget": args.days, "model": best.model if best else None,
+                                      "days": best.days if best else None}
+        out["measured"] = measured
+        print(json.dumps(out, indent=2, ensure_ascii=False))
+    else:
+        print(render(plan, best, args.days))
+        if measured:
+            print(f"  measured       {measured['tokens_per_s']:,.0f} tokens/s on {measured['device']} "
+                  f"(micro-batch {measured['micro_batch']}, {measured['steps']} steps) -> utilisation "
+                  f"{measured['utilisation']:.0%}"
+                  + (f"; peak allocated {measured['peak_allocated_gb']:.2f} GB vs modelled "
+                     f"{measured['estimated_allocated_gb']:.2f} GB" if "peak_allocated_gb" in measured else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

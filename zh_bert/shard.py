@@ -1,0 +1,637 @@
+"""`zh-bert shard`: cleaned documents + tokenizer -> packed, memory-mappable token shards (see data.py).
+
+Speed comes from not calling the tokenizer on Chinese characters. For BERT-style tokenizers (BertNormalizer
+with handle_chinese_chars + BertPreTokenizer: Google's vocab, char vocabs, WordPiece) every CJK character
+and punctuation mark is its own pre-token, so its id never depends on context: `char_lut` asks the real
+tokenizer once for all of them and the shard stage maps code points -> ids with one numpy lookup. Only the
+runs in between (Latin, digits) go through the tokenizer. Other tokenizers (SentencePiece, word vocabs)
+take the tokenizer for everything. Either way ids equal the tokenizer's with split_special_tokens=True
+(text that happens to contain "[MASK]" stays text), which `TextEncoder.self_check` verifies on the corpus
+before sharding.
+
+Pure pieces reusable elsewhere (e.g. `zh-bert eval mlm` on held-out text): `TextEncoder.encode`,
+`pack_sequences`, `build_pairs`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass
+from itertools import chain
+from pathlib import Path
+
+import numpy as np
+
+from zh_bert.data import FORMAT_VERSION, ids_dtype
+from zh_bert.errors import ZhBertError
+from zh_bert.fileio import atomic_dir
+from zh_bert.segment import DEFAULT_SEGMENTER, SEGMENTERS, Segmenter, token_word_starts
+
+CHUNK_BYTES = 2_000_000      # work unit; fixed (not per --workers) so output is identical for any --workers
+MIN_SEQ_LEN = 8
+DEFAULT_MAX_POSITIONS = 512
+
+# BERT's CJK blocks (tokenizers' BertNormalizer.handle_chinese_chars pads exactly these).
+_BERT_CJK = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F), (0x2B740, 0x2B81F),
+             (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
+_WHITESPACE = " \t\n\r\u3000"
+
+
+# ---------------------------------------------------------------------------------------------------
+# text -> ids + word starts
+# ---------------------------------------------------------------------------------------------------
+def _backend(tok):
+    """A private copy of the tokenizer's `tokenizers.Tokenizer`, splitting special-token text."""
+    from tokenizers import Tokenizer
+
+    bt = getattr(tok, "backend_tokenizer", None)
+    if bt is None:
+        raise ZhBertError(f"tokenizer {getattr(tok, 'name_or_path', '')} has no fast (tokenizers) backend")
+    bt = Tokenizer.from_str(bt.to_str())
+    bt.no_truncation()
+    bt.no_padding()
+    bt.encode_special_tokens = True
+    return bt
+
+
+def char_lut(backend) -> np.ndarray | None:
+    """code point -> token id (>= 0), -1 (tokenize with the real tokenizer), -2 (whitespace: skip).
+
+    None when the tokenizer is not BERT-style, i.e. CJK characters are not guaranteed to be isolated."""
+    import unicodedata
+
+    spec = json.loads(backend.to_str())
+    norm, pre = spec.get("normalizer") or {}, spec.get("pre_tokenizer") or {}
+    if not (norm.get("type") == "BertNormalizer" and norm.get("handle_chinese_chars")
+            and pre.get("type") == "BertPreTokenizer"):
+        return None
+    cands = [cp for a, b in _BERT_CJK for cp in range(a, b + 1)]
+    cands += [cp for cp in range(0x3400) if (33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96
+                                             or 123 <= cp <= 126 or unicodedata.category(chr(cp)).startswith("P"))]
+    cands += [cp for cp in range(0xA000, 0x10000) if not 0xD800 <= cp <= 0xDFFF and not 0xF900 <= cp <= 0xFAFF
+              and unicodedata.category(chr(cp)).startswith("P")]
+    lut = np.full(0x110000, -1, dtype=np.int32)
+    for cp in _WHITESPACE:
+        lut[ord(cp)] = -2
+    cands = np.asarray(sorted(set(cands)), dtype=np.int64)
+    enc = backend.encode(" ".join(map(chr, cands.tolist())), add_special_tokens=False)
+    offs = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)
+    ids = np.asarray(enc.ids, dtype=np.int64)
+    which = offs[:, 0] // 2
+    exact = (offs[:, 0] % 2 == 0) & (offs[:, 1] - offs[:, 0] == 1)
+    n_tok = np.bincount(which, minlength=len(cands))
+    single = exact & (n_tok[which] == 1)
+    lut[cands[which[single]]] = ids[single]
+    return lut
+
+
+@dataclass
+class Encoded:
+    """Tokens of a list of documents, concatenated. Document d is tokens doc_tok[d]:doc_tok[d+1]."""
+    ids: np.ndarray        # (T,) int64
+    word_start: np.ndarray  # (T,) bool
+    doc_tok: np.ndarray    # (D+1,) int64
+    sent_tok: np.ndarray   # token indices where a sentence starts (only when sentences=True)
+    chars: int
+
+
+_SENT_END_RE = None
+
+
+def _sentence_ends():
+    """Positions just after a sentence end, with A's definition of sentence ends (zh_bert.text)."""
+    global _SENT_END_RE
+    if _SENT_END_RE is None:
+        try:
+            from zh_bert.text import CLOSING_QUOTES, SENTENCE_ENDS
+        except ImportError:  # pragma: no cover - text.py is part of the package
+            SENTENCE_ENDS, CLOSING_QUOTES = "。！？；…!?;", "”’」』）"
+        _SENT_END_RE = re.compile(f"[{re.escape(SENTENCE_ENDS)}]+[{re.escape(CLOSING_QUOTES)}]*|\n")
+    return _SENT_END_RE
+
+
+class TextEncoder:
+    """Documents -> token ids equal to the tokenizer's, plus per-token jieba word starts."""
+
+    def __init__(self, tok, segmenter: Segmenter, fast: bool = True):
+        self.backend = _backend(tok)
+        self.segmenter = segmenter
+        self.lut = char_lut(self.backend) if fast else None
+
+    @property
+    def fast(self) -> bool:
+        return self.lut is not None
+
+    def _tokens(self, joined: str, doc_start: np.ndarray, texts: list[str]):
+        """(ids, start, end) of all tokens of `joined`, offsets in characters of `joined`."""
+        if self.lut is not None:
+            codes = self.lut[np.frombuffer(joined.encode("utf-32-le"), dtype="<u4")]
+            iso = np.flatnonzero(codes >= 0)
+            run = np.diff((codes == -1).view(np.int8), prepend=0, append=0)
+            rs, re_ = np.flatnonzero(run == 1), np.flatnonzero(run == -1)
+            # All runs in one string, space-separated (whitespace always splits pre-tokens): one call
+            # instead of one per run, which would cost more than the rest of this function.
+            runs = [joined[s:e] for s, e in zip(rs.tolist(), re_.tolist())]
+            enc = self.backend.encode(" ".join(runs), add_special_tokens=False)
+            r_ids = np.asarray(enc.ids, dtype=np.int64)
+            offs = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)
+            run_at = np.zeros(len(runs), dtype=np.int64)
+            run_at[1:] = np.cumsum(re_ - rs + 1)[:-1]
+            k = np.searchsorted(run_at, offs[:, 0], side="right") - 1
+            offs = offs + (rs[k] - run_at[k])[:, None] if len(k) else offs
+            ids = np.concatenate([codes[iso].astype(np.int64), r_ids])
+            start = np.concatenate([iso, offs[:, 0]])
+            end = np.concatenate([iso + 1, offs[:, 1]])
+            order = np.argsort(start, kind="stable")
+            return ids[order], start[order], end[order]
+        encs = self.backend.encode_batch(texts, add_special_tokens=False)
+        n = np.fromiter((len(e.ids) for e in encs), dtype=np.int64, count=len(encs))
+        ids = np.fromiter(chain.from_iterable(e.ids for e in encs), dtype=np.int64, count=int(n.sum()))
+        offs = np.fromiter(chain.from_iterable(chain.from_iterable(e.offsets for e in encs)), dtype=np.int64,
+                           count=2 * int(n.sum())).reshape(-1, 2) + np.repeat(doc_start[:-1], n)[:, None]
+        return ids, offs[:, 0], offs[:, 1]
+
+    def encode(self, texts: list[str], sentences: bool = False) -> Encoded:
+        joined = "\n".join(texts)  # a newline is whitespace for both the tokenizer and jieba
+        lens = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+        doc_start = np.zeros(len(texts) + 1, dtype=np.int64)
+        doc_start[1:] = np.cumsum(lens + 1)
+        ids, start, end = self._tokens(joined, doc_start, texts)
+        ws = token_word_starts(self.segmenter.word_start_mask(joined), start, end)
+        doc_tok = np.searchsorted(start, doc_start)
+        first = doc_tok[:-1][doc_tok[:-1] < len(ids)]
+        ws[first] = True
+        sent_tok = np.zeros(0, dtype=np.int64)
+        if sentences:
+            ends = np.fromiter((m.end() for m in _sentence_ends().finditer(joined)), dtype=np.int64)
+            sent_tok = np.unique(np.concatenate([np.searchsorted(start, ends), doc_tok]))
+        return Encoded(ids, ws, doc_tok, sent_tok, int(lens.sum()))
+
+    def self_check(self, texts: list[str]) -> bool:
+        """True when the fast path gives exactly the tokenizer's ids on `texts`."""
+        if self.lut is None or not texts:
+            return True
+        enc = self.encode(texts)
+        ref = self.backend.encode_batch(texts, add_special_tokens=False)
+        return all(np.array_equal(enc.ids[enc.doc_tok[d]:enc.doc_tok[d + 1]], r.ids) for d, r in enumerate(ref))
+
+
+# ---------------------------------------------------------------------------------------------------
+# packing (RoBERTa full-sentences) and BERT segment pairs
+# ---------------------------------------------------------------------------------------------------
+@dataclass
+class Specials:
+    cls: int
+    sep: int
+    pad: int
+
+
+class Packer:
+    """Streams documents into full rows `[CLS] ... [SEP]` (documents joined by [SEP]); only the last row
+    is padded. Call `add` per batch of documents and `finish` once; rows come out via `emit(rows)`."""
+
+    def __init__(self, seq_len: int, sp: Specials, emit):
+        self.L, self.C, self.sp, self.emit = seq_len, seq_len - 2, sp, emit
+        self.ids = np.zeros(0, dtype=np.int64)
+        self.ws = np.zeros(0, dtype=bool)
+        self.stream_pos = 0            # stream index of self.ids[0]
+        self.doc_starts: list[np.ndarray] = []
+        self.rows = 0
+
+    def _flat(self, s: np.ndarray) -> np.ndarray:
+        return (s // self.C) * self.L + s % self.C + 1
+
+    def add(self, ids: np.ndarray, ws: np.ndarray, doc_lens: np.ndarray) -> None:
+        doc_lens = doc_lens[doc_lens > 0]
+        if not doc_lens.size:
+            return
+        total = int(doc_lens.sum()) + len(doc_lens)
+        sep_at = np.cumsum(doc_lens + 1) - 1
+        is_sep = np.zeros(total, dtype=bool)
+        is_sep[sep_at] = True
+        s_ids = np.empty(total, dtype=np.int64)
+        s_ids[~is_sep], s_ids[is_sep] = ids, self.sp.sep
+        s_ws = np.ones(total, dtype=bool)
+        s_ws[~is_sep] = ws
+        base = self.stream_pos + len(self.ids)
+        self.doc_starts.append(self._flat(base + sep_at - doc_lens))
+        self.ids, self.ws = np.concatenate([self.ids, s_ids]), np.concatenate([self.ws, s_ws])
+        n_full = len(self.ids) // self.C
+        if n_full:
+            self._rows(self.ids[:n_full * self.C].reshape(n_full, self.C),
+                       self.ws[:n_full * self.C].reshape(n_full, self.C), np.full(n_full, self.L))
+            self.ids, self.ws = self.ids[n_full * self.C:], self.ws[n_full * self.C:]
+            self.stream_pos += n_full * self.C
+
+    def _rows(self, content_ids, content_ws, lengths):
+        n = len(content_ids)
+        ids = np.full((n, self.L), self.sp.pad, dtype=np.int64)
+        ws = np.ones((n, self.L), dtype=bool)
+        ids[:, 0] = self.sp.cls
+        ids[:, 1:1 + content_ids.shape[1]] = content_ids
+        ws[:, 1:1 + content_ids.shape[1]] = content_ws
+        ids[np.arange(n), lengths - 1] = self.sp.sep
+        self.emit(ids, ws, lengths.astype(np.int32), None, None)
+        self.rows += n
+
+    def finish(self) -> np.ndarray:
+        """Flush the padded last row; returns the flat positions of all document starts."""
+        ids, ws = self.ids, self.ws
+        if len(ids) and ids[-1] == self.sp.sep:   # no separator after the last document
+            ids, ws = ids[:-1], ws[:-1]
+        if len(ids):
+            pad = self.C - len(ids)
+            self._rows(np.pad(ids, (0, pad), constant_values=self.sp.pad)[None],
+                       np.pad(ws, (0, pad), constant_values=True)[None], np.array([len(ids) + 2]))
+        self.ids = self.ws = np.zeros(0)
+        return np.concatenate(self.doc_starts) if self.doc_starts else np.zeros(0, dtype=np.int64)
+
+
+def pack_sequences(enc: Encoded, seq_len: int, sp: Specials) -> dict:
+    """All documents of `enc` packed into rows (in memory): ids, word_start, lengths, doc_starts."""
+    out = {"ids": [], "ws": [], "lengths": []}
+
+    def emit(ids, ws, lengths, _b, _nsp):
+        out["ids"].append(ids), out["ws"].append(ws), out["lengths"].append(lengths)
+
+    p = Packer(seq_len, sp, emit)
+    p.add(enc.ids, enc.word_start, np.diff(enc.doc_tok))
+    doc_starts = p.finish()
+    if not out["ids"]:
+        return {"ids": np.zeros((0, seq_len), np.int64), "word_start": np.zeros((0, seq_len), bool),
+                "lengths": np.zeros(0, np.int32), "doc_starts": doc_starts}
+    return {"ids": np.concatenate(out["ids"]), "word_start": np.concatenate(out["ws"]),
+            "lengths": np.concatenate(out["lengths"]), "doc_starts": doc_starts}
+
+
+def build_pairs(enc: Encoded, docs: np.ndarray, seq_len: int, kind: str, sp: Specials,
+                rng: np.random.Generator) -> dict:
+    """BERT-style `[CLS] A [SEP] B [SEP]` pairs from documents `docs` of `enc` (create_pretraining_data.py).
+
+    Sentences are accumulated up to seq_len - 3 tokens and split at a random sentence boundary (a lone
+    sentence is split at a random token). Then a fair coin: `nsp` replaces B by text from another random
+    document (label 1), `sop` swaps A and B (label 1); label 0 keeps B after A in order. Because every pair
+    has both halves before the coin, labels are exactly 50/50 in expectation.
+    """
+    max_tok = seq_len - 3
+    docs = np.asarray([d for d in docs if enc.doc_tok[d + 1] - enc.doc_tok[d] >= 2], dtype=np.int64)
+    rows_ids, rows_ws, lengths, b_starts, labels, doc_first = [], [], [], [], [], []
+
+    def sentences(d):
+        lo, hi = enc.doc_tok[d], enc.doc_tok[d + 1]
+        cuts = enc.sent_tok[(enc.sent_tok > lo) & (enc.sent_tok < hi)]
+        bounds = np.concatenate([[lo], cuts, [hi]])
+        segs = []
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            for s in range(int(a), int(b), max_tok):   # split over-long sentences
+                segs.append((s, min(int(b), s + max_tok)))
+        return segs
+
+    def cat(segs):
+        if not segs:
+            return np.zeros(0, np.int64), np.zeros(0, bool)
+        return (np.concatenate([enc.ids[a:b] for a, b in segs]),
+                np.concatenate([enc.word_start[a:b] for a, b in segs]))
+
+    for d in docs.tolist():
+        segs = sentences(d)
+        first_row = len(rows_ids)
+        i, chunk, cur = 0, [], 0
+        while i < len(segs):
+            chunk.append(segs[i])
+            cur += segs[i][1] - segs[i][0]
+            if i == len(segs) - 1 or cur >= max_tok:
+                a_end = int(rng.integers(1, len(chunk))) if len(chunk) >= 2 else 1
+                a_ids, a_ws = cat(chunk[:a_end])
+                b_ids, b_ws = cat(chunk[a_end:])
+                if not len(b_ids):  # one sentence: split it at a random token
+                    cut = int(rng.integers(1, len(a_ids)))
+                    a_ids, b_ids, a_ws, b_ws = a_ids[:cut], a_ids[cut:], a_ws[:cut], a_ws[cut:]
+                label = int(rng.random() < 0.5)
+                if label and kind == "nsp":
+                    i -= len(chunk) - a_end                      # the real B sentences go back in the queue
+                    other = int(docs[rng.integers(len(docs))]) if len(docs) > 1 else d
+                    if other == d and len(docs) > 1:
+                        other = int(docs[(np.searchsorted(docs, d) + 1) % len(docs)])
+                    osegs = sentences(other)
+                    start = int(rng.integers(len(osegs)))
+                    b_ids, b_ws = cat(osegs[start:])
+                    b_ids, b_ws = b_ids[:max_tok - len(a_ids)], b_ws[:max_tok - len(a_ids)]
+                elif label:                                      # sop: swapped order
+                    a_ids, b_ids, a_ws, b_ws = b_ids, a_ids, b_ws, a_ws
+                while len(a_ids) + len(b_ids) > max_tok:         # trim the longer side from its end
+                    if len(a_ids) > len(b_ids):
+                        a_ids, a_ws = a_ids[:-1], a_ws[:-1]
+                    else:
+                        b_ids, b_ws = b_ids[:-1], b_ws[:-1]
+                if len(a_ids) and len(b_ids):
+                    row = np.full(seq_len, sp.pad, np.int64)
+                    rws = np.ones(seq_len, bool)
+                    la, lb = len(a_ids), len(b_ids)
+                    row[0], row[1:1 + la], row[1 + la] = sp.cls, a_ids, sp.sep
+                    row[2 + la:2 + la + lb], row[2 + la + lb] = b_ids, sp.sep
+                    rws[1:1 + la], rws[2 + la:2 + la + lb] = a_ws, b_ws
+                    rws[1], rws[2 + la] = True, True
+                    rows_ids.append(row), rows_ws.append(rws), lengths.append(la + lb + 3)
+                    b_starts.append(la + 2), labels.append(label)
+                chunk, cur = [], 0
+            i += 1
+        if len(rows_ids) > first_row:
+            doc_first.append(first_row)
+    n = len(rows_ids)
+    return {"ids": np.stack(rows_ids) if n else np.zeros((0, seq_len), np.int64),
+            "word_start": np.stack(rows_ws) if n else np.zeros((0, seq_len), bool),
+            "lengths": np.asarray(lengths, np.int32), "b_start": np.asarray(b_starts, np.int32),
+            "nsp": np.asarray(labels, np.int8), "doc_first_row": np.asarray(doc_first, np.int64)}
+
+
+# ---------------------------------------------------------------------------------------------------
+# reading corpora, workers
+# ---------------------------------------------------------------------------------------------------
+def parse_docs(path: str, first_line: int, lines: list[str]) -> list[str]:
+    """Texts of `zh-bert clean` JSONL lines, with file:line errors."""
+    out = []
+    for k, line in enumerate(lines):
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ZhBertError(f"{path}:{first_line + k}: not JSON ({e.msg}); expected `zh-bert clean` "
+                              f"output: {{\"text\": ..., \"source\": ...}} per line") from None
+        if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
+            raise ZhBertError(f"{path}:{first_line + k}: no \"text\" string; expected `zh-bert clean` output")
+        out.append(obj["text"])
+    return out
+
+
+def iter_chunks(paths: list[Path]):
+    """(chunk index, path, first line number, non-blank lines, first doc index) in CHUNK_BYTES pieces."""
+    idx, doc = 0, 0
+    for path in paths:
+        lines, size, first = [], 0, 1
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                if not lines:
+                    first = n
+                lines.append(line)
+                size += len(line)
+                if size >= CHUNK_BYTES:
+                    yield idx, str(path), first, lines, doc
+                    idx, doc, lines, size = idx + 1, doc + len(lines), [], 0
+        if lines:
+            yield idx, str(path), first, lines, doc
+            idx, doc = idx + 1, doc + len(lines)
+
+
+_WORK: dict = {}  # per worker process: the encoder and settings (set once by the pool initializer)
+
+
+def _init_worker(encoder: TextEncoder, settings: dict, valid: np.ndarray) -> None:
+    _WORK.update(encoder=encoder, settings=settings, valid=valid)
+
+
+def process_chunk(item) -> dict:
+    """One chunk of lines -> per split: packed-ready tokens (or finished pairs) + train unigram counts."""
+    idx, path, first, lines, doc0 = item
+    enc_, st = _WORK["encoder"], _WORK["settings"]
+    try:
+        texts = parse_docs(path, first, lines)
+    except ZhBertError as e:
+        return {"error": str(e)}
+    enc = enc_.encode(texts, sentences=bool(st["pairs"]))
+    is_valid = np.isin(np.arange(doc0, doc0 + len(texts)), _WORK["valid"])
+    out = {"chars": enc.chars, "bytes": sum(len(t.encode("utf-8")) for t in texts), "docs": len(texts)}
+    sp = Specials(**st["specials"])
+    doc_lens = np.diff(enc.doc_tok)
+    for split, sel in (("train", ~is_valid), ("valid", is_valid)):
+        docs = np.flatnonzero(sel)
+        if st["pairs"]:
+            rng = np.random.default_rng([st["seed"], idx, split == "valid"])
+            out[split] = build_pairs(enc, docs, st["seq_len"], st["pairs"], sp, rng)
+        else:
+            tok_sel = np.repeat(sel, doc_lens)
+            out[split] = {"ids": enc.ids[tok_sel], "ws": enc.word_start[tok_sel], "doc_lens": doc_lens[sel]}
+    train_ids = enc.ids[np.repeat(~is_valid, doc_lens)]
+    out["unigram"] = np.bincount(train_ids, minlength=st["vocab_size"])
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# writing SHARDDIR
+# ---------------------------------------------------------------------------------------------------
+class SplitWriter:
+    def __init__(self, tmp: Path, split: str, seq_len: int, dtype: np.dtype, pairs: str | None, sp: Specials):
+        self.tmp, self.split, self.seq_len, self.dtype, self.pairs = tmp, split, seq_len, dtype, pairs
+        self.f_ids = open(tmp / f"{split}.ids.bin", "wb")
+        self.f_ws = open(tmp / f"{split}.word_start.bin", "wb")
+        self.lengths, self.b_start, self.nsp, self.doc_starts = [], [], [], []
+        self.rows = 0
+        self.packer = None if pairs else Packer(seq_len, sp, self.write)
+
+    def write(self, ids, ws, lengths, b_start, nsp):
+        ids.astype(self.dtype).tofile(self.f_ids)
+        ws.astype(np.uint8).tofile(self.f_ws)
+        self.lengths.append(lengths)
+        if b_start is not None:
+            self.b_start.append(b_start), self.nsp.append(nsp)
+        self.rows += len(ids)
+
+    def add(self, part: dict):
+        if self.packer:
+            self.packer.add(part["ids"], part["ws"], part["doc_lens"])
+        elif len(part["ids"]):
+            self.doc_starts.append((self.rows + part["doc_first_row"]) * self.seq_len + 1)
+            self.write(part["ids"], part["word_start"], part["lengths"], part["b_start"], part["nsp"])
+
+    def finish(self) -> dict:
+        if self.packer:
+            self.doc_starts = [self.packer.finish()]
+        self.f_ids.close(), self.f_ws.close()
+        cat = lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt)  # noqa: E731
+        lengths = cat(self.lengths, np.int32)
+        np.save(self.tmp / f"{self.split}.lengths.npy", lengths)
+        doc_starts = cat(self.doc_starts, np.int64)
+        np.save(self.tmp / f"{self.split}.doc_starts.npy", doc_starts)
+        if self.pairs:
+            np.save(self.tmp / f"{self.split}.b_start.npy", cat(self.b_start, np.int32))
+            np.save(self.tmp / f"{self.split}.nsp.npy", cat(self.nsp, np.int8))
+        return {"documents": int(len(doc_starts)), "sequences": int(self.rows), "tokens": int(lengths.sum())}
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _clean_report(path: Path) -> dict | None:
+    for cand in (Path(str(path) + ".report.json"), path.with_suffix(".report.json")):
+        if cand.is_file():
+            try:
+                return json.loads(cand.read_text(encoding="utf-8"))
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                return None
+    return None
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="zh-bert shard", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("corpus", nargs="+", metavar="CORPUS.jsonl", help="`zh-bert clean` output file(s)")
+    p.add_argument("--tokenizer", required=True, metavar="TOKDIR", help="tokenizer dir from `zh-bert vocab`")
+    p.add_argument("-o", "--output", required=True, metavar="SHARDDIR")
+    p.add_argument("--seq-len", type=int, default=128, help="tokens per sequence incl. [CLS]/[SEP]")
+    p.add_argument("--max-positions", type=int, default=DEFAULT_MAX_POSITIONS,
+                   help="the model's max_position_embeddings; --seq-len may not exceed it")
+    p.add_argument("--valid-docs", type=int, default=None,
+                   help="documents held out for validation (default: 1%% of documents, at most 1000)")
+    p.add_argument("--pairs", choices=("nsp", "sop"), default=None,
+                   help="build [CLS] A [SEP] B [SEP] pairs for next-sentence / sentence-order prediction")
+    p.add_argument("--segmenter", default=DEFAULT_SEGMENTER, help=f"word boundaries: {'|'.join(SEGMENTERS)}")
+    p.add_argument("--user-dict", default=None, metavar="FILE", help="jieba user dictionary (word [freq] [tag])")
+    p.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1))
+    p.add_argument("--seed", type=int, default=0, help="validation split and pair sampling")
+    p.add_argument("--slow", action="store_true", help="tokenize everything with the tokenizer (no char lookup)")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    t0 = time.perf_counter()
+    if args.seq_len < MIN_SEQ_LEN:
+        raise ZhBertError(f"--seq-len {args.seq_len} is too short: at least {MIN_SEQ_LEN} tokens")
+    if args.seq_len > args.max_positions:
+        raise ZhBertError(f"--seq-len {args.seq_len} is longer than the model's positions "
+                          f"(--max-positions {args.max_positions})")
+    if args.workers < 1:
+        raise ZhBertError(f"--workers must be >= 1, got {args.workers}")
+    paths = [Path(p) for p in args.corpus]
+    for p in paths:
+        if not p.is_file():
+            raise ZhBertError(f"{p}: corpus file not found")
+    segmenter = Segmenter(args.segmenter, args.user_dict)
+
+    from zh_bert.tokenizer_files import load_tokenizer, tokenizer_fingerprint
+
+    tok = load_tokenizer(args.tokenizer)
+    fingerprint = tokenizer_fingerprint(tok)
+    sp_ids = {k: getattr(tok, f"{k}_token_id") for k in ("cls", "sep", "pad", "mask", "unk")}
+    missing = [k for k, v in sp_ids.items() if v is None and k != "unk"]
+    if missing:
+        raise ZhBertError(f"{args.tokenizer}: tokenizer has no {', '.join(m + '_token' for m in missing)}")
+    vocab_size = len(tok)
+    out = Path(args.output)
+
+    hashes = [file_sha256(p) for p in paths]
+    settings_key = {"format_version": FORMAT_VERSION, "inputs": hashes, "tokenizer": fingerprint,
+                    "seq_len": args.seq_len, "pairs": args.pairs, "segmenter": args.segmenter,
+                    "user_dict": file_sha256(Path(args.user_dict)) if args.user_dict else None,
+                    "valid_docs": args.valid_docs, "seed": args.seed, "slow": args.slow}
+    cache_key = hashlib.sha256(json.dumps(settings_key, sort_keys=True).encode()).hexdigest()[:16]
+    if (out / "meta.json").is_file():
+        try:
+            old = json.loads((out / "meta.json").read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            old = {}
+        if old.get("cache_key") == cache_key:
+            print(f"zh-bert shard: {out} is up to date (same inputs and settings, cache key {cache_key})")
+            return 0
+    elif out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ZhBertError(f"{out}: exists and is not a shard directory; refusing to overwrite it")
+
+    n_docs = 0
+    for p in paths:
+        with open(p, encoding="utf-8") as f:
+            n_docs += sum(1 for line in f if line.strip())
+    if n_docs == 0:
+        raise ZhBertError(f"empty corpus: no documents in {', '.join(map(str, paths))}")
+    n_valid = args.valid_docs if args.valid_docs is not None else (min(1000, n_docs // 100) if n_docs >= 100 else 0)
+    if n_valid < 0 or n_valid >= n_docs:
+        raise ZhBertError(f"--valid-docs {n_valid} must be in [0, {n_docs}) for {n_docs} documents")
+    valid = np.sort(np.random.default_rng([args.seed, 1]).choice(n_docs, size=n_valid, replace=False))
+
+    encoder = TextEncoder(tok, segmenter, fast=not args.slow)
+    if encoder.fast:
+        sample = []
+        for _, path, first, lines, _ in iter_chunks(paths):
+            sample = parse_docs(path, first, lines[:300])
+            break
+        if not encoder.self_check(sample):
+            print("zh-bert shard: warning: character lookup disagrees with the tokenizer; using the tokenizer "
+                  "for everything (slower)", file=sys.stderr)
+            encoder.lut = None
+    sp = Specials(cls=sp_ids["cls"], sep=sp_ids["sep"], pad=sp_ids["pad"])
+    settings = {"pairs": args.pairs, "seq_len": args.seq_len, "seed": args.seed, "vocab_size": vocab_size,
+                "specials": {"cls": sp.cls, "sep": sp.sep, "pad": sp.pad}}
+    dtype = ids_dtype(vocab_size)
+    totals = {"chars": 0, "bytes": 0, "docs": 0}
+    unigram = np.zeros(vocab_size, dtype=np.int64)
+    with atomic_dir(out, overwrite=True) as tmp:
+        writers = {s: SplitWriter(tmp, s, args.seq_len, dtype, args.pairs, sp) for s in ("train", "valid")}
+        if args.workers == 1:
+            _init_worker(encoder, settings, valid)
+            results = map(process_chunk, iter_chunks(paths))
+            pool = None
+        else:
+            import multiprocessing as mp
+
+            os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+            pool = mp.get_context("fork").Pool(args.workers, _init_worker, (encoder, settings, valid))
+            results = pool.imap(process_chunk, iter_chunks(paths))
+        try:
+            for res in results:
+                if "error" in res:
+                    raise ZhBertError(res["error"])
+                for s in ("train", "valid"):
+                    writers[s].add(res[s])
+                unigram += res["unigram"]
+                for k in totals:
+                    totals[k] += res[k]
+        finally:
+            if pool is not None:
+                pool.terminate()
+                pool.join()
+        counts = {s: w.finish() for s, w in writers.items()}
+        if counts["train"]["sequences"] == 0:
+            raise ZhBertError(f"empty corpus: no tokens in {', '.join(map(str, paths))}"
+                              + (" (documents too short for --pairs)" if args.pairs else ""))
+        for s in ("cls", "sep", "pad", "mask", "unk"):
+            if sp_ids[s] is not None:
+                unigram[sp_ids[s]] = 0
+        unigram[list(tok.all_special_ids)] = 0
+        np.save(tmp / "unigram_counts.npy", unigram)
+        kind_file = Path(args.tokenizer) / "zh_bert_vocab.json"
+        wall = time.perf_counter() - t0
+        meta = {
+            "format_version": FORMAT_VERSION, "cache_key": cache_key,
+            "tokenizer": str(args.tokenizer), "tokenizer_fingerprint": fingerprint,
+            "tokenizer_kind": (json.loads(kind_file.read_text(encoding="utf-8")).get("kind")
+                               if kind_file.is_file() else None),
+            "vocab_size": vocab_size, "ids_dtype": dtype.name, "seq_len": args.seq_len, "pairs": args.pairs,
+            "pad_id": sp.pad, "cls_id": sp.cls, "sep_id": sp.sep, "mask_id": sp_ids["mask"],
+            "unk_id": sp_ids["unk"], "special_ids": sorted(int(i) for i in tok.all_special_ids),
+            "counts": counts, "segmenter": args.segmenter,
+            "user_dict": str(args.user_dict) if args.user_dict else None,
+            "valid_docs": int(n_valid), "seed": args.seed, "char_lookup": encoder.fast,
+            "sources": [{"path": str(p), "sha256": h, "clean_report": _clean_report(p)}
+                        for p, h in zip(paths, hashes)],
+            "text": {"documents": totals["docs"], "chars": totals["chars"], "bytes": totals["bytes"]},
+            "build": {"workers": args.workers, "wall_clock_s": round(wall, 3),
+                      "mb_per_s": round(totals["bytes"] / 1e6 / max(wall, 1e-9), 2)},
+        }
+        (tmp / "meta.json").write_text(json.dumps(meta, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    c = counts
+    print(f"zh-bert shard: {out}: train {c['train']['sequences']} sequences ({c['train']['documents']} docs, "
+          f"{c['train']['tokens']} tokens), valid {c['valid']['sequences']} sequences "
+          f"({c['valid']['documents']} docs); {totals['bytes'] / 1e6:.1f} MB of text in {wall:.1f} s "
+          f"({meta['build']['mb_per_s']} MB/s, {args.workers} workers, segmenter {args.segmenter})")
+    return 0

@@ -1,0 +1,539 @@
+"""Vocabulary builders: documents -> ordered token list (or a SentencePiece model) -> stock HF tokenizer dir.
+
+Four kinds, all with BERT's special tokens so `BertForMaskedLM` trains on any of them:
+- `char`: Google's bert-base-chinese recipe. Every CJK character is its own token (the BERT normaliser puts
+  spaces around CJK characters), Latin/digit words get WordPiece pieces. Ids are frequency ordered and can
+  extend an existing vocab.txt without moving any id (`--base-vocab`).
+- `wordpiece`: the `tokenizers` WordPiece trainer, CJK characters split before training.
+- `sentencepiece`: unigram or BPE from the `sentencepiece` library, exported as a `tokenizers` model.
+- `word`: WoBERT style, frequent jieba words plus all characters; encoding is greedy longest-match over
+  each run of text between spaces/punctuation (see `word_tokenizer`).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import io
+import json
+import os
+import re
+import time
+import unicodedata
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Optional
+
+from zh_bert.errors import ZhBertError
+from zh_bert.fileio import read_vocab_txt
+
+KINDS = ("char", "wordpiece", "sentencepiece", "word")
+SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+DEFAULT_SIZE = {"char": 21128, "wordpiece": 21128, "sentencepiece": 21128, "word": 40000}
+MODEL_MAX_LENGTH = 512
+WORD_MAX_CHARS = 512  # longest run between punctuation that `word` still matches (longer -> one [UNK])
+
+
+@dataclass
+class VocabOptions:
+    kind: str = "char"
+    size: Optional[int] = None  # None: DEFAULT_SIZE[kind]; with --base-vocab: base + every new character
+    min_frequency: int = 1  # characters (and pieces) seen fewer times are left out
+    unused: int = 99  # [unused1..N] slots between [PAD] and [UNK]; 99 gives Google's ids ([UNK]=100, [MASK]=103)
+    base_vocab: Optional[str] = None  # char/word: keep this vocab.txt's ids, append new entries
+    model_type: str = "unigram"  # sentencepiece: unigram | bpe
+    character_coverage: float = 0.9995  # sentencepiece: share of characters covered, the rest -> [UNK]
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ZhBertError(f"--kind must be one of {', '.join(KINDS)}, got '{self.kind}'")
+        if self.size is not None and self.size < 1:
+            raise ZhBertError(f"--size must be a positive integer, got {self.size}")
+        if self.min_frequency < 1:
+            raise ZhBertError(f"--min-frequency must be >= 1, got {self.min_frequency}")
+        if not 0 <= self.unused <= 10000:
+            raise ZhBertError(f"--unused must be between 0 and 10000, got {self.unused}")
+        if self.model_type not in ("unigram", "bpe"):
+            raise ZhBertError(f"--model-type must be unigram or bpe, got '{self.model_type}'")
+        if self.base_vocab and self.kind not in ("char", "word"):
+            raise ZhBertError(f"--base-vocab works with --kind char or word, not {self.kind}")
+        if not 0.9 <= self.character_coverage <= 1.0:
+            raise ZhBertError(f"--character-coverage must be in [0.9, 1], got {self.character_coverage}")
+
+
+def special_layout(unused: int) -> list[str]:
+    """[PAD], [unused1..N], [UNK], [CLS], [SEP], [MASK]: with N=99 exactly Google's ids 0..103."""
+    return ["[PAD]"] + [f"[unused{i}]" for i in range(1, unused + 1)] + ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def is_cjk(ch: str) -> bool:
+    """The code-point ranges that BERT's tokenizer splits into single characters (`_is_chinese_char`)."""
+    cp = ord(ch)
+    return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0x20000 <= cp <= 0x2A6DF
+            or 0x2A700 <= cp <= 0x2B73F or 0x2B740 <= cp <= 0x2B81F or 0x2B820 <= cp <= 0x2CEAF
+            or 0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F)
+
+
+def is_punct(ch: str) -> bool:
+    """BERT's `_is_punctuation`: ASCII symbols plus every Unicode P* character (split off by BertPreTokenizer)."""
+    cp = ord(ch)
+    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
+        return True
+    return unicodedata.category(ch).startswith("P")
+
+
+def bert_normalizer(split_cjk: bool):
+    from tokenizers import normalizers
+
+    return normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=split_cjk, strip_accents=None,
+                                      lowercase=True)
+
+
+def normalized_docs(docs: Iterable[str]) -> list[str]:
+    """BERT-uncased normalisation (control chars dropped, lowercase, accents stripped), CJK not split."""
+    norm = bert_normalizer(split_cjk=False)
+    return [norm.normalize_str(d) for d in docs]
+
+
+def char_counts(norm_docs: Iterable[str]) -> collections.Counter:
+    counts: collections.Counter = collections.Counter()
+    for d in norm_docs:
+        counts.update(d)
+    for ws in [c for c in counts if c.isspace()]:
+        del counts[ws]
+    return counts
+
+
+def by_frequency(counts: collections.Counter, min_frequency: int) -> list[str]:
+    """Keys seen >= min_frequency times, most frequent first, ties in code-point order (deterministic)."""
+    return [k for k, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if n >= min_frequency]
+
+
+def load_base_vocab(path: str | Path) -> list[str]:
+    """A vocab.txt to extend; duplicates, blank entries and missing specials are refused (they break ids)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ZhBertError(f"--base-vocab {path}: no such file")
+    try:
+        tokens = read_vocab_txt(path)
+    except UnicodeDecodeError:
+        raise ZhBertError(f"--base-vocab {path}: not UTF-8 text") from None
+    if not tokens:
+        raise ZhBertError(f"--base-vocab {path}: empty vocabulary")
+    first: dict[str, int] = {}
+    for i, tok in enumerate(tokens):
+        if tok == "":
+            raise ZhBertError(f"--base-vocab {path}:{i + 1}: blank entry (id {i})")
+        if tok in first:
+            raise ZhBertError(f"--base-vocab {path}: duplicate entry {tok!r} at lines {first[tok] + 1} and {i + 1} "
+                              f"(the second id {i} could never be produced)")
+        first[tok] = i
+    missing = [s for s in SPECIALS if s not in first]
+    if missing:
+        raise ZhBertError(f"--base-vocab {path}: missing special token(s) {', '.join(missing)}; "
+                          f"a BERT vocab needs all of {', '.join(SPECIALS)}")
+    return tokens
+
+
+def _size_error(size: int, n_special: int, counts: collections.Counter, need: int, what: str) -> ZhBertError:
+    """`--size` too small: say how big it must be and which --min-frequency would make it fit."""
+    hint = ""
+    for k in (2, 3, 5, 10, 20, 50, 100, 200, 500, 1000):
+        if n_special + sum(1 for n in counts.values() if n >= k) <= size:
+            hint = f", or --min-frequency {k} to drop rarer characters"
+            break
+    return ZhBertError(f"--size {size} is smaller than the {n_special} special tokens plus the {need - n_special:,} "
+                       f"{what} of this corpus; use --size >= {need}{hint}")
+
+
+def train_wordpieces(docs: list[str], vocab_size: int, min_frequency: int, specials: list[str],
+                     limit_alphabet: Optional[int] = None) -> list[str]:
+    """The `tokenizers` WordPiece trainer with BERT normalisation (CJK characters split): tokens by id."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tk = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tk.normalizer = bert_normalizer(split_cjk=True)
+    tk.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency, show_progress=False,
+                                        special_tokens=specials, continuing_subword_prefix="##",
+                                        **({"limit_alphabet": limit_alphabet} if limit_alphabet else {}))
+    tk.train_from_iterator(docs, trainer=trainer, length=len(docs))
+    return [t for t, _ in sorted(tk.get_vocab().items(), key=lambda kv: kv[1])]
+
+
+def _extend(tokens: list[str], new: Iterable[str], limit: int) -> list[str]:
+    seen = set(tokens)
+    out = list(tokens)
+    for t in new:
+        if len(out) >= limit:
+            break
+        if t not in seen:
+            seen.add(t)
+            out.append(t)
+    return out
+
+
+def continuation_counts(norm_docs: list[str], counts: collections.Counter) -> collections.Counter:
+    """'##x' for every non-CJK character x seen inside a word (not first): WordPiece needs it to spell out
+    any Latin/digit word it has no piece for; without it the whole word becomes [UNK]."""
+    word_chars = [c for c in counts if not (is_cjk(c) or is_punct(c))]
+    out: collections.Counter = collections.Counter()
+    if word_chars:
+        run = re.compile(f"[{_char_class(word_chars, python=True)}]{{2,}}")
+        for d in norm_docs:
+            for m in run.finditer(d):
+                out.update(m.group()[1:])
+    return collections.Counter({"##" + c: n for c, n in out.items()})
+
+
+def build_char(docs: list[str], o: VocabOptions) -> tuple[list[str], dict]:
+    """specials (or base vocab) + characters by frequency + '##x' continuations + Latin/digit pieces."""
+    norm = normalized_docs(docs)
+    counts = char_counts(norm)
+    conts_all = continuation_counts(norm, counts)
+    chars = by_frequency(counts, o.min_frequency)
+    conts = by_frequency(conts_all, o.min_frequency)
+    base = load_base_vocab(o.base_vocab) if o.base_vocab else None
+    if base:
+        size = o.size or len(_extend(base, chars + conts, 1 << 30))
+        if size < len(base):
+            raise ZhBertError(f"--size {size} is smaller than --base-vocab's {len(base)} entries; "
+                              f"ids can only be kept, never dropped")
+        tokens = _extend(base, chars + conts, size)
+    else:
+        size = o.size or DEFAULT_SIZE["char"]
+        tokens = special_layout(o.unused) + chars + conts
+        if size < len(tokens):
+            raise _size_error(size, o.unused + len(SPECIALS), counts, len(tokens),
+                              "characters and '##' continuations")
+    room = size - len(tokens)
+    if room > 0:  # Latin/digit pieces from the WordPiece trainer (CJK characters are single-char words)
+        trainer_size = len(SPECIALS) + len(counts) + len(conts_all) + room + 100
+        pieces = train_wordpieces(docs, trainer_size, o.min_frequency, special_layout(0))
+        tokens = _extend(tokens, [p for p in pieces if len(p.removeprefix("##")) > 1 and p not in SPECIALS], size)
+    return tokens, {"characters": sum(1 for t in tokens if len(t) == 1),
+                    "added_to_base": len(tokens) - len(base) if base else None}
+
+
+def build_wordpiece(docs: list[str], o: VocabOptions) -> tuple[list[str], dict]:
+    size = o.size or DEFAULT_SIZE["wordpiece"]
+    head = special_layout(o.unused)
+    limit = None
+    if o.min_frequency > 1:  # the trainer keeps every character unless limit_alphabet says otherwise
+        limit = len(by_frequency(char_counts(normalized_docs(docs)), o.min_frequency))
+    tokens = train_wordpieces(docs, size, o.min_frequency, head, limit_alphabet=limit)
+    if len(tokens) > size:  # the trainer always keeps its whole alphabet
+        raise ZhBertError(f"--size {size} is smaller than the {len(head)} special tokens plus the "
+                          f"{len(tokens) - len(head):,}-entry alphabet (characters and '##' continuations) of this "
+                          f"corpus; use --size >= {len(tokens)}, or a higher --min-frequency")
+    return tokens, {"characters": len([t for t in tokens if len(t) == 1])}
+
+
+def jieba_words(norm_docs: list[str]) -> collections.Counter:
+    """Counts of jieba words (rjieba = jieba-rs, ~20x faster, same segmentation) that can match as a whole:
+    two or more characters, no whitespace or punctuation (BertPreTokenizer splits those off)."""
+    try:
+        import rjieba
+
+        cut = rjieba.cut
+    except ImportError:  # pragma: no cover - rjieba is a dependency, jieba the fallback
+        import jieba
+
+        cut = jieba.lcut
+    counts: collections.Counter = collections.Counter()
+    for d in norm_docs:
+        counts.update(w for w in cut(d) if len(w) > 1)
+    bad = [w for w in counts if any(c.isspace() or is_punct(c) for c in w)]
+    for w in bad:
+        del counts[w]
+    return counts
+
+
+def build_word(docs: list[str], o: VocabOptions) -> tuple[list[str], dict]:
+    """specials (or base vocab) + every character by frequency + jieba words by frequency up to --size."""
+    norm = normalized_docs(docs)
+    counts = char_counts(norm)
+    chars = by_frequency(counts, o.min_frequency)
+    base = load_base_vocab(o.base_vocab) if o.base_vocab else None
+    head = base or special_layout(o.unused)
+    size = o.size or max(DEFAULT_SIZE["word"], len(head) + len(chars))
+    if base and size < len(base):
+        raise ZhBertError(f"--size {size} is smaller than --base-vocab's {len(base)} entries; "
+                          f"ids can only be kept, never dropped")
+    if not base and size < len(head) + len(chars):
+        raise _size_error(size, len(head), counts, len(head) + len(chars), "characters")
+    wc = jieba_words(norm)
+    known = set(chars) | {t for t in head if len(t) == 1}
+    words = [w for w in by_frequency(wc, max(2, o.min_frequency)) if all(c in known for c in w)]
+    tokens = _extend(_extend(head, chars, size), words, size)
+    return tokens, {"characters": len([t for t in tokens if len(t) == 1]),
+                    "words": len([t for t in tokens if len(t) > 1 and not t.startswith(("[", "##"))]),
+                    "added_to_base": len(tokens) - len(base) if base else None}
+
+
+# ---------------------------------------------------------------------------------------------- tokenizers
+
+
+def _post_processor(token_to_id: dict[str, int]):
+    from tokenizers import processors
+
+    return processors.TemplateProcessing(
+        single="[CLS]:0 $A:0 [SEP]:0", pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", token_to_id["[CLS]"]), ("[SEP]", token_to_id["[SEP]"])])
+
+
+def _add_specials(tk) -> None:
+    """Specials are matched before normalisation, so '[MASK]' in text is never lowercased into pieces."""
+    from tokenizers import AddedToken
+
+    tk.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in SPECIALS])
+
+
+def bert_tokenizer(tokens: list[str]):
+    """Exactly what transformers' BertTokenizer builds from a vocab.txt (uncased, CJK chars split)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    vocab = {t: i for i, t in enumerate(tokens)}
+    tk = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100))
+    tk.normalizer = bert_normalizer(split_cjk=True)
+    tk.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tk.decoder = decoders.WordPiece(prefix="##")
+    tk.post_processor = _post_processor(vocab)
+    _add_specials(tk)
+    return tk
+
+
+def _char_class(chars: Iterable[str], python: bool = False) -> str:
+    """A regex character-class body covering `chars` as escaped code-point ranges (compact, nothing
+    to mis-escape); `\\x{..}` for the tokenizers (Oniguruma) engine, `\\U........` for Python's re."""
+    esc = (lambda cp: f"\\U{cp:08X}") if python else (lambda cp: f"\\x{{{cp:X}}}")
+    cps = sorted({ord(c) for c in chars})
+    parts, i = [], 0
+    while i < len(cps):
+        j = i
+        while j + 1 < len(cps) and cps[j + 1] == cps[j] + 1:
+            j += 1
+        parts.append(esc(cps[i]) + (f"-{esc(cps[j])}" if j > i else ""))
+        i = j + 1
+    return "".join(parts)
+
+
+def word_tokenizer(tokens: list[str]):
+    """Word vocab as a stock `tokenizers` pipeline that round-trips through tokenizer.json.
+
+    jieba cannot run inside tokenizer.json, so segmentation is greedy longest-match (forward maximum
+    matching) over each run between whitespace/punctuation: a WordPiece model with an empty continuation
+    prefix. Characters missing from the vocab are split off first, so one rare character costs one [UNK]
+    instead of turning the whole run into [UNK] (WordPiece's all-or-nothing rule).
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
+    vocab = {t: i for i, t in enumerate(tokens)}
+    tk = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]", continuing_subword_prefix="",
+                                    max_input_chars_per_word=WORD_MAX_CHARS))
+    tk.normalizer = bert_normalizer(split_cjk=False)
+    singles = [t for t in tokens if len(t) == 1 and not t.isspace()]
+    tk.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.BertPreTokenizer(),
+        pre_tokenizers.Split(Regex(f"[^{_char_class(singles)}]"), behavior="isolated"),
+    ])
+    tk.decoder = decoders.WordPiece(prefix="##")
+    tk.post_processor = _post_processor(vocab)
+    _add_specials(tk)
+    return tk
+
+
+def spm_normalizer():
+    """NFKC + BERT-uncased cleaning: applied to the training text *and* stored in tokenizer.json, so the
+    pieces were learned on exactly what the tokenizer sees (spm itself trains with the identity rule)."""
+    from tokenizers import normalizers
+
+    return normalizers.Sequence([normalizers.NFKC(), bert_normalizer(split_cjk=False)])
+
+
+_SENT_END = re.compile(r"(?<=[。！？；!?;\n])")
+
+
+def train_sentencepiece(docs: list[str], o: VocabOptions) -> tuple[bytes, dict]:
+    import sentencepiece as spm
+
+    size = o.size or DEFAULT_SIZE["sentencepiece"]
+    norm = spm_normalizer()
+    sentences = [s for d in docs for s in _SENT_END.split(norm.normalize_str(d)) if s.strip()]
+    unused = [f"[unused{i}]" for i in range(1, o.unused + 1)]
+    model = io.BytesIO()
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(sentences), model_writer=model, vocab_size=size, model_type=o.model_type,
+            pad_id=0, pad_piece="[PAD]", unk_id=o.unused + 1, unk_piece="[UNK]", bos_id=-1, eos_id=-1,
+            user_defined_symbols=unused + ["[CLS]", "[SEP]", "[MASK]"], add_dummy_prefix=False,
+            normalization_rule_name="identity", remove_extra_whitespaces=False,
+            character_coverage=o.character_coverage, max_sentence_length=1 << 16,
+            num_threads=max(1, min(8, os.cpu_count() or 1)), minloglevel=2)
+    except RuntimeError as e:  # spm reports "Vocabulary size is smaller than required_chars", "too high", ...
+        msg = str(e).strip().splitlines()[-1]
+        small = re.search(r"smaller than required_chars\. \d+ vs (\d+)", msg)
+        large = re.search(r"too high \((\d+)\)\. Please set it to a value <= (\d+)", msg)
+        if small:
+            raise ZhBertError(f"--size {size} is smaller than the {int(small.group(1)):,} pieces sentencepiece must "
+                              f"keep ({len(unused) + 5} special tokens plus the characters that cover "
+                              f"{o.character_coverage} of the text); use --size >= {int(small.group(1)):,} or a "
+                              f"lower --character-coverage") from None
+        if large:
+            raise ZhBertError(f"--size {size} is more pieces than this corpus supports (at most "
+                              f"{int(large.group(2)):,}); use a smaller --size or a bigger corpus") from None
+        raise ZhBertError(f"--size {size}: sentencepiece refused to train: {msg}") from None
+    return model.getvalue(), {}
+
+
+def _spm_merges(vocab: dict[str, int]) -> list[tuple[str, str]]:
+    """BPE merges implied by an spm BPE vocab: every split of a piece into two pieces, ranked by the id
+    of the result (spm ids are in merge order), as transformers' converter does."""
+    merges = []
+    for piece, pid in vocab.items():
+        for k in range(1, len(piece)):
+            left, right = piece[:k], piece[k:]
+            if left in vocab and right in vocab:
+                merges.append((pid, vocab[left], vocab[right], left, right))
+    merges.sort()
+    return [(m[3], m[4]) for m in merges]
+
+
+def spm_tokenizer(model_proto: bytes):
+    """The spm model as a `tokenizers` Unigram/BPE with the same normaliser and whitespace handling
+    (no dummy prefix: spaces become '▁' at the start of the following piece)."""
+    import sentencepiece as spm
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    sp = spm.SentencePieceProcessor(model_proto=model_proto)
+    pieces = [(sp.id_to_piece(i), sp.get_score(i)) for i in range(sp.get_piece_size())]
+    vocab = {p: i for i, (p, _) in enumerate(pieces)}
+    if sp.unk_id() < 0:  # pragma: no cover - we always train with an unk piece
+        raise RuntimeError("sentencepiece model without an unknown piece")
+    is_bpe = "bpe" in str(_spm_model_type(model_proto))
+    if is_bpe:
+        model = models.BPE(vocab, _spm_merges(vocab), unk_token="[UNK]", fuse_unk=True, byte_fallback=False)
+    else:
+        model = models.Unigram(pieces, unk_id=sp.unk_id(), byte_fallback=False)
+    tk = Tokenizer(model)
+    tk.normalizer = spm_normalizer()
+    tk.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="never", split=True)
+    tk.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="never", split=True)
+    tk.post_processor = _post_processor(vocab)
+    _add_specials(tk)
+    return tk, [p for p, _ in pieces]
+
+
+def _spm_model_type(model_proto: bytes) -> str:
+    from sentencepiece import sentencepiece_model_pb2 as pb
+
+    m = pb.ModelProto()
+    m.ParseFromString(model_proto)
+    return pb.TrainerSpec.ModelType.Name(m.trainer_spec.model_type).lower()
+
+
+# ---------------------------------------------------------------------------------------------- TOKDIR
+
+
+def tokenizer_config(kind: str) -> dict:
+    """char/wordpiece: BertTokenizer (what every BERT user expects; transformers 5 rebuilds it from the vocab
+    with these flags, 4.x reads tokenizer.json). word/sentencepiece: PreTrainedTokenizerFast, which loads
+    tokenizer.json verbatim in 4.x and 5.x (BertTokenizer would re-split every CJK character)."""
+    cfg = {"tokenizer_class": "BertTokenizer" if kind in ("char", "wordpiece") else "PreTrainedTokenizerFast",
+           "model_max_length": MODEL_MAX_LENGTH, "clean_up_tokenization_spaces": False}
+    if kind in ("char", "wordpiece"):
+        cfg.update(do_lower_case=True, tokenize_chinese_chars=True, strip_accents=None)
+    cfg.update(special_tokens_map())
+    cfg["model_input_names"] = ["input_ids", "token_type_ids", "attention_mask"]
+    return cfg
+
+
+def special_tokens_map() -> dict:
+    return {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
+            "mask_token": "[MASK]"}
+
+
+def build_tokenizer(docs: list[str], o: VocabOptions):
+    """-> (tokenizers.Tokenizer, tokens by id, extra files {name: bytes}, stats)."""
+    if o.kind == "sentencepiece":
+        proto, stats = train_sentencepiece(docs, o)
+        tk, tokens = spm_tokenizer(proto)
+        return tk, tokens, {"spiece.model": proto}, stats
+    builder = {"char": build_char, "wordpiece": build_wordpiece, "word": build_word}[o.kind]
+    tokens, stats = builder(docs, o)
+    tk = word_tokenizer(tokens) if o.kind == "word" else bert_tokenizer(tokens)
+    return tk, tokens, {}, stats
+
+
+def write_tokdir(out: Path, tk, tokens: list[str], kind: str, extra: dict[str, bytes], meta: dict) -> None:
+    """Write every file of a TOKDIR into `out` (a fresh temp dir: the caller renames it when complete)."""
+    out.mkdir(parents=True, exist_ok=True)
+    tk.save(str(out / "tokenizer.json"))
+    (out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(kind), ensure_ascii=False, indent=2)
+                                               + "\n", encoding="utf-8")
+    (out / "special_tokens_map.json").write_text(json.dumps(special_tokens_map(), indent=2) + "\n",
+                                                 encoding="utf-8")
+    if kind != "sentencepiece":  # BERT-style: vocab.txt for transformers 4.x / original BERT code
+        (out / "vocab.txt").write_text("\n".join(tokens) + "\n", encoding="utf-8")
+    for name, data in extra.items():
+        (out / name).write_bytes(data)
+    (out / "zh_bert_vocab.json").write_text(json.dumps(meta, ensure_ascii=False, indent=2) + "\n",
+                                            encoding="utf-8")
+
+
+def verify_tokdir(tokdir: Path, tk, tokens: list[str], sample: list[str]) -> None:
+    """Load the dir back with AutoTokenizer and compare with the tokenizer we built: catches the silent
+    failures of transformers 5 (vocab file ignored, ids rebuilt differently) before anyone trains on it."""
+    from transformers import AutoTokenizer
+
+    hf = AutoTokenizer.from_pretrained(str(tokdir))
+    problems = []
+    if len(hf) != len(tokens):
+        problems.append(f"{len(hf)} tokens loaded, {len(tokens)} written")
+    for s in SPECIALS:
+        if hf.convert_tokens_to_ids(s) != tokens.index(s):
+            problems.append(f"{s} -> {hf.convert_tokens_to_ids(s)}, expected {tokens.index(s)}")
+    for text in sample:
+        text = text[:256]  # keep under model_max_length: no length warning
+        if hf(text)["input_ids"] != tk.encode(text).ids:
+            problems.append(f"AutoTokenizer encodes {text[:30]!r} differently from tokenizer.json")
+            break
+    if problems:  # a bug in this module, not a user error
+        raise RuntimeError(f"{tokdir}: tokenizer does not load back as built: {'; '.join(problems)}")
+
+
+def build_vocab(corpus: list[str], out: str | Path, o: VocabOptions, force: bool = False,
+                max_docs: Optional[int] = None) -> dict:
+    """Build a TOKDIR at `out` (atomically: nothing appears unless every file was written and verified)."""
+    from zh_bert.fileio import atomic_dir
+    from zh_bert.vocab.corpus import read_docs
+
+    out = Path(out)
+    if out.exists() and not force:
+        raise ZhBertError(f"{out}: output directory exists; pass --force to replace it")
+    if out.exists() and not out.is_dir():
+        raise ZhBertError(f"{out}: exists and is not a directory")
+    t0 = time.perf_counter()
+    docs = read_docs(corpus, max_docs)
+    tk, tokens, extra, stats = build_tokenizer(docs, o)
+    seconds = round(time.perf_counter() - t0, 3)
+    meta = {
+        "kind": o.kind, "vocab_size": len(tokens),
+        "special_ids": {s: tokens.index(s) for s in SPECIALS},
+        "corpus": [str(p) for p in corpus], "corpus_docs": len(docs), "corpus_chars": sum(map(len, docs)),
+        "options": dataclasses.asdict(o), "build_seconds": seconds,
+        "tokenizer_class": tokenizer_config(o.kind)["tokenizer_class"],
+        "encoding": ENCODING_NOTE[o.kind], **{k: v for k, v in stats.items() if v is not None},
+    }
+    with atomic_dir(out, overwrite=force) as tmp:
+        write_tokdir(tmp, tk, tokens, o.kind, extra, meta)
+        verify_tokdir(tmp, tk, tokens, docs[:20])
+    return meta
+
+
+ENCODING_NOTE = {
+    "char": "BERT uncased WordPiece; every CJK character one token (identical to Google's BertTokenizer)",
+    "wordpiece": "BERT uncased WordPiece trained with tokenizers; CJK characters split before training",
+    "sentencepiece": "NFKC + lowercase, then the SentencePiece model (no dummy prefix)",
+    "word": "greedy longest-match over jieba words and characters within each run between spaces/punctuation",
+}

@@ -1,0 +1,94 @@
+"""`zh-bert vocab report`: how a tokenizer dir handles real text, so vocabularies are compared before any
+GPU time is spent: vocab size, UNK rate, characters per token, character coverage, the top UNK characters."""
+
+from __future__ import annotations
+
+import collections
+import json
+from pathlib import Path
+
+from zh_bert.errors import ZhBertError
+
+
+def _encode_batch(tok, texts: list[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
+    """(ids, offsets) per text, no specials; through the Rust backend when there is one (fast, and no
+    'sequence longer than model_max_length' warnings: documents are longer than one training sequence)."""
+    backend = getattr(tok, "backend_tokenizer", None)
+    if backend is not None:
+        return [(e.ids, e.offsets) for e in backend.encode_batch(texts, add_special_tokens=False)]
+    enc = tok(texts, add_special_tokens=False, return_offsets_mapping=True)
+    return list(zip(enc["input_ids"], enc["offset_mapping"]))
+
+
+def vocab_report(tokdir: str | Path, texts: list[str], top_unk: int = 10) -> dict:
+    """Statistics of `texts` encoded with the tokenizer in `tokdir` (characters exclude whitespace)."""
+    from zh_bert.tokenizer_files import load_tokenizer
+
+    tokdir = Path(tokdir)
+    tok = load_tokenizer(tokdir)
+    meta_path = tokdir / "zh_bert_vocab.json"
+    meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
+    unk_id = tok.unk_token_id
+    n_tokens = n_unk = n_chars = n_unk_chars = 0
+    chars: collections.Counter = collections.Counter()
+    unk_chars: collections.Counter = collections.Counter()
+    for text, (ids, offsets) in zip(texts, _encode_batch(tok, texts)):
+        n_tokens += len(ids)
+        chars.update(c for c in text if not c.isspace())
+        for i, (s, e) in zip(ids, offsets):
+            if i == unk_id:
+                n_unk += 1
+                span = [c for c in text[s:e] if not c.isspace()]
+                unk_chars.update(span)
+                n_unk_chars += len(span)
+    n_chars = sum(chars.values())
+    return {
+        "tokdir": str(tokdir),
+        "kind": meta.get("kind") or type(tok).__name__,
+        "vocab_size": len(tok),
+        "docs": len(texts),
+        "chars": n_chars,
+        "tokens": n_tokens,
+        "unk_tokens": n_unk,
+        "unk_rate": n_unk / max(n_tokens, 1),
+        "chars_per_token": n_chars / max(n_tokens, 1),
+        "char_coverage": 1 - n_unk_chars / max(n_chars, 1),
+        "distinct_chars": len(chars),
+        "distinct_chars_unk": len(unk_chars),
+        "top_unk_chars": [[c, n] for c, n in unk_chars.most_common(top_unk)],
+    }
+
+
+def format_reports(reports: list[dict]) -> str:
+    """One column per tokenizer, so `--compare` reads side by side."""
+    rows = [
+        ("tokenizer", lambda r: r["tokdir"]),
+        ("kind", lambda r: r["kind"]),
+        ("vocab size", lambda r: f"{r['vocab_size']:,}"),
+        ("tokens", lambda r: f"{r['tokens']:,}"),
+        ("UNK rate", lambda r: f"{100 * r['unk_rate']:.3f}%"),
+        ("chars/token", lambda r: f"{r['chars_per_token']:.3f}"),
+        ("char coverage", lambda r: f"{100 * r['char_coverage']:.3f}%"),
+        ("distinct chars UNK", lambda r: f"{r['distinct_chars_unk']:,} of {r['distinct_chars']:,}"),
+        ("top UNK chars", lambda r: " ".join(f"{c}×{n}" for c, n in r["top_unk_chars"][:8]) or "-"),
+    ]
+    cells = [[label] + [fmt(r) for r in reports] for label, fmt in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
+    first = reports[0]
+    head = f"text: {first['docs']:,} documents, {first['chars']:,} characters (whitespace excluded)"
+    return "\n".join([head] + ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells])
+
+
+def report_main(args) -> int:
+    from zh_bert.fileio import write_json
+    from zh_bert.vocab.corpus import read_docs
+
+    if args.top_unk < 0:
+        raise ZhBertError(f"--top-unk must be >= 0, got {args.top_unk}")
+    texts = read_docs(args.text, args.max_docs)
+    tokdirs = [args.tokdir] + ([args.compare] if args.compare else [])
+    reports = [vocab_report(d, texts, args.top_unk) for d in tokdirs]
+    print(format_reports(reports))
+    if args.json:
+        write_json(args.json, reports if args.compare else reports[0])
+    return 0
