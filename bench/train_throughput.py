@@ -1,6 +1,7 @@
 """Training tokens/s: zh-bert's pretrain step against the transformers Trainer, in the same process.
 
-Same model config (BertForMaskedLM, Google's 21,128 vocab), same real Chinese batches (zhwiki sample,
+Same model config (BertForMaskedLM, Google's 21,128 vocab), the config `zh-bert pretrain`
+builds for the preset (identical for both; attention dropout 0, see recipe key `attention_dropout`), same real Chinese batches (zhwiki sample,
 packed to 128 tokens, 15% token masking done once up front so both sides see identical inputs), same
 batch (32 × 128), same precision, same optimizer (AdamW). The Trainer computes the full-vocabulary head
 at every position, as `BertForMaskedLM.forward` does; zh-bert runs its real `train_step` (sparse head,
@@ -133,12 +134,13 @@ def main():
     p.add_argument("--precisions", default=None, help="default: fp32, plus bf16 when the CPU has avx512_bf16")
     p.add_argument("--steps", type=int, default=8, help="timed steps per run (after 2 warm-up steps)")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--attention-dropout", action="store_true",
+                   help="both sides with attention dropout 0.1 (HF's default) instead of the presets' 0.0")
     args = p.parse_args()
-    from transformers import BertConfig
     from transformers.utils import logging as hf_logging
 
     from zh_bert.hardware import cpu_supports_bf16
-    from zh_bert.model import PRESETS, flops_per_token
+    from zh_bert.model import build_config, flops_per_token
 
     hf_logging.set_verbosity_error()
     torch.set_num_threads(args.threads)
@@ -153,9 +155,7 @@ def main():
     print(f"| model | precision | Trainer tokens/s | zh-bert tokens/s | ratio | zh-bert useful-FLOP utilisation |")
     print(f"|---|---|---|---|---|---|")
     for name in args.models.split(","):
-        layers, hidden, heads = PRESETS[name]
-        cfg = BertConfig(vocab_size=21128, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                         intermediate_size=4 * hidden, max_position_embeddings=512)
+        cfg = build_config(name, 21128, **({"attention_dropout": 0.1} if args.attention_dropout else {}))
         for prec in precisions:
             base = bench_trainer(cfg, batches, prec, warmup)
             ours = bench_zh_bert(cfg, batches, prec, warmup)

@@ -149,23 +149,24 @@ def download_hf(repo_id: str, out: Path, *, revision: str | None = None, endpoin
     where = endpoint or "huggingface.co"
     with hub_errors(where, repo_id):
         try:
-            listing = HfApi(endpoint=endpoint).list_repo_files(repo_id, revision=revision)
+            info = HfApi(endpoint=endpoint).model_info(repo_id, revision=revision or "main")  # 1 request
+            listing = [f.rfilename for f in info.siblings or []]
         except Exception as e:  # offline or unreachable: fall back to whatever the cache holds
-            from huggingface_hub import errors as E
-
-            if isinstance(e, (E.RepositoryNotFoundError, E.RevisionNotFoundError)) or (
-                    isinstance(e, E.HfHubHTTPError) and _status(e) in (401, 403)):
+            if not is_transient(e) and not isinstance(e, ConnectionError):
                 raise
             listing = None
         if listing is not None and not any(_matches(f, SAFETENSORS[:1]) for f in listing) \
                 and "pytorch_model.bin" not in listing:
             raise ZhBertError(f"{repo_id}: the repo has no PyTorch weights (model.safetensors or "
                               f"pytorch_model.bin); files: {', '.join(sorted(listing)[:12])}")
-        weights = SAFETENSORS if listing is None or any(_matches(f, SAFETENSORS[:1]) for f in listing) else PICKLE
         if listing is None:
             weights = SAFETENSORS + PICKLE
+        elif any(_matches(f, SAFETENSORS[:1]) for f in listing):
+            weights = SAFETENSORS
+        else:
+            weights = PICKLE
         snap = snapshot_download(repo_id, revision=revision, endpoint=endpoint, cache_dir=cache_dir,
-                                 allow_patterns=list(NEEDED + weights))
+                                 allow_patterns=list(NEEDED + weights), local_files_only=listing is None)
     return assemble(Path(snap), out, overwrite=overwrite)
 
 

@@ -28,7 +28,7 @@ PRESETS: dict[str, tuple[int, int, int]] = {
 
 
 def build_config(model: str, vocab_size: int, *, pad_token_id: int = 0, dropout: float = 0.1,
-                 max_positions: int = 512):
+                 attention_dropout: float = 0.0, max_positions: int = 512):
     """BertConfig for a preset name or a config.json path, with the tokenizer's vocab size."""
     from transformers import BertConfig
 
@@ -37,7 +37,7 @@ def build_config(model: str, vocab_size: int, *, pad_token_id: int = 0, dropout:
         return BertConfig(vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=layers,
                           num_attention_heads=heads, intermediate_size=4 * hidden,
                           max_position_embeddings=max_positions, pad_token_id=pad_token_id,
-                          hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
+                          hidden_dropout_prob=dropout, attention_probs_dropout_prob=attention_dropout)
     path = Path(model)
     if path.is_dir():
         path = path / "config.json"

@@ -112,7 +112,8 @@ def train_step(model, optimizer, scheduler, accelerator, micro_batches: list[dic
     device = accelerator.device
     masked = sum(int((b["labels"] != -100).sum()) for b in micro_batches)
     seqs = sum(int(b["input_ids"].shape[0]) for b in micro_batches)
-    tokens = sum(int(b["attention_mask"].sum()) for b in micro_batches)
+    real = [int(b["attention_mask"].sum()) for b in micro_batches]
+    tokens = sum(real)
     counts = torch.tensor([masked, seqs, tokens], dtype=torch.float64)
     if accelerator.num_processes > 1:  # normalise by the global batch's counts: DDP then averages exactly
         counts = accelerator.reduce(counts.to(device), reduction="sum").cpu()
@@ -120,7 +121,9 @@ def train_step(model, optimizer, scheduler, accelerator, micro_batches: list[dic
     world = accelerator.num_processes
     step_loss = 0.0
     for i, batch in enumerate(micro_batches):
-        batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+        # packed rows have no padding: without a mask SDPA takes its fused kernel instead of the math path
+        batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()
+                 if not (k == "attention_mask" and real[i] == v.numel())}
         last = i == len(micro_batches) - 1
         sync = contextlib.nullcontext() if last or world == 1 else accelerator.no_sync(model)
         with sync, accelerator.autocast():
@@ -292,7 +295,7 @@ def train(recipe, resume: str | None = None, log=None) -> dict:
         hf = load_init(recipe.init_from, tokenizer, recipe.objective, recipe.seq_len)
     else:
         cfg = build_config(recipe.model, len(tokenizer), pad_token_id=train_ds.pad_id, dropout=recipe.dropout,
-                           max_positions=max(512, recipe.seq_len))
+                           attention_dropout=recipe.attention_dropout, max_positions=max(512, recipe.seq_len))
         hf = model_class(recipe.objective)(cfg)
     if hf.config.vocab_size < train_ds.vocab_size:
         raise ZhBertError(f"model vocab_size {hf.config.vocab_size} < shard vocab_size {train_ds.vocab_size}")

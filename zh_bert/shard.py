@@ -37,9 +37,9 @@ CHUNK_BYTES = 2_000_000      # work unit; fixed (not per --workers) so output is
 MIN_SEQ_LEN = 8
 DEFAULT_MAX_POSITIONS = 512
 
-# BERT's CJK blocks (tokenizers' BertNormalizer.handle_chinese_chars pads exactly these).
-_BERT_CJK = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F), (0x2B740, 0x2B81F),
-             (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
+# BERT's CJK blocks in the BMP (tokenizers' BertNormalizer.handle_chinese_chars pads these and the
+# supplementary-plane extensions; those are rare, so they take the tokenizer path instead of the table).
+_BERT_CJK = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0xF900, 0xFAFF))
 _WHITESPACE = " \t\n\r\u3000"
 
 
@@ -310,9 +310,14 @@ def build_pairs(enc: Encoded, docs: np.ndarray, seq_len: int, kind: str, sp: Spe
                 a_end = int(rng.integers(1, len(chunk))) if len(chunk) >= 2 else 1
                 a_ids, a_ws = cat(chunk[:a_end])
                 b_ids, b_ws = cat(chunk[a_end:])
-                if not len(b_ids):  # one sentence: split it at a random token
+                if not len(b_ids) and len(a_ids) >= 2:  # one sentence: split it at a random token
                     cut = int(rng.integers(1, len(a_ids)))
                     a_ids, b_ids, a_ws, b_ws = a_ids[:cut], a_ids[cut:], a_ws[:cut], a_ws[cut:]
+                while len(a_ids) + len(b_ids) > max_tok:         # trim A's front / B's back: A, B stay adjacent
+                    if len(a_ids) > len(b_ids):
+                        a_ids, a_ws = a_ids[1:], a_ws[1:]
+                    else:
+                        b_ids, b_ws = b_ids[:-1], b_ws[:-1]
                 label = int(rng.random() < 0.5)
                 if label and kind == "nsp":
                     i -= len(chunk) - a_end                      # the real B sentences go back in the queue
@@ -325,11 +330,6 @@ def build_pairs(enc: Encoded, docs: np.ndarray, seq_len: int, kind: str, sp: Spe
                     b_ids, b_ws = b_ids[:max_tok - len(a_ids)], b_ws[:max_tok - len(a_ids)]
                 elif label:                                      # sop: swapped order
                     a_ids, b_ids, a_ws, b_ws = b_ids, a_ids, b_ws, a_ws
-                while len(a_ids) + len(b_ids) > max_tok:         # trim the longer side from its end
-                    if len(a_ids) > len(b_ids):
-                        a_ids, a_ws = a_ids[:-1], a_ws[:-1]
-                    else:
-                        b_ids, b_ws = b_ids[:-1], b_ws[:-1]
                 if len(a_ids) and len(b_ids):
                     row = np.full(seq_len, sp.pad, np.int64)
                     rws = np.ones(seq_len, bool)
@@ -519,6 +519,18 @@ def main(argv: list[str]) -> int:
         if not p.is_file():
             raise ZhBertError(f"{p}: corpus file not found")
     segmenter = Segmenter(args.segmenter, args.user_dict)
+    n_docs = 0
+    for p in paths:
+        try:
+            with open(p, encoding="utf-8") as f:
+                n_docs += sum(1 for line in f if line.strip())
+        except UnicodeDecodeError as e:
+            raise ZhBertError(f"{p}: not UTF-8 text ({e.reason} at byte {e.start}); expected `zh-bert clean` output") from None
+    if n_docs == 0:
+        raise ZhBertError(f"empty corpus: no documents in {', '.join(map(str, paths))}")
+    n_valid = args.valid_docs if args.valid_docs is not None else (min(1000, n_docs // 100) if n_docs >= 100 else 0)
+    if n_valid < 0 or n_valid >= n_docs:
+        raise ZhBertError(f"--valid-docs {n_valid} must be in [0, {n_docs}) for {n_docs} documents")
 
     from zh_bert.tokenizer_files import load_tokenizer, tokenizer_fingerprint
 
@@ -548,22 +560,13 @@ def main(argv: list[str]) -> int:
     elif out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ZhBertError(f"{out}: exists and is not a shard directory; refusing to overwrite it")
 
-    n_docs = 0
-    for p in paths:
-        with open(p, encoding="utf-8") as f:
-            n_docs += sum(1 for line in f if line.strip())
-    if n_docs == 0:
-        raise ZhBertError(f"empty corpus: no documents in {', '.join(map(str, paths))}")
-    n_valid = args.valid_docs if args.valid_docs is not None else (min(1000, n_docs // 100) if n_docs >= 100 else 0)
-    if n_valid < 0 or n_valid >= n_docs:
-        raise ZhBertError(f"--valid-docs {n_valid} must be in [0, {n_docs}) for {n_docs} documents")
     valid = np.sort(np.random.default_rng([args.seed, 1]).choice(n_docs, size=n_valid, replace=False))
 
     encoder = TextEncoder(tok, segmenter, fast=not args.slow)
     if encoder.fast:
         sample = []
         for _, path, first, lines, _ in iter_chunks(paths):
-            sample = parse_docs(path, first, lines[:300])
+            sample = parse_docs(path, first, lines[:100])
             break
         if not encoder.self_check(sample):
             print("zh-bert shard: warning: character lookup disagrees with the tokenizer; using the tokenizer "

@@ -46,7 +46,8 @@ class CleanConfig:
 
 @dataclass
 class BatchResult:
-    kept: list            # (source, text, exact key, minhash signature or None)
+    kept: list            # (JSON line, characters, exact key, minhash signature or None); JSON encoded
+                          # in the worker, so the main process only deduplicates and writes
     docs_in: int = 0
     chars_in: int = 0
     bytes_in: int = 0
@@ -87,7 +88,8 @@ class DocCleaner:
                 continue
             key = exact_key(text) if self.cfg.dedup != "none" else b""
             sig = self.minhasher.signature(text) if self.minhasher else None
-            res.kept.append((doc.source, text, key, sig))
+            line = json.dumps({"text": text, "source": doc.source}, ensure_ascii=False)
+            res.kept.append((line, len(text), key, sig))
         return res
 
 
@@ -229,7 +231,7 @@ def clean(inputs: list[str], out: str | os.PathLike, cfg: CleanConfig, *, fmt: s
                 pii.update(res.pii)
                 boilerplate_lines += res.boilerplate_lines
                 lines = []
-                for source, text, key, sig in res.kept:
+                for line, nchars, key, sig in res.kept:
                     if cfg.dedup != "none":
                         if key in seen:
                             dups["exact"] += 1
@@ -239,8 +241,8 @@ def clean(inputs: list[str], out: str | os.PathLike, cfg: CleanConfig, *, fmt: s
                         dups["near"] += 1
                         continue
                     total["docs_out"] += 1
-                    total["chars_out"] += len(text)
-                    lines.append(json.dumps({"text": text, "source": source}, ensure_ascii=False))
+                    total["chars_out"] += nchars
+                    lines.append(line)
                 if lines:
                     fout.write("\n".join(lines) + "\n")
             if total["docs_out"] == 0:

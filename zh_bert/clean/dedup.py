@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from zh_bert.clean.filters import ngram_hashes
+
 DEDUP_MODES = ("exact", "minhash", "none")
 
 
@@ -30,9 +32,12 @@ def exact_key(text: str) -> bytes:
     return hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
 
 
-def lsh_params(threshold: float, num_perm: int) -> tuple[int, int]:
-    """(bands, rows) with bands*rows <= num_perm minimising false positives + false negatives around
-    `threshold` (the same criterion as datasketch's MinHashLSH, integrated numerically)."""
+def lsh_params(threshold: float, num_perm: int, fn_weight: float = 0.8) -> tuple[int, int]:
+    """(bands, rows) with bands*rows <= num_perm minimising the weighted false-positive and
+    false-negative areas around `threshold` (datasketch's criterion). Candidates are verified against
+    the estimated Jaccard afterwards, so false positives are cheap and the weight leans on recall:
+    at threshold 0.8 and 128 permutations, (12, 10) catches 99.4% of pairs at J=0.9 where datasketch's
+    default (9, 13) catches 93%."""
     xs = np.linspace(0, 1, 201)
     lo, hi = xs < threshold, xs >= threshold
     trapz = getattr(np, "trapezoid", None) or np.trapz  # numpy 2 renamed it
@@ -40,57 +45,67 @@ def lsh_params(threshold: float, num_perm: int) -> tuple[int, int]:
     for b in range(1, num_perm + 1):
         for r in range(1, num_perm // b + 1):
             p = 1 - (1 - xs ** r) ** b            # probability of becoming a candidate at similarity x
-            err = trapz(p[lo], xs[lo]) + trapz(1 - p[hi], xs[hi])
+            err = (1 - fn_weight) * trapz(p[lo], xs[lo]) + fn_weight * trapz(1 - p[hi], xs[hi])
             if err < best_err:
                 best, best_err = (b, r), err
     return best
 
 
 class MinHasher:
-    """Signatures of character n-gram sets: min over shingles of (a*x + b) >> 32 (multiply-shift hashing,
-    64-bit arithmetic wraps), one (a, b) pair per permutation."""
+    """Signatures of character n-gram sets: for each permutation, min over shingles of a*x + b mod 2^32
+    (x: a 32-bit shingle hash, a odd). 32-bit lanes: numpy's uint64 multiply is not vectorised here
+    and ran 10x slower; the estimate stays within the sampling error of 128 permutations (tested)."""
 
     def __init__(self, cfg: MinHashConfig):
         self.cfg = cfg
         rng = np.random.default_rng(cfg.seed)
-        self.a = (rng.integers(1, 2**63, cfg.num_perm, dtype=np.uint64) | np.uint64(1))[None, :]
-        self.b = rng.integers(0, 2**63, cfg.num_perm, dtype=np.uint64)[None, :]
+        # column vectors: the (perms x shingles) block is reduced along its contiguous axis (1.5x faster)
+        self.a = (rng.integers(1, 2**32, cfg.num_perm, dtype=np.uint64).astype(np.uint32) | np.uint32(1))[:, None]
+        self.b = rng.integers(0, 2**32, cfg.num_perm, dtype=np.uint64).astype(np.uint32)[:, None]
 
-    def shingles(self, text: str) -> np.ndarray:
-        text = text.replace("\n", "")
-        cps = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32).astype(np.uint64)
-        n = min(self.cfg.ngram, len(cps))
-        m = len(cps) - n + 1
-        if m <= 0:
-            return np.zeros(1, dtype=np.uint64)
-        h = np.zeros(m, dtype=np.uint64)
-        for k in range(n):
-            h = h * np.uint64(0x100000001B3) + cps[k:k + m]
-        return np.unique(h)
+    def shingles(self, text: str, distinct: bool = True) -> np.ndarray:
+        """32-bit hashes of the character n-grams (newlines ignored); repeats kept if not `distinct`
+        (the signature is a minimum, repeats cannot change it, and np.unique costs more than they do)."""
+        cps = np.frombuffer(text.replace("\n", "").encode("utf-32-le"), dtype=np.uint32)
+        if len(cps) == 0:
+            return np.zeros(1, dtype=np.uint32)
+        h = ngram_hashes(cps, min(self.cfg.ngram, len(cps)))
+        # one extra multiply-xorshift round: ngram_hashes' last step is linear in the last character
+        h = h * np.uint32(0x9E3779B1)
+        h ^= h >> np.uint32(15)
+        return np.unique(h) if distinct else h
 
     def signature(self, text: str) -> np.ndarray:
         """(num_perm,) uint32 signature."""
-        sh = self.shingles(text)
-        sig = np.full(self.cfg.num_perm, np.iinfo(np.uint64).max, dtype=np.uint64)
-        for i in range(0, len(sh), 2048):  # bound the (shingles x perms) matrix to 2 MB
-            block = sh[i:i + 2048, None] * self.a + self.b
-            np.minimum(sig, block.min(axis=0), out=sig)
-        return (sig >> np.uint64(32)).astype(np.uint32)
+        sh = self.shingles(text, distinct=False)
+        sig = np.full(self.cfg.num_perm, np.iinfo(np.uint32).max, dtype=np.uint32)
+        for i in range(0, len(sh), 4096):  # bound the (perms x shingles) block to 2 MB
+            block = np.multiply(self.a, sh[None, i:i + 4096])
+            block += self.b
+            np.minimum(sig, block.min(axis=1), out=sig)
+        return sig
 
 
 class LSHIndex:
-    """Banded LSH over signatures. `add_or_match(sig)` returns True if a stored document shares a band
-    with `sig` (a near-duplicate), else stores it. Memory: `bands` Python ints per kept document
-    (~1.5 kB each with 16 bands)."""
+    """Banded LSH over signatures with verification. `add_or_match(sig)` returns True if an earlier kept
+    document shares a band with `sig` and their signatures agree on at least `threshold` of the
+    permutations (estimated Jaccard), else stores `sig`. Memory per kept document: the signature
+    (4 bytes x num_perm) plus one dict entry per band, about 1.5 kB with the defaults."""
 
     def __init__(self, cfg: MinHashConfig):
+        self.threshold = cfg.threshold
         self.bands, self.rows = lsh_params(cfg.threshold, cfg.num_perm)
-        self.tables: list[set[int]] = [set() for _ in range(self.bands)]
+        self.tables: list[dict[int, int]] = [{} for _ in range(self.bands)]
+        self.sigs: list[np.ndarray] = []
 
     def add_or_match(self, sig: np.ndarray) -> bool:
         keys = [hash(sig[i * self.rows:(i + 1) * self.rows].tobytes()) for i in range(self.bands)]
-        if any(k in t for k, t in zip(keys, self.tables)):
-            return True
-        for k, t in zip(keys, self.tables):
-            t.add(k)
+        for k, table in zip(keys, self.tables):
+            j = table.get(k)
+            if j is not None and (self.sigs[j] == sig).mean() >= self.threshold:
+                return True
+        idx = len(self.sigs)
+        self.sigs.append(sig)
+        for k, table in zip(keys, self.tables):
+            table.setdefault(k, idx)
         return False

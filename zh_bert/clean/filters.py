@@ -67,18 +67,33 @@ def _codepoints(text: str) -> np.ndarray:
     return np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
 
 
+_MULT = np.uint32(0x01000193)
+
+
+def _combine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return a * _MULT ^ b
+
+
 def ngram_hashes(cps: np.ndarray, n: int) -> np.ndarray:
-    """32-bit hash of every character n-gram (polynomial, vectorised over positions). 32 bits sort
-    twice as fast as 64; a rare collision only nudges a statistic, it never decides alone."""
+    """32-bit hash of every character n-gram, built by doubling (1 → 2 → 4 → 8 characters, then
+    combining prefixes), so a 10-gram costs 4 vectorised passes instead of 10. 32 bits sort twice as
+    fast as 64; a rare collision only nudges a statistic, it never decides alone."""
     m = len(cps) - n + 1
     if m <= 0:
         return np.empty(0, dtype=np.uint32)
-    h = cps[:m].copy()
-    mult = np.uint32(0x01000193)
-    for k in range(1, n):
-        h *= mult
-        h ^= cps[k:k + m]
-    return h
+    pows = {1: cps}
+    k = 1
+    while 2 * k <= n:
+        prev = pows[k]
+        pows[2 * k] = _combine(prev[:len(prev) - k], prev[k:])
+        k *= 2
+    h, done = None, 0
+    for size in sorted(pows, reverse=True):
+        if done + size <= n:
+            part = pows[size][done:done + m]
+            h = part.copy() if h is None else _combine(h, part)
+            done += size
+    return h[:m]
 
 
 def top_ngram_count(cps: np.ndarray, n: int) -> int:

@@ -150,7 +150,9 @@ def collapse_whitespace(text: str) -> str:
     lines stripped; blank lines removed, so paragraphs are separated by exactly one '\\n'."""
     lines = []
     for line in text.split("\n"):
-        line = _SPACES_RE.sub(" ", line).strip()
+        if "  " in line:
+            line = _SPACES_RE.sub(" ", line)
+        line = line.strip()
         if " " in line:
             line = _SPACE_BETWEEN_CJK_RE.sub("", line)
         if line:

@@ -269,7 +269,7 @@ def read_json(path: Path, field_name: str, field_given: bool, encoding: str,
         first_obj = json.loads(first.decode("utf-8-sig", errors="replace")) if first else None
     except json.JSONDecodeError:
         first_obj = None
-    if isinstance(first_obj, dict):
+    if isinstance(first_obj, dict) and not isinstance(first_obj.get("data"), list):
         yield from read_jsonl(path, field_name, field_given, encoding, problems)
         return
     with open_binary(path) as f:

@@ -64,7 +64,8 @@ def build_report_parser() -> argparse.ArgumentParser:
                     "character coverage, top UNK characters.")
     p.add_argument("tokdir", metavar="TOKDIR", help="tokenizer dir (zh-bert vocab output, or a model dir)")
     p.add_argument("text", nargs="+", metavar="TEXT", help=".txt (one document per line) or .jsonl files")
-    p.add_argument("--compare", metavar="TOKDIR2", help="a second tokenizer dir, printed side by side")
+    p.add_argument("--compare", metavar="TOKDIR2", action="append", default=[],
+                   help="another tokenizer dir, printed side by side (repeat to compare more)")
     p.add_argument("--max-docs", type=int, default=None, help="use only the first N documents")
     p.add_argument("--top-unk", type=int, default=10, help="how many UNK characters to list")
     p.add_argument("--json", metavar="PATH", help="also write the report(s) as JSON")

@@ -206,11 +206,15 @@ def build_char(docs: list[str], o: VocabOptions) -> tuple[list[str], dict]:
         if size < len(tokens):
             raise _size_error(size, o.unused + len(SPECIALS), counts, len(tokens),
                               "characters and '##' continuations")
-    room = size - len(tokens)
-    if room > 0:  # Latin/digit pieces from the WordPiece trainer (CJK characters are single-char words)
-        trainer_size = len(SPECIALS) + len(counts) + len(conts_all) + room + 100
+    extra = size - len(tokens) + 100
+    while len(tokens) < size:  # Latin/digit pieces from the WordPiece trainer (CJK chars are single-char words)
+        trainer_size = len(SPECIALS) + len(counts) + len(conts_all) + extra
         pieces = train_wordpieces(docs, trainer_size, o.min_frequency, special_layout(0))
+        before = len(tokens)
         tokens = _extend(tokens, [p for p in pieces if len(p.removeprefix("##")) > 1 and p not in SPECIALS], size)
+        if len(pieces) < trainer_size or len(tokens) == before:
+            break  # the corpus has no more pieces to give
+        extra *= 4  # many pieces were already in --base-vocab: train more
     return tokens, {"characters": sum(1 for t in tokens if len(t) == 1),
                     "added_to_base": len(tokens) - len(base) if base else None}
 

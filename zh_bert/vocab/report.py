@@ -86,7 +86,7 @@ def report_main(args) -> int:
     if args.top_unk < 0:
         raise ZhBertError(f"--top-unk must be >= 0, got {args.top_unk}")
     texts = read_docs(args.text, args.max_docs)
-    tokdirs = [args.tokdir] + ([args.compare] if args.compare else [])
+    tokdirs = [args.tokdir] + list(args.compare)
     reports = [vocab_report(d, texts, args.top_unk) for d in tokdirs]
     print(format_reports(reports))
     if args.json:

@@ -1,0 +1,127 @@
+"""Throughput of `zh-bert clean` on the bundled sample corpus (corpora/sample/, 5.7 MB), in MB/s of input,
+with exact dedup and with MinHash, against a baseline run in the same process: a naive single-process
+cleaner (NFKC + HTML-tag regex + whitespace collapse + md5 exact dedup + json lines out), the
+"plain Python" reference in shared/STACK.md (~20 MB/s per core).
+
+    python bench/clean_throughput.py [--repeat 3] [--workers 2] [--input corpora/sample]
+
+Prints one line per configuration (median of --repeat runs: wall-clock MB/s, and MB per CPU-second,
+which a machine shared with other jobs disturbs less) and the ratios; compare ratios from one run, not
+absolute numbers across runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import resource
+import statistics
+import sys
+import tempfile
+import time
+import unicodedata
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from zh_bert.clean import main as clean_main  # noqa: E402
+from zh_bert.clean.readers import expand_inputs  # noqa: E402
+
+
+def baseline(files: list[Path], out: Path) -> int:
+    """The naive cleaner: what a user writes in ten minutes."""
+    tag = re.compile(r"<[^>]+>")
+    space = re.compile(r"\s+")
+    seen = set()
+    n = 0
+    with open(out, "w", encoding="utf-8") as f:
+        for path in files:
+            with open(path, encoding="utf-8", errors="replace") as src:
+                for line in src:
+                    text = space.sub(" ", tag.sub("", unicodedata.normalize("NFKC", line))).strip()
+                    if len(text) < 20:
+                        continue
+                    key = hashlib.md5(text.encode()).digest()
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    f.write(json.dumps({"text": text, "source": str(path)}, ensure_ascii=False) + "\n")
+                    n += 1
+    return n
+
+
+def _cpu() -> float:
+    """CPU seconds of this process and its reaped children (the pool's workers)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def timed(fn, repeat: int) -> tuple[float, float]:
+    """Median (wall seconds, CPU seconds) over `repeat` runs."""
+    walls, cpus = [], []
+    for _ in range(repeat):
+        t, c = time.perf_counter(), _cpu()
+        fn()
+        walls.append(time.perf_counter() - t)
+        cpus.append(_cpu() - c)
+    return statistics.median(walls), statistics.median(cpus)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--input", default=str(REPO / "corpora" / "sample"))
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)))
+    args = ap.parse_args()
+    files, _ = expand_inputs([args.input])
+    mb = sum(f.stat().st_size for f in files) / 1e6
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "docs.jsonl"
+        runs = {
+            "baseline (naive, 1 process)": lambda: baseline(files, out),
+            "zh-bert clean --dedup exact --workers 1": lambda: clean_main(
+                [args.input, "-o", str(out), "-q", "--dedup", "exact", "--workers", "1"]),
+            f"zh-bert clean --dedup exact --workers {args.workers}": lambda: clean_main(
+                [args.input, "-o", str(out), "-q", "--dedup", "exact", "--workers", str(args.workers)]),
+            f"zh-bert clean --dedup minhash --workers {args.workers}": lambda: clean_main(
+                [args.input, "-o", str(out), "-q", "--dedup", "minhash", "--workers", str(args.workers)]),
+        }
+        speed = {}
+        for name, fn in runs.items():
+            wall, cpu = timed(fn, args.repeat)
+            speed[name] = mb / wall
+            print(f"{name:<48} {speed[name]:6.1f} MB/s wall   {mb / cpu:6.1f} MB per CPU-second", flush=True)
+        # MinHash signatures alone: ours (numpy, 32-bit lanes) vs datasketch 2.0, same shingles/perms.
+        from zh_bert.clean.dedup import MinHashConfig, MinHasher
+
+        docs = [l for f in files if f.suffix == ".txt" for l in f.read_text(encoding="utf-8").split("\n") if l]
+        docs_mb = sum(len(d.encode()) for d in docs) / 1e6
+        ours = MinHasher(MinHashConfig())
+        sig_ours = docs_mb / timed(lambda: [ours.signature(d) for d in docs], 1)[1]
+        try:
+            from datasketch import MinHash
+
+            def ds():
+                for d in docs:
+                    m = MinHash(num_perm=128)
+                    m.update_batch([d[i:i + 5].encode() for i in range(max(1, len(d) - 4))])
+            sig_ds = docs_mb / timed(ds, 1)[1]
+        except ImportError:
+            sig_ds = float("nan")
+        print(f"{'MinHash signatures only: zh-bert (numpy)':<48} {sig_ours:6.1f} MB per CPU-second")
+        print(f"{'MinHash signatures only: datasketch update_batch':<48} {sig_ds:6.1f} MB per CPU-second")
+    names = list(speed)
+    base, exact1, exact, minhash = (speed[n] for n in names)
+    print(f"\ninput: {args.input} ({mb:.2f} MB, {len(files)} files), median of {args.repeat}, "
+          f"{os.cpu_count()} cores")
+    print(f"exact / baseline: {exact / base:.2f}x   workers {args.workers} / 1: {exact / exact1:.2f}x   "
+          f"minhash / exact: {minhash / exact:.2f}x (MinHash costs {100 * (1 - minhash / exact):.0f}% of throughput)   "
+          f"signatures zh-bert / datasketch: {sig_ours / sig_ds:.1f}x")
+
+
+if __name__ == "__main__":
+    main()

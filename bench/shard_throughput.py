@@ -1,0 +1,167 @@
+"""Throughput of `zh-bert shard` and of the loader, against baselines run in the same process.
+
+1. Sharding speed in MB/s of text (corpora/sample, zhwiki + CLUECorpusSmall, Google's 21,128 vocab):
+   baseline = the transformers tokenizer's batch encoding (`tok(texts)`, no word boundaries), versus
+   zh-bert's encoder (char lookup + tokenizer for non-CJK runs) with segmenter none / rjieba / jieba,
+   and the whole `zh-bert shard` command (reading JSONL, rjieba, packing, writing) with --workers N.
+   MB per CPU-second is printed too: on a machine shared with other jobs it is steadier than wall-clock.
+2. rjieba vs jieba: agreement on word-start positions (fraction of characters, and F1 of word starts).
+3. Loader: time per batch (ShardLoader: memmap read + wwm masking + torch tensors) against one training
+   step (forward + backward + AdamW) of the "mini" model (L4/H256/A4/I1024) via zh-bert's PretrainModel,
+   batch 32 x 128, fp32.
+
+    python bench/shard_throughput.py [--repeat 3] [--workers 2] [--jieba-mb 1] [--corpus-copies 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
+
+import numpy as np  # noqa: E402
+
+
+def cpu_s() -> float:
+    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+
+
+def timed(fn, repeat: int) -> tuple[float, float]:
+    """Median wall seconds and median CPU seconds of `fn()` over `repeat` runs."""
+    walls, cpus = [], []
+    for _ in range(repeat):
+        c0, t0 = cpu_s(), time.perf_counter()
+        fn()
+        walls.append(time.perf_counter() - t0)
+        cpus.append(cpu_s() - c0)
+    return statistics.median(walls), statistics.median(cpus)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--jieba-mb", type=float, default=1.0, help="MB of text for the (slow) jieba runs")
+    ap.add_argument("--corpus-copies", type=int, default=3,
+                    help="the end-to-end runs shard the sample this many times over (fixed start-up costs amortised)")
+    ap.add_argument("--steps", type=int, default=5, help="training steps to time for the loader ratio")
+    args = ap.parse_args()
+
+    from transformers import BertTokenizer
+
+    from zh_bert.segment import Segmenter
+    from zh_bert.shard import TextEncoder
+    from zh_bert.shard import main as shard_main
+
+    texts = []
+    for name in ("zhwiki_sampled.txt", "CLUECorpusSmall_sampled.txt"):
+        texts += [t for t in (REPO / "corpora/sample" / name).read_text(encoding="utf-8").split("\n") if t.strip()]
+    mb = sum(len(t.encode("utf-8")) for t in texts) / 1e6
+    tmp = Path(tempfile.mkdtemp(prefix="zhbert-bench-"))
+    tokdir = tmp / "tok"
+    tok = BertTokenizer(vocab=str(REPO / "tests/data/bert_base_chinese_vocab/vocab.txt"))
+    assert tok.convert_tokens_to_ids("中") == 704
+    tok.save_pretrained(str(tokdir))
+    corpus = tmp / "docs.jsonl"
+    with open(corpus, "w", encoding="utf-8") as f:
+        for copy in range(args.corpus_copies):
+            for i, t in enumerate(texts):
+                f.write(json.dumps({"text": t, "source": f"sample:{copy}:{i}"}, ensure_ascii=False) + "\n")
+    print(f"text: {len(texts)} documents, {mb:.1f} MB; {os.cpu_count()} CPUs; median of {args.repeat}")
+
+    rows = []
+
+    def report(name, wall, cpu, size=mb):
+        rows.append((name, size / wall, size / cpu))
+        base_w, base_c = rows[0][1], rows[0][2]
+        print(f"  {name:<44} {size / wall:6.2f} MB/s  {size / cpu:6.2f} MB/cpu-s   "
+              f"x{size / wall / base_w:5.2f} wall  x{size / cpu / base_c:5.2f} cpu", flush=True)
+
+    print("1. sharding speed (ratios against the first line)")
+    report("transformers BertTokenizer batch encode", *timed(lambda: tok(texts), args.repeat))
+    for seg in ("none", "rjieba"):
+        enc = TextEncoder(tok, Segmenter(seg))
+        report(f"zh-bert encoder, segmenter {seg}", *timed(lambda: enc.encode(texts), args.repeat))
+    small, size = [], 0
+    for t in texts:
+        if size > args.jieba_mb * 1e6:
+            break
+        small.append(t)
+        size += len(t.encode("utf-8"))
+    enc = TextEncoder(tok, Segmenter("jieba"))
+    enc.encode(small[:10])  # jieba builds its dictionary on first use
+    report(f"zh-bert encoder, segmenter jieba ({size / 1e6:.1f} MB)", *timed(lambda: enc.encode(small), 1),
+           size=size / 1e6)
+    for workers in sorted({1, args.workers}):
+        out = tmp / f"shards{workers}"
+        argv = [str(corpus), "--tokenizer", str(tokdir), "-o", str(out), "--workers", str(workers), "--valid-docs", "50"]
+
+        def run():
+            if out.exists():
+                import shutil
+                shutil.rmtree(out)
+            shard_main(argv)
+
+        report(f"zh-bert shard --workers {workers} ({args.corpus_copies * mb:.0f} MB, rjieba)", *timed(run, args.repeat),
+               size=args.corpus_copies * mb)
+
+    print("2. rjieba vs jieba word starts")
+    joined = "\n".join(small)
+    a, b = Segmenter("jieba").word_start_mask(joined), Segmenter("rjieba").word_start_mask(joined)
+    tp = (a & b).sum()
+    print(f"  characters with the same start/no-start decision: {(a == b).mean():.4%}; word-start F1 "
+          f"{2 * tp / (a.sum() + b.sum()):.4f} ({a.sum()} jieba words, {b.sum()} rjieba words)")
+
+    print("3. loader + masking per step vs one mini-model training step (batch 32 x 128, fp32)")
+    import torch
+
+    from zh_bert.data import ShardDataset, ShardLoader
+    from zh_bert.masking import MaskingConfig
+    from zh_bert.model import PretrainModel, build_config, model_class
+
+    ds = ShardDataset(tmp / f"shards{args.workers}")
+    for strategy in ("wwm", "ngram", "unigram-noise"):
+        it = iter(ShardLoader(ds, 32, MaskingConfig(strategy=strategy), seed=0))
+        next(it)
+        n = 200
+        t0 = time.perf_counter()
+        for _ in range(n):
+            batch = next(it)
+        load_s = (time.perf_counter() - t0) / n
+        print(f"  loader ({strategy}): {load_s * 1e3:.2f} ms per batch")
+    torch.manual_seed(0)
+    hf = model_class("mlm")(build_config("mini", len(tok)))
+    model = PretrainModel(hf)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step():
+        out = model(**batch)
+        (out["mlm_loss_sum"] / out["mlm_count"]).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    step()
+    t0 = time.perf_counter()
+    for _ in range(args.steps):
+        step()
+    step_s = (time.perf_counter() - t0) / args.steps
+    print(f"  mini model step: {step_s * 1e3:.0f} ms (zh-bert PretrainModel, sparse MLM head, "
+          f"{torch.get_num_threads()} threads)")
+    print(f"  loader / step = {load_s / step_s:.2%} (target < 5%)")
+    import shutil
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""Vocabulary build time on the bundled sample corpus, against a baseline in the same process.
+
+Baseline: the `tokenizers` tutorial way to get a 21,128-entry BERT WordPiece vocab (BertNormalizer +
+BertPreTokenizer + WordPieceTrainer, nothing written). Each zh-bert kind is timed from the same documents in
+memory to the finished tokenizer object (no file writing / AutoTokenizer self-check, which add ~0.3 s once
+transformers is imported). Ratio = zh-bert seconds / baseline seconds (lower is faster).
+
+    python bench/vocab_build.py [--docs N] [--repeat R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from zh_bert.vocab.build import VocabOptions, build_tokenizer, special_layout, train_wordpieces  # noqa: E402
+from zh_bert.vocab.corpus import read_docs  # noqa: E402
+
+SAMPLE = REPO / "corpora" / "sample"
+GOOGLE = REPO / "tests" / "data" / "bert_base_chinese_vocab" / "vocab.txt"
+
+
+def timed(fn, repeat: int) -> tuple[float, object]:
+    times, out = [], None
+    for _ in range(repeat):
+        t = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--docs", type=int, default=None, help="first N documents only")
+    ap.add_argument("--repeat", type=int, default=1)
+    args = ap.parse_args()
+    docs = read_docs([SAMPLE / "zhwiki_sampled.txt", SAMPLE / "CLUECorpusSmall_sampled.txt"], args.docs)
+    mb = sum(len(d.encode("utf-8")) for d in docs) / 1e6
+    print(f"corpus: {len(docs):,} documents, {mb:.1f} MB (corpora/sample zhwiki + CLUECorpusSmall)")
+
+    base_s, base_vocab = timed(lambda: train_wordpieces(docs, 21128, 1, special_layout(99)), args.repeat)
+    print(f"{'baseline: tokenizers WordPieceTrainer, 21,128':<52} {base_s:7.2f} s  {len(base_vocab):>6,} tokens  1.00x")
+    runs = [
+        ("char --size 21128", VocabOptions(kind="char", size=21128)),
+        ("char --base-vocab google (append new chars)", VocabOptions(kind="char", base_vocab=str(GOOGLE))),
+        ("wordpiece --size 21128", VocabOptions(kind="wordpiece", size=21128)),
+        ("word --size 40000 (rjieba)", VocabOptions(kind="word", size=40000)),
+        ("sentencepiece unigram --size 21128", VocabOptions(kind="sentencepiece", size=21128)),
+        ("sentencepiece bpe --size 21128", VocabOptions(kind="sentencepiece", size=21128, model_type="bpe")),
+    ]
+    for name, opts in runs:
+        s, (_, tokens, _, _) = timed(lambda: build_tokenizer(docs, opts), args.repeat)
+        print(f"zh-bert vocab {name:<38} {s:7.2f} s  {len(tokens):>6,} tokens  {s / base_s:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

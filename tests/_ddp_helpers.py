@@ -1,0 +1,64 @@
+"""Worker for tests/test_ddp.py, launched by `torchrun` / `accelerate launch`:
+`python tests/_ddp_helpers.py RECIPE.yaml [pretrain args...]` runs `zh-bert pretrain` unchanged, except:
+
+- the dataset rows each rank draws per step are appended to OUT_DIR/indices-rank{R}.jsonl (disjointness);
+- with ZH_BERT_TEST_SAMPLE_MASKS=1, each sequence is masked with an RNG keyed by its position in the
+  global sample stream (seed, epoch, position) instead of by (batch, rank), so that 1 process × 4
+  micro-batches and 2 processes × 2 micro-batches see the very same masked sequences and their updates
+  can be compared parameter by parameter. (The stock loader keys masks by batch and rank, which is exact
+  for resume but makes masks depend on the process count.)
+
+The process ends with os._exit after flushing: under gloo, a normal interpreter exit aborts about one run
+in three ("terminate called without an active exception", ../shared/STACK.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+
+def _patch_loader() -> None:
+    from zh_bert.data import ShardLoader
+
+    original = ShardLoader.next_numpy
+    per_sample = os.environ.get("ZH_BERT_TEST_SAMPLE_MASKS") == "1"
+    log_dir = os.environ.get("ZH_BERT_TEST_INDEX_DIR")
+
+    def next_numpy(self):
+        epoch, position = self.epoch, self.position
+        if per_sample:
+            idx = self._global_indices()[self.rank::self.world_size]
+            self.last_indices = idx
+            rows = [self.make_batch(idx[j:j + 1],
+                                    np.random.default_rng([self.seed, epoch, position + self.rank + j * self.world_size]))
+                    for j in range(len(idx))]
+            out = {k: np.concatenate([r[k] for r in rows]) for k in rows[0]}
+        else:
+            out = original(self)
+        if log_dir:
+            with open(Path(log_dir) / f"indices-rank{self.rank}.jsonl", "a") as f:
+                f.write(json.dumps({"epoch": epoch, "position": position,
+                                    "rows": [int(i) for i in self.last_indices]}) + "\n")
+        return out
+
+    ShardLoader.next_numpy = next_numpy
+
+
+if __name__ == "__main__":
+    _patch_loader()
+    if os.environ.get("ZH_BERT_TEST_PREINIT_CPU_STATE") == "1":   # manual check of the fix for the CPU-DDP bug
+        import torch
+        from accelerate import PartialState
+
+        PartialState(cpu=not torch.cuda.is_available())
+    from zh_bert.cli import main
+
+    rc = main(["pretrain", *sys.argv[1:]])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc)

@@ -1,0 +1,105 @@
+"""`zh-bert finetune` and the task readers, on real ChnSentiCorp / TNEWS text."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import DATA
+from zh_bert import cli
+from zh_bert.errors import ZhBertError
+from zh_bert.finetune import eval_entries, macro_f1, summarize
+from zh_bert.tasks import load_task, read_tsv
+
+CHNSENTI = DATA / "chnsenticorp"
+
+
+def chnsenti_rows(split: str, n: int) -> list[tuple[str, str]]:
+    lines = (CHNSENTI / f"{split}.tsv").read_text(encoding="utf-8").split("\n")[1:]
+    return [tuple(l.split("\t", 1)) for l in lines if l.strip()][:n]
+
+
+def write(path, lines):
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.mark.slow
+def test_finetune_learns_on_real_slice(tiny_model_dir, tmp_path, capsys):
+    """A random-init L2/H128 model on 600 real reviews (text<TAB>label, no header: columns detected)."""
+    import torch
+
+    torch.set_num_threads(1)  # 6 other test files share 2 cores; one thread avoids oversubscription
+    train = write(tmp_path / "train.tsv", [f"{t}\t{l}" for l, t in chnsenti_rows("train", 600)])
+    dev = write(tmp_path / "dev.tsv", [f"{t}\t{l}" for l, t in chnsenti_rows("dev", 200)])
+    test = write(tmp_path / "test.tsv", [f"{t}\t{l}" for l, t in chnsenti_rows("test", 100)])
+    rc = cli.main(["finetune", str(tiny_model_dir), "--task", f"tsv:{train},{dev},{test}", "--epochs", "3",
+                   "--lr", "2e-3", "--seq-len", "48", "--batch-size", "16", "--seed", "1"])
+    out = capsys.readouterr().out.strip().split("\n")
+    res = json.loads(out[-1])
+    assert rc == 0
+    assert res["dev_acc"] > res["majority_dev_acc"] + 0.12, res
+    assert res["test_acc"] > 0.6 and 0 < res["test_macro_f1"] <= 1
+    assert res["seeds"] == [1] and "dev_acc_std" not in res
+
+
+def test_malformed_tsv_line(tiny_model_dir, tmp_path, capsys):
+    rows = [f"{l}\t{t}" for l, t in chnsenti_rows("train", 6)]
+    rows[3] = rows[3].replace("\t", " ")                     # line 5 with the header: a lost tab
+    train = write(tmp_path / "train.tsv", ["label\ttext_a"] + rows)
+    dev = write(tmp_path / "dev.tsv", ["label\ttext_a"] + rows[:2])
+    rc = cli.main(["finetune", str(tiny_model_dir), "--task", f"tsv:{train},{dev}"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err.count("\n") == 0
+    assert f"{train}:5: expected 2 tab-separated fields, found 1" in err
+
+
+@pytest.mark.parametrize("header, order", [("label\ttext_a", "lt"), ("text_a\tlabel", "tl"), ("sentence\tlabel", "tl"),
+                                           (None, "lt"), (None, "tl")])
+def test_tsv_columns_detected(tmp_path, header, order):
+    rows = chnsenti_rows("dev", 30)
+    lines = [f"{l}\t{t}" if order == "lt" else f"{t}\t{l}" for l, t in rows]
+    path = write(tmp_path / "x.tsv", ([header] if header else []) + lines)
+    got = read_tsv(path)
+    assert [(e.label, e.text_a) for e in got] == [(l, t.strip()) for l, t in rows]
+
+
+def test_tsv_pairs_and_explicit_columns(tmp_path):
+    path = write(tmp_path / "p.tsv", ["sentence1\tsentence2\tlabel", "今天天气很好\t天气不错\t1", "我爱北京\t他讨厌上海\t0"])
+    got = read_tsv(path)
+    assert got[0].text_a == "今天天气很好" and got[0].text_b == "天气不错" and got[1].label == "0"
+    path = write(tmp_path / "c.tsv", ["好评\t1", "差评\t0"])
+    assert read_tsv(path, "text,label")[0].label == "1"
+    with pytest.raises(ZhBertError, match="unknown column role 'txt'"):
+        read_tsv(path, "label,txt")
+
+
+def test_chnsenticorp_duplicates_dropped_from_train():
+    task = load_task("chnsenticorp")
+    held = {e.text_a for e in task.dev + task.test}
+    assert len(task.dev) == 1200 and len(task.test) == 1200 and task.labels == ["0", "1"]
+    assert not any(e.text_a in held for e in task.train)
+    assert len({e.text_a for e in task.train}) == len(task.train)
+    assert 7000 < len(task.train) < 9600
+    assert any("dropped" in n for n in task.notes) and any("dev and test share" in n for n in task.notes)
+
+
+def test_tnews_and_unknown_task():
+    task = load_task("tnews")
+    assert len(task.labels) == 15 and "news_sports" in task.labels and len(task.test) == 2010
+    with pytest.raises(ZhBertError, match="did you mean 'chnsenticorp'"):
+        load_task("chnsenticrop")
+
+
+def test_metrics_and_seed_summary():
+    gold, pred = np.array([0, 0, 1, 1, 2]), np.array([0, 1, 1, 1, 0])
+    # per class F1: c0 = 2*1/(2+1+1) = .5, c1 = 2*2/(4+1+0) = .8, c2 = 0
+    assert macro_f1(gold, pred) == pytest.approx((0.5 + 0.8 + 0.0) / 3)
+    runs = [{"dev_acc": a, "dev_macro_f1": a, "test_acc": a, "test_macro_f1": a} for a in (0.8, 0.9, 1.0)]
+    s = summarize(runs)
+    assert s["test_acc"] == pytest.approx(0.9) and s["test_acc_std"] == pytest.approx(0.1)  # sample std
+    entries = eval_entries({"task": "chnsenticorp", "seeds": [1, 2, 3], **s}, "chnsenticorp")
+    assert {e["metric_name"] for e in entries} == {"dev accuracy", "test accuracy", "test macro-F1"}
+    assert all(e["dataset_name"] == "ChnSentiCorp" for e in entries)
