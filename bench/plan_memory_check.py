@@ -33,8 +33,8 @@ def _status_kb(field: str) -> int:
     raise RuntimeError(f"{field} not in /proc/self/status")
 
 
-def child(model: str, micro_batch: int, seq_len: int, precision: str, accumulation: int = 2,
-          steps: int = 2) -> dict:
+def child(model: str, micro_batch: int, seq_len: int, precision: str, attention_dropout: float = 0.0,
+          accumulation: int = 2, steps: int = 2) -> dict:
     """Runs in the fresh subprocess: returns the peak bytes of training above the warmed-up baseline."""
     import torch
     from transformers import BertForMaskedLM
@@ -64,46 +64,51 @@ def child(model: str, micro_batch: int, seq_len: int, precision: str, accumulati
     run(warm, 2, 1)                                       # warm-up: pools and kernel caches, then freed
     baseline = _status_kb("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")         # reset VmHWM to the current RSS
-    cfg = model_config(model, 21128)
+    cfg = model_config(model, 21128, 0.1, attention_dropout)
     run(cfg, micro_batch, steps)
     peak = _status_kb("VmHWM")
     return {"peak_bytes": (peak - baseline) * 1024}
 
 
-def measure(model: str, micro_batch: int, seq_len: int = 128, precision: str = "fp32") -> float:
+def measure(model: str, micro_batch: int, seq_len: int = 128, precision: str = "fp32",
+            attention_dropout: float = 0.0) -> float:
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="0",
                PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     code = (f"import json,sys; sys.path.insert(0, {str(REPO / 'bench')!r}); import plan_memory_check as m; "
-            f"print(json.dumps(m.child({model!r}, {micro_batch}, {seq_len}, {precision!r})))")
+            f"print(json.dumps(m.child({model!r}, {micro_batch}, {seq_len}, {precision!r}, {attention_dropout!r})))")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])["peak_bytes"]
 
 
-def estimate(model: str, micro_batch: int, seq_len: int = 128, precision: str = "fp32") -> float:
+def estimate(model: str, micro_batch: int, seq_len: int = 128, precision: str = "fp32",
+             attention_dropout: float = 0.0) -> float:
     from zh_bert.plan import ModelShape, estimate_memory, model_config
 
-    shape = ModelShape.from_config(model_config(model, 21128))
-    # CPU SDPA has no fused kernel with dropout > 0 in training: the math path stores the s×s matrix.
-    return estimate_memory(shape, seq_len, micro_batch, precision, device="cpu", fused_attention=False).total
+    shape = ModelShape.from_config(model_config(model, 21128, 0.1, attention_dropout))
+    # CPU SDPA has no fused kernel with attention dropout > 0: the math path stores the s×s matrix.
+    return estimate_memory(shape, seq_len, micro_batch, precision, device="cpu",
+                           fused_attention=attention_dropout == 0).total
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--attention-dropout", type=float, default=0.0,
+                    help="0 (zh-bert's default): CPU SDPA's fused kernel; > 0: the math path")
     args = ap.parse_args(argv)
     rows, ok = [], True
     print(f"{'model':<7}{'micro':>6}{'measured MB':>13}{'planned MB':>12}{'planned/measured':>18}")
     for model, mb in CASES:
-        got = measure(model, mb, args.seq_len, args.precision)
-        want = estimate(model, mb, args.seq_len, args.precision)
+        got = measure(model, mb, args.seq_len, args.precision, args.attention_dropout)
+        want = estimate(model, mb, args.seq_len, args.precision, args.attention_dropout)
         ratio = want / got
         ok &= abs(ratio - 1) <= TOLERANCE
         rows.append({"model": model, "micro_batch": mb, "measured_mb": got / 2**20, "planned_mb": want / 2**20,
                      "ratio": ratio})
         print(f"{model:<7}{mb:>6}{got / 2**20:>13.0f}{want / 2**20:>12.0f}{ratio:>18.2f}")
     print(f"{'all within' if ok else 'NOT all within'} ±{TOLERANCE:.0%} (precision {args.precision}, "
-          f"seq_len {args.seq_len})")
+          f"seq_len {args.seq_len}, attention_dropout {args.attention_dropout})")
     return 0 if ok else 1
 
 

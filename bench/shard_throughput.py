@@ -29,8 +29,6 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
 
-import numpy as np  # noqa: E402
-
 
 def cpu_s() -> float:
     s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -105,7 +103,8 @@ def main() -> None:
            size=size / 1e6)
     for workers in sorted({1, args.workers}):
         out = tmp / f"shards{workers}"
-        argv = [str(corpus), "--tokenizer", str(tokdir), "-o", str(out), "--workers", str(workers), "--valid-docs", "50"]
+        argv = [str(corpus), "--tokenizer", str(tokdir), "-o", str(out), "--workers", str(workers),
+                "--valid-docs", "50"]
 
         def run():
             if out.exists():
@@ -113,8 +112,8 @@ def main() -> None:
                 shutil.rmtree(out)
             shard_main(argv)
 
-        report(f"zh-bert shard --workers {workers} ({args.corpus_copies * mb:.0f} MB, rjieba)", *timed(run, args.repeat),
-               size=args.corpus_copies * mb)
+        report(f"zh-bert shard --workers {workers} ({args.corpus_copies * mb:.0f} MB, rjieba)",
+               *timed(run, args.repeat), size=args.corpus_copies * mb)
 
     print("2. rjieba vs jieba word starts")
     joined = "\n".join(small)

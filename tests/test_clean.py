@@ -6,7 +6,6 @@ from __future__ import annotations
 import bz2
 import gzip
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -16,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import DATA, GOOGLE_VOCAB, REPO, SAMPLE, read_lines
+from conftest import DATA, GOOGLE_VOCAB, SAMPLE, read_lines
 
 from zh_bert.clean import CleanConfig, DocCleaner, main, report_path
 from zh_bert.clean.dedup import MinHashConfig, MinHasher, lsh_params
@@ -186,6 +185,17 @@ def test_directory_recursive_and_gzip(tmp_path, wiki_lines, clue_lines):
 
 
 # --- encodings and broken input ------------------------------------------------------------------------
+def test_broken_or_foreign_xml(tmp_path):
+    cut = tmp_path / "zhwiki-cut-pages-articles.xml"
+    cut.write_bytes(XML.read_bytes()[:3000])  # a dump cut short mid-page
+    other = tmp_path / "other.xml"
+    other.write_text("<root><p>数学是利用符号语言研究数量的学科。</p></root>\n", encoding="utf-8")
+    for src, msg in ((cut, "not a complete MediaWiki XML dump"), (other, "root element is not <mediawiki>")):
+        r = cli(src, "-o", tmp_path / "o.jsonl")
+        assert r.returncode == 2 and str(src) in r.stderr and msg in r.stderr and "Traceback" not in r.stderr
+        assert not (tmp_path / "o.jsonl").exists()
+
+
 def test_gbk_and_big5_detected(tmp_path):
     gbk_lines = (CLEAN / "clue_gbk.txt").read_bytes().decode("gbk").split("\n")
     docs, report = run([CLEAN / "clue_gbk.txt"], tmp_path / "g.jsonl", "--min-chars", "1")
@@ -298,6 +308,16 @@ def test_fullwidth_invisible_html_whitespace(clue_lines):
     assert strip_html("a < b 和 c > d") == "a < b 和 c > d"  # not tags
     assert collapse_whitespace("  致粉丝的一封信：初冬来了 秋却依依不舍 留下礼物  ——雨\n\n\n Hello   world ") == \
         "致粉丝的一封信：初冬来了秋却依依不舍留下礼物——雨\nHello world"
+
+
+def test_normalising_twice_changes_nothing(wiki_lines, clue_lines):
+    """Cleaned text can be cleaned again (a pipeline re-run): placeholders survive the HTML step.
+    (OpenCC t2s itself is not idempotent on a few characters, so it is off here.)"""
+    norm = Normalizer(NormalizeConfig(convert="none"))
+    extra = ["<p>联系 13812345678，访问 https://zh.wikipedia.org/wiki/Main 或 <b>邮件</b> zhang@example.cn</p>"]
+    for doc in wiki_lines[:200] + clue_lines[:200] + extra:
+        once = norm(doc)
+        assert norm(once) == once
 
 
 def test_each_normaliser_can_be_turned_off(tmp_path, clue_lines):
@@ -420,6 +440,28 @@ def test_output_independent_of_workers(tmp_path, wiki_lines, clue_lines):
     assert main([*args, "-o", str(tmp_path / "w1.jsonl"), "--workers", "1"]) == 0
     assert main([*args, "-o", str(tmp_path / "w2.jsonl"), "--workers", "2"]) == 0
     assert (tmp_path / "w1.jsonl").read_bytes() == (tmp_path / "w2.jsonl").read_bytes()
+
+
+def test_forkserver_when_threads_run(tmp_path, clue_lines):
+    """With another thread alive, workers start by forkserver (fork could deadlock); same output."""
+    import threading
+
+    from zh_bert.clean import _start_method
+
+    src = tmp_path / "x.txt"
+    src.write_text("\n".join(clue_lines[:200]) + "\n", encoding="utf-8")
+    assert main([str(src), "-o", str(tmp_path / "a.jsonl"), "--workers", "2", "-q"]) == 0
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)
+    t.start()
+    try:
+        assert _start_method() == "forkserver"
+        assert main([str(src), "-o", str(tmp_path / "b.jsonl"), "--workers", "2", "-q"]) == 0
+    finally:
+        stop.set()
+        t.join()
+    assert _start_method() == "fork"
+    assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
 
 
 def test_doc_cleaner_is_picklable_config():

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 import pytest
@@ -46,7 +45,8 @@ def test_char_lookup_ids_equal_the_tokenizer(tok, sample_docs):
     from zh_bert.segment import Segmenter
     from zh_bert.shard import TextEncoder
 
-    odd = ["含有[MASK]和[SEP]的文本", "Ｆｕｌｌｗｉｄｔｈ ＡＢＣ１２３ café naïve 中\u0301文 \x00控 \u200b零宽 😀 ①② \t tab",
+    odd = ["含有[MASK]和[SEP]的文本",
+           "Ｆｕｌｌｗｉｄｔｈ ＡＢＣ１２３ café naïve 中\u0301文 \x00控 \u200b零宽 😀 ①② \t tab",
            "ℌ𝔢𝔩𝔩𝔬 ﬁ 㐀 𠀀 豈 ＯＫ！「引号」……——", ""]
     texts = sample_docs[:200] + odd
     enc = TextEncoder(tok, Segmenter("none"))
@@ -57,13 +57,17 @@ def test_char_lookup_ids_equal_the_tokenizer(tok, sample_docs):
         assert e.ids[e.doc_tok[d]:e.doc_tok[d + 1]].tolist() == ref, t[:60]
 
 
-def test_word_starts_follow_jieba_on_the_original_text(tok, sample_docs):
-    import jieba
-
+@pytest.fixture(scope="module")
+def jieba_seg():
     from zh_bert.segment import Segmenter
+
+    return Segmenter("jieba")
+
+
+def test_word_starts_follow_jieba_on_the_original_text(tok, sample_docs, jieba_seg):
     from zh_bert.shard import TextEncoder
 
-    enc = TextEncoder(tok, Segmenter("jieba"))
+    enc = TextEncoder(tok, jieba_seg)
     checked = 0
     for text in sample_docs[:80]:
         e = enc.encode([text])
@@ -71,7 +75,7 @@ def test_word_starts_follow_jieba_on_the_original_text(tok, sample_docs):
             continue
         starts = np.zeros(len(text), bool)
         pos = 0
-        for w in jieba.lcut(text):
+        for w in jieba_seg.words(text):   # jieba's own lcut
             starts[pos] = True
             pos += len(w)
         assert (e.word_start == starts).all()
@@ -79,11 +83,11 @@ def test_word_starts_follow_jieba_on_the_original_text(tok, sample_docs):
     assert checked >= 5
 
 
-def test_rjieba_agrees_with_jieba(sample_docs):
+def test_rjieba_agrees_with_jieba(sample_docs, jieba_seg):
     from zh_bert.segment import Segmenter
 
     text = "\n".join(sample_docs[:150])
-    a, b = Segmenter("jieba").word_start_mask(text), Segmenter("rjieba").word_start_mask(text)
+    a, b = jieba_seg.word_start_mask(text), Segmenter("rjieba").word_start_mask(text)
     assert (a == b).mean() >= 0.99
 
 
@@ -127,7 +131,8 @@ def test_packing_fills_every_sequence_but_the_last(shards, tok):
     # the text round-trips: first document of the corpus
     n = int(starts[1] - starts[0] - 1) if starts[1] - starts[0] - 1 < L - 2 else L - 2
     first = tok.decode(flat[1:1 + n].tolist()).replace(" ", "")
-    docs = [json.loads(line)["text"].lower().replace(" ", "") for line in open(meta["sources"][0]["path"], encoding="utf-8")]
+    with open(meta["sources"][0]["path"], encoding="utf-8") as f:
+        docs = [json.loads(line)["text"].lower().replace(" ", "") for line in f]
     assert len(first) >= 5 and any(first[:20] in d for d in docs)
 
 
@@ -349,3 +354,31 @@ def test_inspect_json_and_text(shards, google_tokdir, capsys):
     assert rc == 0 and "【" in out and "words :" in out and out.count("#") >= 2
     rc, _, err = run_cli(["inspect", str(shards), "--masking", "wwn"], capsys)
     assert rc == 2 and "did you mean 'wwm'" in err
+
+
+@pytest.mark.parametrize("kind", ["sentencepiece", "word"])
+def test_other_vocab_kinds_take_the_tokenizer_path(kind, tmp_path, sample_docs):
+    """Multi-character tokens (`zh-bert vocab --kind sentencepiece|word`): ids still equal the tokenizer's,
+    and a token is a word start iff a jieba word starts within or right before it."""
+    from zh_bert.data import ShardDataset
+    from zh_bert.segment import Segmenter
+    from zh_bert.shard import TextEncoder
+    from zh_bert.tokenizer_files import load_tokenizer
+    from zh_bert.vocab import main as vocab_main
+
+    corpus = write_jsonl(tmp_path / "d.jsonl", sample_docs[:150] + sample_docs[300:400])
+    tokdir = tmp_path / "tok"
+    assert vocab_main([str(corpus), "-o", str(tokdir), "--kind", kind, "--size", "3000", "-q"]) == 0
+    tok = load_tokenizer(tokdir)
+    enc = TextEncoder(tok, Segmenter("rjieba"))
+    assert not enc.fast
+    texts = sample_docs[:40]
+    e = enc.encode(texts)
+    for d, t in enumerate(texts):
+        ref = tok(t, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        assert e.ids[e.doc_tok[d]:e.doc_tok[d + 1]].tolist() == ref
+    assert 0.5 < e.word_start.mean() < 1.0     # multi-char tokens, some words split into several
+    sh = build_shards(tmp_path, corpus, tokdir, "--seq-len", "64", "--valid-docs", "5")
+    ds = ShardDataset(sh, tokenizer_fingerprint=tokdir)
+    assert ds.meta["tokenizer_kind"] == kind and not ds.meta["char_lookup"]
+    assert (ds.lengths[:-1] == 64).all() and (np.asarray(ds.ids)[:, 0] == tok.cls_token_id).all()

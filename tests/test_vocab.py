@@ -80,6 +80,11 @@ def test_every_kind_is_a_stock_tokenizer_dir(tokdirs, kind):
     assert [tok.convert_tokens_to_ids(s) for s in SPECIALS] == [0, 100, 101, 102, 103]
     assert (tok.pad_token_id, tok.unk_token_id, tok.cls_token_id, tok.sep_token_id, tok.mask_token_id) == (
         0, 100, 101, 102, 103)
+    # a known character maps to the id the files give it (not [UNK]: transformers 5 can silently ignore a vocab)
+    model = json.loads((d / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"]
+    file_id = dict(model)["的"] if isinstance(model, dict) else [p for p, _ in model].index("的")
+    assert tok.convert_tokens_to_ids("的") == file_id > 103
+    assert tok("的", add_special_tokens=False)["input_ids"] == [file_id]
     enc = tok("今天天气很好[MASK]。", "我们去北京。")
     assert enc["input_ids"][0] == 101 and enc["input_ids"].count(102) == 2 and 103 in enc["input_ids"]
     assert set(enc["token_type_ids"]) == {0, 1}
@@ -326,3 +331,30 @@ def test_help_does_not_import_heavy_libraries():
             " if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_word_on_google_vocab_is_the_wobert_recipe(tmp_path, sample_jsonl):
+    """WoBERT = Google's vocab + jieba words: every Google id kept, words appended and used by the tokenizer."""
+    out = tmp_path / "wobert"
+    assert cli(["vocab", str(sample_jsonl), "-o", str(out), "--kind", "word", "--base-vocab", str(GOOGLE_VOCAB),
+                "--size", "23000", "-q"]) == 0
+    google = read_vocab_txt(GOOGLE_VOCAB)
+    vocab = read_vocab_txt(out / "vocab.txt")
+    assert len(vocab) == 23000 and vocab[:len(google)] == google
+    tok = auto(out)
+    assert tok.convert_tokens_to_ids("中") == 704 and tok.convert_tokens_to_ids("[MASK]") == 103
+    ids = tok("我们的研究", add_special_tokens=False)["input_ids"]
+    assert any(i >= len(google) for i in ids) and squash(tok.decode(ids)) == "我们的研究"
+
+
+def test_sentencepiece_default_size_fits_a_small_corpus(tmp_path, sample_docs, capsys):
+    corpus = tmp_path / "few.txt"
+    corpus.write_text("\n".join(sample_docs[:20]) + "\n", encoding="utf-8")
+    out = tmp_path / "spm"
+    # no --size: as many pieces as 20 documents support; an explicit --size that is too big is an error
+    assert cli(["vocab", str(corpus), "-o", str(out), "--kind", "sentencepiece", "-q"]) == 0
+    meta = json.loads((out / "zh_bert_vocab.json").read_text(encoding="utf-8"))
+    assert 500 < meta["vocab_size"] < 21128 and len(auto(out)) == meta["vocab_size"]
+    rc, err = run_cli(["vocab", str(corpus), "-o", str(tmp_path / "x"), "--kind", "sentencepiece",
+                       "--size", "21128"], capsys)
+    assert rc == 2 and "more pieces than this corpus supports" in err and not (tmp_path / "x").exists()

@@ -272,4 +272,5 @@ class ShardLoader:
         mine = np.arange(self.rank, n, self.world_size)
         for k, start in enumerate(range(0, len(mine), self.batch_size)):
             rng = np.random.default_rng([seed, 2**31 - 1, k, self.rank])
-            yield {key: torch.from_numpy(v) for key, v in self.make_batch(mine[start:start + self.batch_size], rng).items()}
+            batch = self.make_batch(mine[start:start + self.batch_size], rng)
+            yield {key: torch.from_numpy(v) for key, v in batch.items()}

@@ -117,15 +117,24 @@ def fill(model, tokenizer, text: str, top_k: int = 5, max_chars: int = MAX_CHARS
         raise FillError(f"文本太长：{len(ids)} 个词元，模型最多 {limit}。Text too long for this model ({len(ids)} tokens).")
     banned = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
     top_k = max(1, min(int(top_k), 20))
+    base_model, head = getattr(model, "base_model", None), getattr(model, "cls", None)
 
-    def probs(batch: torch.Tensor) -> torch.Tensor:
+    def probs(batch: torch.Tensor, at: list[int]) -> torch.Tensor:
+        """(B, len(at), V) probabilities at positions `at`. With a BERT MLM head, project only those
+        positions onto the vocabulary (the 21k-way projection dominates a small model's cost)."""
         with torch.inference_mode():
-            logits = model(input_ids=batch, attention_mask=torch.ones_like(batch)).logits.float()
+            mask = torch.ones_like(batch)
+            if base_model is not None and head is not None and base_model is not model:
+                hidden = base_model(input_ids=batch, attention_mask=mask).last_hidden_state
+                logits = head(hidden[:, at]).float()
+            else:
+                logits = model(input_ids=batch, attention_mask=mask).logits[:, at].float()
             logits[..., banned] = -math.inf
             return logits.softmax(-1)
 
     base = torch.tensor([ids], dtype=torch.long)
-    p0 = probs(base)[0]
+    flat = [q for pos in positions for q in pos]
+    p0 = dict(zip(flat, probs(base, flat)[0]))
     results = []
     for bi, pos in enumerate(positions):
         if len(pos) == 1:
@@ -133,11 +142,12 @@ def fill(model, tokenizer, text: str, top_k: int = 5, max_chars: int = MAX_CHARS
             cands = [(_token_text(tokenizer, [t]), float(p)) for p, t in zip(pr.tolist(), tok.tolist())]
         else:
             cands = _joint(probs, base, p0, pos, top_k, tokenizer)
-        results.append({"blank": bi, "length": len(pos), "candidates": [{"text": t, "prob": float(f"{p:.4g}")} for t, p in cands]})
+        results.append({"blank": bi, "length": len(pos),
+                        "candidates": [{"text": t, "prob": float(f"{p:.4g}")} for t, p in cands]})
     return results
 
 
-def _joint(probs, base, p0, pos: list[int], top_k: int, tokenizer) -> list[tuple[str, float]]:
+def _joint(probs, base, p0: dict, pos: list[int], top_k: int, tokenizer) -> list[tuple[str, float]]:
     import torch
 
     first = max(pos, key=lambda q: float(p0[q].max()))
@@ -147,10 +157,10 @@ def _joint(probs, base, p0, pos: list[int], top_k: int, tokenizer) -> list[tuple
     logp = pr.log()
     open_ = [[q for q in pos if q != first] for _ in range(len(tok))]
     for _ in range(len(pos) - 1):
-        p = probs(batch)
+        p = probs(batch, pos)  # (B, len(pos), V)
         for b in range(batch.shape[0]):
-            best = max(open_[b], key=lambda q: float(p[b, q].max()))
-            val, idx = p[b, best].max(-1)
+            best = max(open_[b], key=lambda q: float(p[b, pos.index(q)].max()))
+            val, idx = p[b, pos.index(best)].max(-1)
             batch[b, best] = idx
             logp[b] += val.log()
             open_[b].remove(best)
@@ -333,7 +343,13 @@ def main(argv: list[str]) -> int:
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=7860)
     p.add_argument("--share", action="store_true", help="also open a public gradio.live link")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch threads for inference (0: torch's default; 1 is fastest for small models on a busy CPU)")
     args = p.parse_args(argv)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     models = default_models([str(Path(m) / "final") if (Path(m) / "final" / "config.json").is_file() else m
                              for m in args.models])
     app = build_app(models)

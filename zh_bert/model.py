@@ -64,15 +64,16 @@ def count_params(model: nn.Module) -> int:
 
 
 def _checkpoint_vocab(ckpt: Path) -> list[str] | None:
-    """The token list a checkpoint was trained with (vocab.txt, else tokenizer.json), if it ships one."""
+    """The token list a checkpoint was trained with, read through its own tokenizer when it ships one (so
+    both sides are normalised alike, e.g. the U+2028 entries of Google's vocab), else from vocab.txt."""
     from zh_bert.fileio import read_vocab_txt
 
-    if (ckpt / "vocab.txt").is_file():
-        return read_vocab_txt(ckpt / "vocab.txt")
     if (ckpt / "tokenizer.json").is_file() or (ckpt / "tokenizer_config.json").is_file():
         from zh_bert.tokenizer_files import load_tokenizer
         tok = load_tokenizer(ckpt)
-        return [t for t, _ in sorted(tok.get_vocab().items(), key=lambda kv: kv[1])]
+        return tok.convert_ids_to_tokens(list(range(len(tok))))
+    if (ckpt / "vocab.txt").is_file():
+        return read_vocab_txt(ckpt / "vocab.txt")
     return None
 
 
@@ -91,7 +92,7 @@ def load_init(init_from: str | Path, tokenizer, objective: str, seq_len: int):
     if seq_len > int(cfg.get("max_position_embeddings", 512)):
         raise ZhBertError(f"seq_len {seq_len} exceeds the checkpoint's max_position_embeddings "
                           f"{cfg.get('max_position_embeddings')} ({ckpt})")
-    new_tokens = [t for t, _ in sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])]
+    new_tokens = tokenizer.convert_ids_to_tokens(list(range(new_n)))
     if new_n != old_n:
         old_tokens = _checkpoint_vocab(ckpt)
         extendable = new_n > old_n and old_tokens is not None and old_tokens[:old_n] == new_tokens[:old_n]

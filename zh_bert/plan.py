@@ -15,9 +15,9 @@ Answered before the run starts, from first principles:
 Activation bytes per token per encoder layer (post-LN BERT, tensors autograd saves for backward):
 fp32: QKV input 4h, Q/K/V 12h, attention output 4h, LayerNorm inputs 2×4h, FFN input 4h, FFN hidden
 before/after GELU 2×16h, two dropout masks 2×1h = 66h. AMP (autocast): matmul inputs/outputs in half,
-LayerNorm inputs in fp32 = 38h. A fused SDPA kernel keeps no s×s attention matrix; without one (Kepler,
-CPU training with attention dropout) probabilities + dropout mask + dropped probabilities add 9·heads·s
-bytes per token (11 under AMP). The sparse MLM head stores per *masked* token its 4 h-sized inputs and
+LayerNorm inputs in fp32 = 38h. A fused SDPA kernel keeps no s×s attention matrix; without one (Kepler;
+a CPU with attention dropout > 0, which PyTorch's CPU flash kernel does not support) the probabilities
+add 4·heads·s bytes per token, with attention dropout 9·heads·s (mask + dropped copy; 6 / 11 under AMP). The sparse MLM head stores per *masked* token its 4 h-sized inputs and
 2 V-sized fp32 tensors (logits, log-softmax), plus 2 more V-sized gradients at the start of backward.
 """
 
@@ -48,7 +48,8 @@ class ModelShape:
     intermediate: int
     vocab: int
     positions: int
-    dropout: float
+    dropout: float                   # hidden dropout: two masks per layer
+    attention_dropout: float
     params: int                      # BertForMaskedLM (tied decoder), or BertForPreTraining with pairs
 
     @classmethod
@@ -59,18 +60,17 @@ class ModelShape:
         layer = (4 * h * h + 4 * h) + (2 * h * i + i + h) + 2 * 2 * h
         head = h * h + h + 2 * h + v                     # transform + LayerNorm + decoder bias (weight tied)
         extra = (h * h + h + 2 * h + 2) if pairs else 0  # pooler + seq_relationship
-        return cls(l, h, cfg.num_attention_heads, i, v, p,
-                   max(cfg.hidden_dropout_prob, cfg.attention_probs_dropout_prob),
-                   emb + l * layer + head + extra)
+        return cls(l, h, cfg.num_attention_heads, i, v, p, cfg.hidden_dropout_prob,
+                   cfg.attention_probs_dropout_prob, emb + l * layer + head + extra)
 
     def label(self) -> str:
         return f"L{self.layers}/H{self.hidden}/A{self.heads}"
 
 
-def model_config(model: str, vocab_size: int, dropout: float = 0.1):
+def model_config(model: str, vocab_size: int, dropout: float = 0.1, attention_dropout: float = 0.0):
     from zh_bert.model import build_config
 
-    return build_config(model, vocab_size, dropout=dropout)
+    return build_config(model, vocab_size, dropout=dropout, attention_dropout=attention_dropout)
 
 
 @dataclass
@@ -97,8 +97,8 @@ def activation_bytes(shape: ModelShape, seq_len: int, micro_batch: int, precisio
     half = precision in ("fp16", "bf16")
     drop = 1 if shape.dropout > 0 else 0
     per_layer = (38 if half else 64) * h + 2 * drop * h
-    if not fused_attention:
-        per_layer += (11 if half else 9) * a * s if drop else (6 if half else 4) * a * s
+    if not fused_attention:                                 # probabilities (+ dropout mask and output)
+        per_layer += ((11 if half else 9) if shape.attention_dropout > 0 else (6 if half else 4)) * a * s
     else:
         per_layer += 4 * a                                  # softmax log-sum-exp per head
     tokens = micro_batch * seq_len
@@ -172,21 +172,21 @@ class Plan:
 def make_plan(spec: GPUSpec, device_key: str, *, model: str = "base", gpus: int = 1, seq_len: int = 128,
               global_batch: int = 256, tokens: float | None = None, vocab_size: int = 21128,
               precision: str = "auto", mask_rate: float = 0.15, dropout: float = 0.1,
-              grad_checkpointing: str = "auto", utilisation: float | None = None,
+              attention_dropout: float = 0.0, grad_checkpointing: str = "auto", utilisation: float | None = None,
               objective: str = "mlm") -> Plan:
     if gpus < 1:
         raise ZhBertError(f"--gpus must be at least 1, got {gpus}")
     if global_batch % gpus:
         raise ZhBertError(f"--global-batch {global_batch} is not divisible by --gpus {gpus}: every device "
                           f"must get the same share of the global batch")
-    cfg = model_config(model, vocab_size, dropout)
+    cfg = model_config(model, vocab_size, dropout, attention_dropout)
     if seq_len > cfg.max_position_embeddings:
         raise ZhBertError(f"--seq-len {seq_len} exceeds the model's {cfg.max_position_embeddings} positions")
     shape = ModelShape.from_config(cfg, pairs=objective != "mlm")
     is_cpu = device_key == "cpu"
     prec, warns = decide_precision(precision, None if is_cpu else spec.capability,
                                    cpu_bf16=spec.bf16 if is_cpu else False, name=spec.name)
-    fused = spec.sdpa_fused and not (is_cpu and dropout > 0)
+    fused = spec.sdpa_fused and not (is_cpu and attention_dropout > 0)   # CPU SDPA: fused only without dropout
     tokens = float(tokens if tokens is not None else BERT_PHASE1_STEPS * global_batch * seq_len)
     steps = math.ceil(tokens / (global_batch * seq_len))
     per_device = global_batch // gpus
@@ -253,8 +253,8 @@ def largest_within(spec: GPUSpec, device_key: str, days: float, **kw) -> Plan | 
 # ---------------------------------------------------------------- measuring on this machine
 
 def measure(model: str, seq_len: int, micro_batch: int, precision: str, *, vocab_size: int = 21128,
-            steps: int = 3, mask_rate: float = 0.15, dropout: float = 0.1, device: str | None = None,
-            grad_checkpointing: bool = False) -> dict:
+            steps: int = 3, mask_rate: float = 0.15, dropout: float = 0.1, attention_dropout: float = 0.0,
+            device: str | None = None, grad_checkpointing: bool = False) -> dict:
     """Time real training steps (zh-bert's own sparse-head model, AdamW, autocast) on the local device.
 
     Returns tokens/s and, on CUDA, the peak allocated memory; the first step (allocations, kernel
@@ -269,7 +269,7 @@ def measure(model: str, seq_len: int, micro_batch: int, precision: str, *, vocab
 
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     torch.manual_seed(0)
-    cfg = model_config(model, vocab_size, dropout)
+    cfg = model_config(model, vocab_size, dropout, attention_dropout)
     net = PretrainModel(BertForMaskedLM(cfg)).to(dev)
     if grad_checkpointing:
         net.hf.gradient_checkpointing_enable()
@@ -370,6 +370,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--vocab-size", type=int, default=21128)
     ap.add_argument("--precision", default="auto", choices=["auto", "fp32", "fp16", "bf16"])
     ap.add_argument("--mask-rate", type=float, default=0.15)
+    ap.add_argument("--attention-dropout", type=float, default=0.0,
+                    help="recipe key attention_dropout (default 0.0); > 0 on a CPU stores the s×s attention matrix")
     ap.add_argument("--objective", default="mlm", choices=["mlm", "mlm+nsp", "mlm+sop"])
     ap.add_argument("--grad-checkpointing", default="auto", choices=["auto", "on", "off"],
                     help="auto: only when nothing fits without it")
@@ -413,7 +415,7 @@ def main(argv: list[str]) -> int:
         raise ZhBertError(f"--utilisation must be in (0, 1], got {args.utilisation}")
     kw = dict(gpus=args.gpus, seq_len=args.seq_len, global_batch=args.global_batch, tokens=args.tokens,
               vocab_size=args.vocab_size, precision=args.precision, mask_rate=args.mask_rate,
-              grad_checkpointing=args.grad_checkpointing, objective=args.objective)
+              attention_dropout=args.attention_dropout, grad_checkpointing=args.grad_checkpointing, objective=args.objective)
     plan = make_plan(spec, key, model=args.model, utilisation=args.utilisation, **kw)
     measured = None
     if args.measure:
@@ -421,13 +423,15 @@ def main(argv: list[str]) -> int:
         mb = args.measure_micro_batch or (min(plan.micro_batch, 8) if dev == "cpu" else plan.micro_batch)
         measured = measure(args.model, args.seq_len, mb, plan.precision, vocab_size=args.vocab_size,
                            steps=args.measure_steps, mask_rate=args.mask_rate, device=dev,
+                           attention_dropout=args.attention_dropout,
                            grad_checkpointing=plan.grad_checkpointing)
         recompute = 4 / 3 if plan.grad_checkpointing else 1.0
         util = measured["tokens_per_s"] * plan.flops_per_token * recompute / (plan.peak_tflops * 1e12)
         measured["utilisation"] = util
         if dev == "cuda":
-            est = estimate_memory(ModelShape.from_config(model_config(args.model, args.vocab_size)), args.seq_len,
-                                  mb, plan.precision, device="cpu", mask_rate=args.mask_rate)
+            shape = ModelShape.from_config(model_config(args.model, args.vocab_size, 0.1, args.attention_dropout))
+            est = estimate_memory(shape, args.seq_len, mb, plan.precision, device="cpu", mask_rate=args.mask_rate,
+                                  fused_attention=spec.sdpa_fused)
             measured["estimated_allocated_gb"] = est.total / GiB
         plan = make_plan(spec, key, model=args.model, utilisation=util, **kw)
     best = largest_within(spec, key, args.days, utilisation=plan.utilisation if measured else args.utilisation, **kw)

@@ -251,9 +251,17 @@ def train(recipe, resume: str | None = None, log=None) -> dict:
     from zh_bert.recipe import save_recipe
     from zh_bert.tokenizer_files import load_tokenizer
 
+    from transformers.utils import logging as hf_logging
+
     t_start = time.time()
+    hf_logging.disable_progress_bar()   # "Writing model shards" bars at every checkpoint
     state = PartialState()
     precision, warnings = resolve_precision(recipe.precision, state.device)
+    # Accelerate keeps its settings in a process-wide singleton; a second run in one process (ablate, tests)
+    # with another precision must start from a clean one. The distributed state (PartialState) is kept.
+    from accelerate.state import AcceleratorState, GradientState
+    AcceleratorState._reset_state(reset_partial_state=False)
+    GradientState._reset_state()
     accelerator = Accelerator(mixed_precision={"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[precision])
     main_proc, world = accelerator.is_main_process, accelerator.num_processes
     say = log or (lambda *a: accelerator.print(*a, flush=True))

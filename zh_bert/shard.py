@@ -33,7 +33,7 @@ from zh_bert.errors import ZhBertError
 from zh_bert.fileio import atomic_dir
 from zh_bert.segment import DEFAULT_SEGMENTER, SEGMENTERS, Segmenter, token_word_starts
 
-CHUNK_BYTES = 2_000_000      # work unit; fixed (not per --workers) so output is identical for any --workers
+CHUNK_CHARS = 1_000_000  # work unit (~3 MB of Chinese); fixed, so the output is the same for any --workers
 MIN_SEQ_LEN = 8
 DEFAULT_MAX_POSITIONS = 512
 
@@ -370,7 +370,7 @@ def parse_docs(path: str, first_line: int, lines: list[str]) -> list[str]:
 
 
 def iter_chunks(paths: list[Path]):
-    """(chunk index, path, first line number, non-blank lines, first doc index) in CHUNK_BYTES pieces."""
+    """(chunk index, path, first line number, non-blank lines, first doc index) in CHUNK_CHARS pieces."""
     idx, doc = 0, 0
     for path in paths:
         lines, size, first = [], 0, 1
@@ -382,7 +382,7 @@ def iter_chunks(paths: list[Path]):
                     first = n
                 lines.append(line)
                 size += len(line)
-                if size >= CHUNK_BYTES:
+                if size >= CHUNK_CHARS:
                     yield idx, str(path), first, lines, doc
                     idx, doc, lines, size = idx + 1, doc + len(lines), [], 0
         if lines:
@@ -525,7 +525,8 @@ def main(argv: list[str]) -> int:
             with open(p, encoding="utf-8") as f:
                 n_docs += sum(1 for line in f if line.strip())
         except UnicodeDecodeError as e:
-            raise ZhBertError(f"{p}: not UTF-8 text ({e.reason} at byte {e.start}); expected `zh-bert clean` output") from None
+            raise ZhBertError(f"{p}: not UTF-8 text ({e.reason} at byte {e.start}); "
+                              f"expected `zh-bert clean` output") from None
     if n_docs == 0:
         raise ZhBertError(f"empty corpus: no documents in {', '.join(map(str, paths))}")
     n_valid = args.valid_docs if args.valid_docs is not None else (min(1000, n_docs // 100) if n_docs >= 100 else 0)

@@ -17,20 +17,21 @@ import json
 import multiprocessing as mp
 import os
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
-from itertools import chain
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from zh_bert.clean.dedup import DEDUP_MODES, LSHIndex, MinHashConfig, MinHasher, exact_key
+from zh_bert.clean.dedup import DEDUP_MODES, Deduplicator, MinHashConfig, MinHasher, exact_key
 from zh_bert.clean.filters import FilterConfig, quality_reason, remove_boilerplate
 from zh_bert.clean.normalize import CONVERSIONS, PII_MODES, NormalizeConfig, Normalizer
 from zh_bert.clean.readers import DOC_SEPS, FORMATS, Problems, RawDoc, expand_inputs, read_input
+from zh_bert.clean.report import Tally, report_path
 from zh_bert.errors import ZhBertError
-from zh_bert.fileio import atomic_write
+from zh_bert.fileio import atomic_write, write_json
 
-__all__ = ["main", "report_path", "CleanConfig", "DocCleaner"]
+__all__ = ["main", "clean", "report_path", "CleanConfig", "ReadOptions", "DocCleaner"]
 
 BATCH_CHARS = 1 << 18   # ~0.75 MB of Chinese per batch: large enough to amortise pickling
 BATCH_DOCS = 2048
@@ -106,6 +107,16 @@ def _clean_in_worker(batch: list[RawDoc]) -> BatchResult:
     return _worker_cleaner(batch)
 
 
+def _start_method() -> str:
+    """fork when this process runs no other Python thread (fast: no re-import, ~1 s saved per run on a
+    busy 2-core machine); otherwise forkserver, because forking while another thread holds a lock (logging,
+    imports; `zh-bert pretrain` may call clean with TensorBoard or tqdm threads alive) can deadlock the child."""
+    methods = mp.get_all_start_methods()
+    if "fork" in methods and threading.active_count() == 1:
+        return "fork"
+    return "forkserver" if "forkserver" in methods else "spawn"
+
+
 def _map_ordered(cfg: CleanConfig, batches: Iterable[list[RawDoc]], workers: int) -> Iterator[BatchResult]:
     """Results in input order, with a bounded number of batches in flight (streaming, flat memory)."""
     if workers <= 1:
@@ -113,7 +124,7 @@ def _map_ordered(cfg: CleanConfig, batches: Iterable[list[RawDoc]], workers: int
         for b in batches:
             yield cleaner(b)
         return
-    ctx = mp.get_context("fork" if sys.platform == "linux" else "spawn")
+    ctx = mp.get_context(_start_method())
     with ctx.Pool(workers, initializer=_init_worker, initargs=(cfg,)) as pool:
         pending: collections.deque = collections.deque()
         for b in batches:
@@ -137,13 +148,6 @@ def _batched(docs: Iterable[RawDoc]) -> Iterator[list[RawDoc]]:
 
 
 # --- outputs -------------------------------------------------------------------------------------
-def report_path(out: str | os.PathLike) -> Path:
-    """OUT.report.json beside OUT.jsonl (docs.jsonl → docs.report.json)."""
-    out = Path(out)
-    stem = out.name[: -len(".jsonl")] if out.name.endswith(".jsonl") else out.name
-    return out.with_name(stem + ".report.json")
-
-
 def _remove_stale_temps(path: Path) -> None:
     """Delete temp files that a killed earlier run left beside `path` (their pid is gone)."""
     prefix = f".{path.name}.tmp-"
@@ -183,11 +187,19 @@ class _Progress:
             self.bar.close()
 
 
-def clean(inputs: list[str], out: str | os.PathLike, cfg: CleanConfig, *, fmt: str = "auto",
-          doc_sep: str = "line", field_name: str | None = None, encoding: str = "auto",
-          workers: int | None = None, quiet: bool = False, options: dict | None = None) -> dict:
+@dataclass
+class ReadOptions:
+    fmt: str = "auto"              # --format
+    doc_sep: str = "line"          # --doc-sep
+    field_name: str | None = None  # --field (None: "text", or a known CLUE text field)
+    encoding: str = "auto"         # --encoding
+
+
+def clean(inputs: list[str], out: str | os.PathLike, cfg: CleanConfig, read: ReadOptions | None = None, *,
+          workers: int | None = None, quiet: bool = False) -> dict:
     """Clean `inputs` into `out` (+ its report); returns the report dict."""
     t0 = time.time()
+    read = read or ReadOptions()
     out = Path(out)
     if out.is_dir():
         raise ZhBertError(f"-o {out}: is a directory; give a file name such as {out}/docs.jsonl")
@@ -206,81 +218,47 @@ def clean(inputs: list[str], out: str | os.PathLike, cfg: CleanConfig, *, fmt: s
     def docs() -> Iterator[RawDoc]:
         for f in files:
             n = 0
-            for d in read_input(f, fmt, doc_sep, field_name or "text", field_name is not None, encoding,
-                                problems):
+            for d in read_input(f, read.fmt, read.doc_sep, read.field_name or "text", read.field_name is not None,
+                                read.encoding, problems):
                 n += 1
                 yield d
             per_file[str(f)] = n
 
-    total = {"docs_in": 0, "chars_in": 0, "bytes_in": 0, "docs_out": 0, "chars_out": 0}
-    rejected: collections.Counter = collections.Counter()
-    pii: collections.Counter = collections.Counter()
-    dups = {"exact": 0, "near": 0}
-    boilerplate_lines = 0
-    seen: set[bytes] = set()
-    lsh = LSHIndex(cfg.minhash) if cfg.dedup == "minhash" else None
+    tally = Tally()
+    dedup = Deduplicator(cfg.dedup, cfg.minhash)
     progress = _Progress(sum(f.stat().st_size for f in files), quiet)
     try:
         with atomic_write(out) as fout:
             for res in _map_ordered(cfg, _batched(docs()), workers):
                 progress.update(res)
-                total["docs_in"] += res.docs_in
-                total["chars_in"] += res.chars_in
-                total["bytes_in"] += res.bytes_in
-                rejected.update(res.rejected)
-                pii.update(res.pii)
-                boilerplate_lines += res.boilerplate_lines
+                tally.add_batch(res)
                 lines = []
                 for line, nchars, key, sig in res.kept:
-                    if cfg.dedup != "none":
-                        if key in seen:
-                            dups["exact"] += 1
-                            continue
-                        seen.add(key)
-                    if lsh is not None and lsh.add_or_match(sig):
-                        dups["near"] += 1
+                    dup = dedup.check(key, sig)
+                    if dup:
+                        tally.duplicates[dup] += 1
                         continue
-                    total["docs_out"] += 1
-                    total["chars_out"] += nchars
+                    tally.docs_out += 1
+                    tally.chars_out += nchars
                     lines.append(line)
                 if lines:
                     fout.write("\n".join(lines) + "\n")
-            if total["docs_out"] == 0:
+            if tally.docs_out == 0:
                 raise ZhBertError(
-                    f"no documents left after cleaning {total['docs_in']} read from {len(files)} file(s) "
-                    f"(filtered: {dict(rejected) or 'none'}; unreadable lines: {problems.counts or 'none'}); "
+                    f"no documents left after cleaning {tally.docs_in} read from {len(files)} file(s) "
+                    f"(filtered: {dict(tally.filtered) or 'none'}; unreadable lines: {problems.counts or 'none'}); "
                     f"nothing written")
-            seconds = time.time() - t0
-            report = {
-                "docs_in": total["docs_in"], "docs_out": total["docs_out"],
-                "chars_in": total["chars_in"], "chars_out": total["chars_out"],
-                "bytes_in": total["bytes_in"],
-                "filtered": {r: rejected[r] for r in sorted(rejected)},
-                "duplicates": dups,
-                "lines_removed": {"boilerplate": boilerplate_lines},
-                "pii": {k: pii[k] for k in sorted(pii)},
-                "unreadable": {"counts": problems.counts, "where": problems.where},
-                "seconds": round(seconds, 3),
-                "mb_per_s": round(total["bytes_in"] / 1e6 / max(seconds, 1e-9), 2),
-                "inputs": [{"path": str(f), "docs": per_file.get(str(f), 0),
-                            "encoding": problems.encodings.get(str(f), encoding if encoding != "auto" else "utf-8")}
-                           for f in files],
-                "skipped_files": skipped,
-                "workers": workers,
-                "options": options if options is not None else _config_dict(cfg, fmt, doc_sep, field_name, encoding),
-                "output": str(out),
-            }
-            from zh_bert.fileio import write_json
-
-            write_json(rpath, report)
+            default_enc = read.encoding if read.encoding != "auto" else "utf-8"
+            report = tally.to_report(
+                seconds=time.time() - t0, problems=problems, skipped=skipped, workers=workers, output=str(out),
+                inputs=[{"path": str(f), "docs": per_file.get(str(f), 0),
+                         "encoding": problems.encodings.get(str(f), default_enc)} for f in files],
+                options={"format": read.fmt, "doc_sep": read.doc_sep, "field": read.field_name or "text",
+                         "encoding": read.encoding, **asdict(cfg)})
+            write_json(rpath, report)  # before OUT.jsonl is renamed: a complete OUT implies its report
     finally:
         progress.close()
     return report
-
-
-def _config_dict(cfg: CleanConfig, fmt, doc_sep, field_name, encoding) -> dict:
-    return {"format": fmt, "doc_sep": doc_sep, "field": field_name or "text", "encoding": encoding,
-            **asdict(cfg)}
 
 
 # --- CLI -----------------------------------------------------------------------------------------
@@ -353,8 +331,8 @@ def main(argv: list[str] | None = None) -> int:
         filters=filters, dedup=args.dedup,
         minhash=MinHashConfig(num_perm=args.minhash_perm, ngram=args.minhash_ngram,
                               threshold=args.minhash_threshold))
-    report = clean(args.inputs, args.output, cfg, fmt=args.format, doc_sep=args.doc_sep,
-                   field_name=args.field, encoding=args.encoding, workers=args.workers, quiet=args.quiet)
+    read = ReadOptions(fmt=args.format, doc_sep=args.doc_sep, field_name=args.field, encoding=args.encoding)
+    report = clean(args.inputs, args.output, cfg, read, workers=args.workers, quiet=args.quiet)
     if not args.quiet and sys.stderr.isatty():
         print(f"zh-bert clean: {report['docs_out']:,} of {report['docs_in']:,} documents kept "
               f"({report['bytes_in'] / 1e6:.1f} MB in {report['seconds']:.1f} s, {report['mb_per_s']} MB/s) "

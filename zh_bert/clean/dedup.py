@@ -109,3 +109,23 @@ class LSHIndex:
         for k, table in zip(keys, self.tables):
             table.setdefault(k, idx)
         return False
+
+
+class Deduplicator:
+    """The main process's dedup state for one run: `check(key, sig)` → 'exact', 'near' or None (new,
+    remembered). Exact keys are checked first, so a verbatim copy never costs an LSH lookup."""
+
+    def __init__(self, mode: str, cfg: MinHashConfig):
+        self.mode = mode
+        self.seen: set[bytes] = set()
+        self.lsh = LSHIndex(cfg) if mode == "minhash" else None
+
+    def check(self, key: bytes, sig: np.ndarray | None) -> str | None:
+        if self.mode == "none":
+            return None
+        if key in self.seen:
+            return "exact"
+        self.seen.add(key)
+        if self.lsh is not None and self.lsh.add_or_match(sig):
+            return "near"
+        return None

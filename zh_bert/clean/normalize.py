@@ -63,19 +63,22 @@ def remove_invisible(text: str) -> str:
 # --- HTML ----------------------------------------------------------------------------------------
 _HTML_BLOCK_RE = re.compile(r"<(script|style)\b[^>]*>.*?</\1\s*>", re.S | re.I)
 _HTML_BREAK_RE = re.compile(r"<\s*(?:br|/p|p|/div|div|/li|li|/h[1-6]|tr|/tr)\b[^<>]*>", re.I)
-_HTML_TAG_RE = re.compile(r"<!--.*?-->|</?[A-Za-z][A-Za-z0-9:-]*(?:\s[^<>]*)?/?>", re.S)
+# Our own PII placeholders look like tags: keep them, so that cleaning cleaned text changes nothing.
+_HTML_TAG_RE = re.compile(r"<!--.*?-->|<(?!(?:URL|EMAIL|PHONE|ID)>)/?[A-Za-z][A-Za-z0-9:-]*(?:\s[^<>]*)?/?>", re.S)
 _HTML_ENTITY_RE = re.compile(r"&(?:#\d{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
 
 
 def strip_html(text: str) -> str:
-    """Remove HTML tags, comments and <script>/<style> blocks; decode entities (&amp; &nbsp; &#x4e2d;).
-    Block tags (<p>, <br>, <div>, <li>...) become newlines so paragraphs stay apart."""
+    """Decode entities (&amp; &nbsp; &#x4e2d; &lt;br&gt;), then remove HTML tags, comments and
+    <script>/<style> blocks. Entities first: web text is often escaped twice, and a tag that surfaces only
+    after decoding would otherwise survive until the text is cleaned again. Block tags (<p>, <br>, <div>,
+    <li>...) become newlines so paragraphs stay apart."""
+    if "&" in text:
+        text = _HTML_ENTITY_RE.sub(lambda m: html.unescape(m.group()), text)
     if "<" in text:
         text = _HTML_BLOCK_RE.sub("", text)
         text = _HTML_BREAK_RE.sub("\n", text)
         text = _HTML_TAG_RE.sub("", text)
-    if "&" in text:
-        text = _HTML_ENTITY_RE.sub(lambda m: html.unescape(m.group()), text)
     return text
 
 

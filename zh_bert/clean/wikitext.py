@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Iterator
 
 from zh_bert.clean.readers import RawDoc, open_binary
+from zh_bert.errors import ZhBertError
 
 # Namespaces whose links are not text: English names and their zhwiki aliases.
 _NON_TEXT_LINK = re.compile(r"^\s*:?\s*(file|image|media|category|文件|檔案|档案|图像|圖像|分类|分類|"
@@ -66,17 +67,26 @@ def wikitext_to_text(wikitext: str) -> str:
 
 
 def read_mediawiki(path: Path) -> Iterator[RawDoc]:
+    """Articles of a MediaWiki XML dump; a file that is not one (or is cut short) is a ZhBertError naming
+    it, raised before or after the articles that could be read."""
+    import xml.etree.ElementTree as ET
+
     import mwxml
 
     with open_binary(path) as f:
-        dump = mwxml.Dump.from_file(f)
-        for page in dump:
-            if page.namespace != 0 or page.redirect:
-                for _ in page:
-                    pass
-                continue
-            text = None
-            for rev in page:  # pages-articles holds one revision; a history dump: keep the last
-                text = rev.text
-            if text:
-                yield RawDoc(text, f"{path}#{page.id}", markup="wikitext")
+        try:
+            dump = mwxml.Dump.from_file(f)
+            for page in dump:
+                if page.namespace != 0 or page.redirect:
+                    for _ in page:
+                        pass
+                    continue
+                text = None
+                for rev in page:  # pages-articles holds one revision; a history dump: keep the last
+                    text = rev.text
+                if text:
+                    yield RawDoc(text, f"{path}#{page.id}", markup="wikitext")
+        except (ET.ParseError, AssertionError, mwxml.errors.MalformedXML, EOFError, OSError) as e:
+            detail = str(e) or "the root element is not <mediawiki>"
+            raise ZhBertError(f"{path}: not a complete MediaWiki XML dump ({detail}); "
+                              f"use --format to read it as another format") from None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 
+from zh_bert.errors import ZhBertError
 from zh_bert.vocab.build import DEFAULT_SIZE, KINDS, VocabOptions, build_vocab  # noqa: F401
 
 __all__ = ["main", "build_vocab", "VocabOptions", "KINDS", "vocab_report"]
@@ -74,6 +75,10 @@ def build_report_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     argv = list(argv)
+    if "--max-docs" in argv and argv.index("--max-docs") + 1 < len(argv):
+        value = argv[argv.index("--max-docs") + 1]
+        if not value.isdigit() or int(value) < 1:
+            raise ZhBertError(f"--max-docs must be a positive integer, got '{value}'")
     if argv and argv[0] == "report":
         from zh_bert.vocab.report import report_main
 

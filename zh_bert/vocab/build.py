@@ -207,12 +207,13 @@ def build_char(docs: list[str], o: VocabOptions) -> tuple[list[str], dict]:
             raise _size_error(size, o.unused + len(SPECIALS), counts, len(tokens),
                               "characters and '##' continuations")
     extra = size - len(tokens) + 100
-    while len(tokens) < size:  # Latin/digit pieces from the WordPiece trainer (CJK chars are single-char words)
+    for _ in range(4):  # Latin/digit pieces from the WordPiece trainer (CJK chars are single-char words)
+        if len(tokens) >= size:
+            break
         trainer_size = len(SPECIALS) + len(counts) + len(conts_all) + extra
         pieces = train_wordpieces(docs, trainer_size, o.min_frequency, special_layout(0))
-        before = len(tokens)
         tokens = _extend(tokens, [p for p in pieces if len(p.removeprefix("##")) > 1 and p not in SPECIALS], size)
-        if len(pieces) < trainer_size or len(tokens) == before:
+        if len(pieces) < trainer_size:
             break  # the corpus has no more pieces to give
         extra *= 4  # many pieces were already in --base-vocab: train more
     return tokens, {"characters": sum(1 for t in tokens if len(t) == 1),
@@ -373,7 +374,8 @@ def train_sentencepiece(docs: list[str], o: VocabOptions) -> tuple[bytes, dict]:
             user_defined_symbols=unused + ["[CLS]", "[SEP]", "[MASK]"], add_dummy_prefix=False,
             normalization_rule_name="identity", remove_extra_whitespaces=False,
             character_coverage=o.character_coverage, max_sentence_length=1 << 16,
-            num_threads=max(1, min(8, os.cpu_count() or 1)), minloglevel=2)
+            num_threads=max(1, min(8, os.cpu_count() or 1)), minloglevel=2,
+            hard_vocab_limit=o.size is not None)  # default size on a small corpus: as many pieces as it has
     except RuntimeError as e:  # spm reports "Vocabulary size is smaller than required_chars", "too high", ...
         msg = str(e).strip().splitlines()[-1]
         small = re.search(r"smaller than required_chars\. \d+ vs (\d+)", msg)
@@ -403,7 +405,7 @@ def _spm_merges(vocab: dict[str, int]) -> list[tuple[str, str]]:
     return [(m[3], m[4]) for m in merges]
 
 
-def spm_tokenizer(model_proto: bytes):
+def spm_tokenizer(model_proto: bytes, model_type: str = "unigram"):
     """The spm model as a `tokenizers` Unigram/BPE with the same normaliser and whitespace handling
     (no dummy prefix: spaces become '▁' at the start of the following piece)."""
     import sentencepiece as spm
@@ -414,8 +416,7 @@ def spm_tokenizer(model_proto: bytes):
     vocab = {p: i for i, (p, _) in enumerate(pieces)}
     if sp.unk_id() < 0:  # pragma: no cover - we always train with an unk piece
         raise RuntimeError("sentencepiece model without an unknown piece")
-    is_bpe = "bpe" in str(_spm_model_type(model_proto))
-    if is_bpe:
+    if model_type == "bpe":
         model = models.BPE(vocab, _spm_merges(vocab), unk_token="[UNK]", fuse_unk=True, byte_fallback=False)
     else:
         model = models.Unigram(pieces, unk_id=sp.unk_id(), byte_fallback=False)
@@ -426,14 +427,6 @@ def spm_tokenizer(model_proto: bytes):
     tk.post_processor = _post_processor(vocab)
     _add_specials(tk)
     return tk, [p for p, _ in pieces]
-
-
-def _spm_model_type(model_proto: bytes) -> str:
-    from sentencepiece import sentencepiece_model_pb2 as pb
-
-    m = pb.ModelProto()
-    m.ParseFromString(model_proto)
-    return pb.TrainerSpec.ModelType.Name(m.trainer_spec.model_type).lower()
 
 
 # ---------------------------------------------------------------------------------------------- TOKDIR
@@ -461,7 +454,7 @@ def build_tokenizer(docs: list[str], o: VocabOptions):
     """-> (tokenizers.Tokenizer, tokens by id, extra files {name: bytes}, stats)."""
     if o.kind == "sentencepiece":
         proto, stats = train_sentencepiece(docs, o)
-        tk, tokens = spm_tokenizer(proto)
+        tk, tokens = spm_tokenizer(proto, o.model_type)
         return tk, tokens, {"spiece.model": proto}, stats
     builder = {"char": build_char, "wordpiece": build_wordpiece, "word": build_word}[o.kind]
     tokens, stats = builder(docs, o)
@@ -472,6 +465,7 @@ def build_tokenizer(docs: list[str], o: VocabOptions):
 def write_tokdir(out: Path, tk, tokens: list[str], kind: str, extra: dict[str, bytes], meta: dict) -> None:
     """Write every file of a TOKDIR into `out` (a fresh temp dir: the caller renames it when complete)."""
     out.mkdir(parents=True, exist_ok=True)
+    out.chmod(0o755)  # a temp dir is created 0700; the TOKDIR is meant to be shared like any model dir
     tk.save(str(out / "tokenizer.json"))
     (out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(kind), ensure_ascii=False, indent=2)
                                                + "\n", encoding="utf-8")

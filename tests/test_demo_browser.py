@@ -1,0 +1,56 @@
+"""The demo page in a real headless Chromium (Playwright): type a sentence, submit, see ranked candidates;
+a blank-less sentence shows the friendly message. Screenshots go to tests/output/ (a CI artifact)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from _demo_helpers import demo_url, nudged_tiny  # noqa: F401  (fixtures)
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not os.path.exists(CHROMIUM):
+        if os.environ.get("CI"):
+            pytest.fail("chromium is not installed (apt-get install chromium fonts-wqy-microhei)")
+        pytest.skip("chromium is not installed")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+def test_fill_in_the_browser(browser, demo_url, output_dir):
+    page = browser.new_page(viewport={"width": 1100, "height": 900})
+    page.goto(demo_url, wait_until="networkidle")
+    box = page.locator("#zh-text textarea")
+    box.fill("北京是中国的[MASK]都。")
+    page.locator("#zh-fill").click()
+    cands = page.locator("#zh-result .zh-cand")
+    cands.nth(4).wait_for(timeout=30_000)
+    assert cands.count() == 5
+    first = cands.nth(0).inner_text()
+    assert first.startswith("首") and "%" in first
+    assert page.locator("#zh-result .zh-filled").inner_text() == "北京是中国的首都。"
+    page.screenshot(path=str(output_dir / "demo.png"), full_page=True)
+
+    box.fill("北京是中国的首都。")
+    page.locator("#zh-fill").click()
+    msg = page.locator("#zh-result .zh-msg")
+    msg.wait_for(timeout=30_000)
+    assert "No blank found" in msg.inner_text() and "没有找到空格" in msg.inner_text()
+    assert page.locator("#zh-result .zh-cand").count() == 0
+    assert "Traceback" not in page.content()
+    page.screenshot(path=str(output_dir / "demo_no_blank.png"), full_page=True)
+    page.close()

@@ -1,0 +1,172 @@
+"""`zh-bert plan`, the precision rules shared with `pretrain`, the hardware recipes, and the memory model
+checked against a real measurement on this CPU."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+
+import pytest
+import yaml
+
+from conftest import REPO
+
+from zh_bert.cli import main as cli
+from zh_bert.errors import ZhBertError
+from zh_bert.hardware import GPUS, KNOWN_DEVICES, build_supports, decide_precision, resolve_precision
+from zh_bert.plan import ModelShape, build_parser, estimate_memory, make_plan, model_config
+
+HARDWARE_RECIPES = ["base-1080ti", "base-4xk80", "small-2xp100", "large-a100"]
+
+
+def run_plan(capsys, *args: str) -> tuple[int, str, str]:
+    rc = cli(["plan", *args])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+@pytest.mark.parametrize("gpu,gpus", [("k80", 8), ("1080ti", 1), ("p100", 2), ("t4", 1), ("v100", 1),
+                                      ("a100", 1), ("h100", 1), ("cpu", 1)])
+def test_plan_prints_micro_batch_accumulation_precision_and_time(capsys, gpu, gpus):
+    rc, out, _ = run_plan(capsys, "--gpu", gpu, "--gpus", str(gpus), "--model", "base", "--seq-len", "128",
+                          "--global-batch", "256", "--tokens", "3.3e9")
+    assert rc == 0
+    for label in ("precision", "micro-batch", "accumulation", "memory/device", "throughput", "time", "install"):
+        assert f"  {label}" in out, (label, out)
+    assert " days (" in out and "GPU-hours" in out
+
+
+def test_unknown_gpu_is_refused_with_the_known_list(capsys):
+    rc, out, err = run_plan(capsys, "--gpu", "gtx980")
+    assert rc == 2 and out == ""
+    assert "unknown GPU 'gtx980'" in err and "known: " + ", ".join(KNOWN_DEVICES) in err
+    assert len(err.strip().splitlines()) == 1
+    rc, _, err = run_plan(capsys, "--gpu", "1080-Ti")       # spelling variants are accepted
+    assert rc == 0
+    rc, _, err = run_plan(capsys, "--gpu", "p100", "--gpus", "3")
+    assert rc == 2 and "not divisible by --gpus 3" in err
+
+
+def test_json_plan_is_consistent(capsys):
+    rc, out, _ = run_plan(capsys, "--gpu", "1080ti", "--model", "base", "--json")
+    assert rc == 0
+    p = json.loads(out)
+    assert (p["precision"], p["micro_batch"], p["accumulation"]) == ("fp32", 64, 4)
+    assert p["micro_batch"] * p["gpus"] * p["accumulation"] == p["global_batch"] == 256
+    assert p["memory_gb"]["total"] <= p["device_memory_gb"] < p["next_micro_batch_gb"]
+    assert p["steps"] == 900_000 and p["tokens"] == 900_000 * 256 * 128   # BERT's 128-token phase by default
+    assert p["utilisation_source"] == "assumed" and 0 < p["utilisation"] < 1
+    assert p["days"] == pytest.approx(p["tokens"] / p["tokens_per_s"] / 86400)
+    assert p["largest_within_days"]["model"] == "small"
+    k80 = make_plan(GPUS["k80"], "k80", model="base", gpus=8)
+    assert k80.allreduce_s_per_step > 0 and k80.micro_batch * 8 * k80.accumulation == 256
+    big = make_plan(GPUS["1080ti"], "1080ti", model="large", global_batch=256)
+    assert big.fits and big.micro_batch < 64                      # large fits with a smaller micro-batch
+
+
+def test_precision_rules_shared_by_planner_and_trainer():
+    assert decide_precision("auto", (3, 7))[0] == "fp32"          # Kepler: fp16 buys nothing
+    assert decide_precision("auto", (6, 1))[0] == "fp32"          # 1080 Ti: fp16 at 1/64 rate
+    assert decide_precision("auto", (6, 0))[0] == "fp16"          # P100: fast fp16, no bf16
+    assert decide_precision("auto", (7, 5))[0] == "fp16"
+    assert decide_precision("auto", (8, 0))[0] == "bf16"
+    p, w = decide_precision("fp16", (3, 7), name="Tesla K80")
+    assert p == "fp16" and "no fp16 speed-up" in w[0]
+    p, w = decide_precision("bf16", (6, 1), name="GeForce GTX 1080 Ti")
+    assert p == "bf16" and "no native bf16" in w[0] and "fp32" in w[0]
+    p, w = decide_precision("fp16", None, cpu_bf16=True)
+    assert p == "fp32" and "does nothing on a CPU" in w[0]
+    assert decide_precision("auto", None, cpu_bf16=False) == ("fp32", [])
+    with pytest.raises(ZhBertError, match="precision must be one of"):
+        decide_precision("fp8", (8, 0))
+    import torch
+
+    assert resolve_precision("fp16", torch.device("cpu"))[0] == "fp32"
+    for key in ("k80", "1080ti", "p100", "a100"):
+        assert make_plan(GPUS[key], key, model="tiny").precision == decide_precision("auto", GPUS[key].capability)[0]
+
+
+def test_build_kernel_check():
+    cu126 = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]
+    cu128 = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]
+    cu118 = ["sm_37", "sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]
+    assert build_supports((6, 1), cu126)          # sm_60 cubin runs on sm_61
+    assert not build_supports((6, 1), cu128)
+    assert build_supports((3, 7), cu118) and not build_supports((3, 7), cu126)
+    assert build_supports((8, 9), cu126)          # sm_86 cubin runs on sm_89
+    assert build_supports((12, 0), ["sm_90", "compute_90"])   # PTX JIT forward
+    assert not build_supports((9, 0), ["sm_100"])
+
+
+@pytest.mark.parametrize("model,objective", [("tiny", "mlm"), ("mini", "mlm"), ("tiny", "mlm+nsp")])
+def test_param_count_matches_the_real_model(model, objective):
+    from zh_bert.model import count_params, model_class
+
+    cfg = model_config(model, 21128)
+    assert ModelShape.from_config(cfg, pairs=objective != "mlm").params == count_params(model_class(objective)(cfg))
+
+
+def _plan_from_recipe_header(path):
+    first = path.read_text(encoding="utf-8").splitlines()[0]
+    assert first.startswith("# zh-bert plan "), f"{path.name} must open with the plan line it was sized with"
+    args = build_parser().parse_args(shlex.split(first[len("# zh-bert plan "):]))
+    spec = GPUS[args.gpu]
+    return args, make_plan(spec, args.gpu, model=args.model, gpus=args.gpus, seq_len=args.seq_len,
+                           global_batch=args.global_batch, tokens=args.tokens, precision=args.precision,
+                           attention_dropout=args.attention_dropout)
+
+
+@pytest.mark.parametrize("name", HARDWARE_RECIPES)
+def test_hardware_recipes_follow_their_plan_line(name):
+    from zh_bert.recipe import Recipe, load_recipe
+
+    path = REPO / "recipes" / f"{name}.yaml"
+    recipe = load_recipe(path)
+    keys = set(yaml.safe_load(path.read_text(encoding="utf-8")))
+    reference = set(yaml.safe_load((REPO / "recipes" / "tiny-cpu.yaml").read_text(encoding="utf-8")))
+    assert keys == reference, f"same documented keys as tiny-cpu.yaml: {sorted(keys ^ reference)}"
+    assert keys <= set(Recipe.__dataclass_fields__)
+    args, plan = _plan_from_recipe_header(path)
+    assert (recipe.model, recipe.seq_len, recipe.global_batch) == (args.model, args.seq_len, args.global_batch)
+    assert recipe.micro_batch == plan.micro_batch and plan.fits
+    assert recipe.attention_dropout == args.attention_dropout
+    assert recipe.precision == plan.precision
+    assert f"{plan.days:.1f} days" in path.read_text() or f"≈ {round(plan.days)} days" in path.read_text()
+    text = path.read_text(encoding="utf-8")
+    if args.gpus > 1:                      # multi-GPU recipes name their accelerate config, sized to --gpus
+        cfg_name = text.split("--config_file ")[1].split()[0]
+        cfg = yaml.safe_load((REPO / cfg_name).read_text())
+        assert cfg["num_processes"] == args.gpus and cfg["distributed_type"] == "MULTI_GPU"
+        assert cfg["mixed_precision"] == "no"
+    assert plan.install.split("#")[0].strip() in text
+
+
+def test_memory_model_matches_a_measured_cpu_step():
+    """One case of bench/plan_memory_check.py (peak RSS of real training steps in a fresh process)."""
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import plan_memory_check as bench
+    finally:
+        sys.path.pop(0)
+    measured = bench.measure("tiny", 16)
+    planned = bench.estimate("tiny", 16)
+    assert abs(planned / measured - 1) <= 0.25, (planned / 2**20, measured / 2**20)
+    shape = ModelShape.from_config(model_config("base", 21128))
+    fp32 = estimate_memory(shape, 128, 64, "fp32", device="cpu").activations
+    bf16 = estimate_memory(shape, 128, 64, "bf16", device="cpu").activations
+    assert 0.5 < bf16 / fp32 < 0.75          # AMP keeps LayerNorm inputs in fp32: not quite half
+
+
+def test_measure_on_this_cpu(capsys):
+    rc, out, _ = run_plan(capsys, "--gpu", "cpu", "--model", "tiny", "--seq-len", "64", "--global-batch", "8",
+                          "--measure", "--measure-steps", "1", "--json")
+    assert rc == 0
+    p = json.loads(out)
+    assert p["utilisation_source"] == "measured" and p["measured"]["tokens_per_s"] > 0
+    assert p["utilisation"] == pytest.approx(p["measured"]["utilisation"])
+    import torch
+
+    if not torch.cuda.is_available():
+        rc, _, err = run_plan(capsys, "--gpu", "1080ti", "--measure")
+        assert rc == 2 and "no CUDA GPU" in err

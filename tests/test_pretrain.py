@@ -1,0 +1,217 @@
+"""`zh-bert pretrain` on real Chinese text: loss falls, outputs per the run-dir contract, exact resume after
+kill -9, accumulation equivalence, vocab-size checks, and a checkpoint that `pipeline("fill-mask")` loads."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from conftest import REPO
+from zh_bert.errors import ZhBertError
+
+SEQ = 64
+
+
+@pytest.fixture(scope="session")
+def char_data(tmp_path_factory, sample_jsonl):
+    """A char TOKDIR built by `zh-bert vocab` and a SHARDDIR built by `zh-bert shard` from 600 real docs."""
+    from zh_bert.shard import main as shard_main
+    from zh_bert.vocab import main as vocab_main
+
+    root = tmp_path_factory.mktemp("pretrain_data")
+    tokdir, sharddir = root / "tok", root / "shards"
+    assert vocab_main([str(sample_jsonl), "-o", str(tokdir), "--kind", "char", "--size", "4000", "-q"]) == 0
+    assert shard_main([str(sample_jsonl), "--tokenizer", str(tokdir), "-o", str(sharddir), "--seq-len", str(SEQ),
+                       "--valid-docs", "40", "--workers", "1"]) == 0
+    return tokdir, sharddir
+
+
+def write_recipe(path: Path, tokdir, sharddir, **over) -> Path:
+    recipe = {"out_dir": str(path.parent / "run"), "data": str(sharddir), "tokenizer": str(tokdir), "model": "tiny",
+              "masking": "wwm", "seq_len": SEQ, "global_batch": 16, "micro_batch": 16, "lr": 3e-3,
+              "warmup_steps": 5, "max_steps": 40, "log_every": 5, "eval_every": 10, "eval_batches": 4,
+              "save_every": 15, "keep_last": 2, "seed": 7, "precision": "auto"}
+    recipe.update(over)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(recipe, allow_unicode=True), encoding="utf-8")
+    return path
+
+
+def metrics(run: Path) -> list[dict]:
+    return [json.loads(l) for l in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if l.strip()]
+
+
+@pytest.mark.slow
+def test_end_to_end_loss_falls_and_checkpoint_fills_masks(tmp_path, char_data):
+    from transformers import pipeline
+
+    from zh_bert.pretrain import main
+
+    tokdir, sharddir = char_data
+    recipe = write_recipe(tmp_path / "r.yaml", tokdir, sharddir)
+    assert main([str(recipe)]) == 0
+    run = tmp_path / "run"
+    rows = metrics(run)
+    train = [r for r in rows if "loss" in r]
+    val = [r for r in rows if "val_mlm_loss" in r]
+    assert [r["step"] for r in train] == list(range(5, 41, 5))
+    assert {"step", "loss", "mlm_acc", "lr", "tokens_per_s", "grad_norm", "tokens_seen"} <= set(train[0])
+    assert [r["step"] for r in val] == [10, 20, 30, 40]
+    assert val[-1]["val_mlm_loss"] < val[0]["val_mlm_loss"] - 0.5, val        # validation loss falls
+    summary = json.loads((run / "run.json").read_text(encoding="utf-8"))
+    assert summary["steps"] == 40 and summary["tokens_seen"] == 40 * 16 * SEQ
+    assert summary["hardware"]["precision"] in ("bf16", "fp32") and summary["hardware"]["processes"] == 1
+    assert summary["final_validation"]["mlm_acc"] > 20 / summary["model"]["vocab_size"]   # far above chance
+    assert summary["parameters"] > 0 and summary["vocab"]["kind"] == "char"
+    assert yaml.safe_load((run / "recipe.yaml").read_text())["max_steps"] == 40
+    assert (run / "curves.png").stat().st_size > 10_000
+    assert list((run / "tb").glob("events.out.tfevents.*"))
+    assert [p.name for p in sorted((run / "checkpoints").iterdir())] == ["step-0000030", "step-0000040"]
+    final = run / "final"
+    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt"} <= {
+        p.name for p in final.iterdir()}
+    fill = pipeline("fill-mask", model=str(final), tokenizer=str(final), device="cpu")
+    preds = fill("中华人民共和国的首[MASK]是北京。", top_k=5)
+    assert len(preds) == 5 and all(len(p["token_str"].strip()) >= 1 for p in preds)
+    assert fill.tokenizer.convert_tokens_to_ids("中") != fill.tokenizer.unk_token_id
+
+
+@pytest.mark.slow
+def test_kill9_then_resume_auto_reproduces_losses(tmp_path, char_data):
+    """A real `zh-bert pretrain` process is killed with SIGKILL after its first checkpoint; `--resume auto`
+    must then log exactly the per-step losses of an uninterrupted run (CPU, same seed, tolerance 1e-5)."""
+    from zh_bert.pretrain import main
+
+    tokdir, sharddir = char_data
+    common = dict(max_steps=14, save_every=4, log_every=1, eval_every=0, micro_batch=8, global_batch=16,
+                  precision="fp32", keep_last=3)
+    ref = write_recipe(tmp_path / "ref" / "r.yaml", tokdir, sharddir, **common)
+    assert main([str(ref)]) == 0
+    expected = {r["step"]: r["loss"] for r in metrics(tmp_path / "ref" / "run") if "loss" in r}
+    assert sorted(expected) == list(range(1, 15))
+
+    recipe = write_recipe(tmp_path / "killed" / "r.yaml", tokdir, sharddir, **common)
+    run = tmp_path / "killed" / "run"
+    cmd = [sys.executable, "-m", "zh_bert", "pretrain", str(recipe)]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 240
+    while not (run / "checkpoints" / "step-0000004" / "trainer_state.json").exists():
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+        assert time.time() < deadline
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    logged = [r["step"] for r in metrics(run) if "loss" in r]
+    assert 4 <= max(logged) < 14, "the kill must land after a checkpoint and before the end"
+
+    p = subprocess.run(cmd + ["--resume", "auto"], cwd=REPO, capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "resumed from" in p.stdout + p.stderr
+    got = {r["step"]: r["loss"] for r in metrics(run) if "loss" in r}
+    assert sorted(got) == list(range(1, 15)), "each step logged exactly once after resume"
+    diffs = {s: abs(got[s] - expected[s]) for s in expected}
+    assert max(diffs.values()) <= 1e-5, diffs
+
+
+def test_accumulation_4x8_equals_1x32(char_data):
+    """One optimizer step on 32 sequences as 4 micro-batches of 8 equals one batch of 32: the loss is
+    normalised by the masked-token count of the whole global batch. Tolerance: 1e-6 on every parameter
+    (fp32 summation order only)."""
+    from accelerate import Accelerator
+    from transformers import BertForMaskedLM
+
+    from zh_bert.data import ShardDataset, ShardLoader
+    from zh_bert.masking import MaskingConfig
+    from zh_bert.model import PretrainModel, build_config
+    from zh_bert.pretrain import StepStats, lr_lambda, make_optimizer, train_step
+    from zh_bert.recipe import Recipe
+    from zh_bert.tokenizer_files import load_tokenizer
+
+    tokdir, sharddir = char_data
+    ds = ShardDataset(sharddir, "train")
+    loader = iter(ShardLoader(ds, 8, MaskingConfig(strategy="wwm"), seed=3))
+    micro = [next(loader) for _ in range(4)]
+    whole = {k: torch.cat([m[k] for m in micro]) for k in micro[0]}
+    torch.manual_seed(0)
+    cfg = build_config("tiny", len(load_tokenizer(tokdir)), dropout=0.0)
+    base = PretrainModel(BertForMaskedLM(cfg))
+    acc = Accelerator(mixed_precision="no")
+    params = {}
+    for name, batches, mb in (("4x8", micro, 8), ("1x32", [whole], 32)):
+        recipe = Recipe(lr=1e-3, warmup_steps=0, max_steps=10, global_batch=32, micro_batch=mb)
+        model = copy.deepcopy(base)
+        opt, _ = make_optimizer(model, recipe, acc.device)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(recipe))
+        stats = StepStats()
+        train_step(model, opt, sched, acc, batches, recipe, stats)
+        params[name] = {k: v.detach().clone() for k, v in model.named_parameters()}
+        params[name + "_loss"] = float(stats.loss) / stats.masked
+    assert abs(params["4x8_loss"] - params["1x32_loss"]) < 1e-5
+    worst = max((params["4x8"][k] - params["1x32"][k]).abs().max().item() for k in params["4x8"])
+    moved = max((params["4x8"][k] - base.state_dict()[k]).abs().max().item() for k in params["4x8"])
+    assert moved > 1e-4 and worst <= 1e-6, (worst, moved)
+
+
+def test_checkpoint_with_other_vocab_size_is_refused(tiny_model_dir, char_data):
+    from zh_bert.model import load_init
+    from zh_bert.tokenizer_files import load_tokenizer
+
+    tok = load_tokenizer(char_data[0])
+    with pytest.raises(ZhBertError) as e:
+        load_init(tiny_model_dir, tok, "mlm", SEQ)
+    msg = str(e.value)
+    assert "vocab_size 21128" in msg and f"{len(tok)} tokens" in msg and str(tiny_model_dir) in msg
+
+
+def test_vocab_extension_grows_embeddings_from_known_characters(tmp_path, tiny_model_dir):
+    """A tokenizer = the checkpoint's 21,128 tokens + new ones: embeddings are resized, a new word starts
+    at the mean of its characters' rows, the output stays tied and the result is a stock checkpoint."""
+    from transformers import BertForMaskedLM, BertTokenizer
+
+    from zh_bert.fileio import read_vocab_txt, write_vocab_txt
+    from zh_bert.model import load_init
+
+    tokens = read_vocab_txt(tiny_model_dir / "vocab.txt") + ["新冠", "𠮷"]
+    write_vocab_txt(tmp_path / "vocab.txt", tokens)
+    tok = BertTokenizer(vocab=str(tmp_path / "vocab.txt"))
+    assert len(tok) == 21130
+    old = BertForMaskedLM.from_pretrained(str(tiny_model_dir)).bert.embeddings.word_embeddings.weight
+    model = load_init(tiny_model_dir, tok, "mlm", SEQ)
+    emb = model.get_input_embeddings().weight
+    assert emb.shape[0] == 21130 and model.config.vocab_size == 21130
+    assert torch.equal(emb[:21128], old)
+    want = (old[tok.convert_tokens_to_ids("新")] + old[tok.convert_tokens_to_ids("冠")]) / 2
+    assert torch.allclose(emb[21128], want, atol=1e-6)
+    assert torch.allclose(emb[21129], old.mean(0), atol=1e-6)
+    assert model.cls.predictions.decoder.weight.data_ptr() == emb.data_ptr()
+    model.save_pretrained(str(tmp_path / "ext"))
+    assert BertForMaskedLM.from_pretrained(str(tmp_path / "ext")).config.vocab_size == 21130
+
+
+def test_global_batch_must_divide_over_processes(tmp_path, char_data):
+    from zh_bert.pretrain import main
+
+    tokdir, sharddir = char_data
+    with pytest.raises(ZhBertError, match="global_batch 24 is not a multiple of micro_batch 16"):
+        main([str(write_recipe(tmp_path / "r.yaml", tokdir, sharddir)), "--set", "global_batch=24"])
+
+
+def test_shards_of_another_tokenizer_are_refused(tmp_path, char_data, google_tokdir):
+    from zh_bert.pretrain import main
+
+    tokdir, sharddir = char_data
+    recipe = write_recipe(tmp_path / "r.yaml", google_tokdir, sharddir)
+    with pytest.raises(ZhBertError, match="fingerprint"):
+        main([str(recipe)])

@@ -1,0 +1,349 @@
+"""`zh-bert ablate recipes/ablations/NAME.yaml`: pretraining runs that differ in ONE setting, same evals.
+
+Each run is `zh-bert pretrain BASE --set <shared overrides> --set <the varied key>=<value>`, so every run
+sees the same token budget (same steps × global batch × seq_len). Every run is then scored the same way:
+
+- held-out masked-LM accuracy on text carved off the training corpus before any run sees it (the last
+  `heldout_docs` documents of each corpus file), masked once from a fixed seed with a fixed strategy, so
+  all runs are scored on the same blanks (comparable unless the vocabulary itself differs);
+- the run's own validation MLM accuracy (from run.json: its own masking, its own shard's held-out docs);
+- downstream accuracy: `zh-bert finetune` on `finetune` (default ChnSentiCorp), mean ± std over seeds.
+
+Outputs in `out_dir`: `results.md` (table + the exact command + caveats), `results.png`, `results.json`,
+and one run dir per setting under `runs/` (finished runs and their evals are reused on a re-run).
+The pseudo-key `corpus_fraction` trains on the first fraction of every corpus file's training documents.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from zh_bert.errors import ZhBertError
+
+
+@dataclass
+class AblationSpec:
+    name: str                                   # short name, used in titles
+    grid: dict[str, Any]                        # exactly one key -> list of values (scalars, or {label, set})
+    question: str = ""                          # what the grid answers (printed in results.md)
+    base: str = "../tiny-cpu.yaml"              # base recipe, relative to this file
+    out_dir: Optional[str] = None               # default runs/ablations/NAME
+    set: dict[str, Any] = field(default_factory=dict)   # overrides shared by every run (the budget)
+    heldout_docs: int = 100                     # last N documents of each corpus file: held out for eval mlm
+    eval_masking: str = "token"                 # strategy of the held-out MLM eval (same for every run)
+    eval_seed: int = 0
+    eval_max_seqs: int = 200                    # packed held-out sequences scored (0 = all)
+    finetune: Optional[str] = "chnsenticorp"    # task for `zh-bert finetune`; null = skip
+    finetune_seeds: int = 3
+    finetune_epochs: int = 2
+    finetune_lr: float = 5e-4
+    finetune_seq_len: int = 128
+    finetune_max_train: int = 0                 # 0 = the whole (deduplicated) train split
+    finetune_precision: str = "fp32"
+
+
+@dataclass
+class Run:
+    label: str                 # "masking=wwm"
+    value: Any                 # shown in the table
+    overrides: dict[str, Any]
+    fraction: float = 1.0      # corpus_fraction
+
+
+def load_spec(path: str | Path) -> AblationSpec:
+    from zh_bert.config import from_dict, load_yaml
+
+    spec = from_dict(AblationSpec, load_yaml(path), where=str(path))
+    if not isinstance(spec.grid, dict) or len(spec.grid) != 1:
+        raise ZhBertError(f"{path}: 'grid' must have exactly one key (the setting that varies), "
+                          f"got {list(spec.grid) if isinstance(spec.grid, dict) else spec.grid!r}")
+    key, values = next(iter(spec.grid.items()))
+    if not isinstance(values, list) or len(values) < 2:
+        raise ZhBertError(f"{path}: grid.{key} must be a list of at least two values")
+    if spec.finetune_seeds < 1:
+        raise ZhBertError(f"{path}: 'finetune_seeds' must be >= 1")
+    return spec
+
+
+def _slug(s: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.=+-]+", "-", s).strip("-")
+
+
+def plan_runs(spec: AblationSpec) -> list[Run]:
+    key, values = next(iter(spec.grid.items()))
+    runs = []
+    for v in values:
+        if isinstance(v, dict):   # {label: "...", set: {...}}: a setting that needs several keys
+            if "label" not in v or not isinstance(v.get("set"), dict):
+                raise ZhBertError(f"grid.{key}: a mapping entry needs 'label' and 'set', got {v}")
+            runs.append(Run(f"{key}={v['label']}", v["label"], dict(v["set"])))
+        elif key == "corpus_fraction":
+            f = float(v)
+            if not 0 < f <= 1:
+                raise ZhBertError(f"grid.corpus_fraction: {v} is not in (0, 1]")
+            runs.append(Run(f"corpus={int(round(f * 100))}%", f"{f:.0%}", {}, fraction=f))
+        else:
+            runs.append(Run(f"{key}={v}", v, {key: v}))
+    return runs
+
+
+# --------------------------------------------------------------------------- data: carve held-out docs
+
+def _docs(path: Path, doc_sep: str) -> list[str]:
+    text = path.read_text(encoding="utf-8")
+    if doc_sep == "blank":
+        return [d.strip("\n") for d in re.split(r"\n\s*\n", text) if d.strip()]
+    return [l for l in text.split("\n") if l.strip()]
+
+
+def carve_corpus(files: list[Path], out: Path, heldout_docs: int, fractions: set[float], doc_sep: str) -> tuple[dict, Path]:
+    """Training copies of the corpus without the held-out docs (per fraction) + one held-out text file."""
+    sep = "\n\n" if doc_sep == "blank" else "\n"
+    heldout, train = [], {f: [] for f in fractions}
+    for i, path in enumerate(files):
+        docs = _docs(path, doc_sep)
+        if len(docs) <= 2 * heldout_docs:
+            raise ZhBertError(f"{path}: {len(docs)} documents is too few to hold out {heldout_docs}")
+        keep, held = docs[:-heldout_docs] if heldout_docs else docs, docs[-heldout_docs:] if heldout_docs else []
+        heldout += [d.replace("\n", " ") for d in held]
+        for f in fractions:
+            dst = out / f"train-{int(round(f * 100))}" / f"{i:02d}-{path.name}"
+            if not dst.is_file():
+                from zh_bert.fileio import atomic_write
+
+                with atomic_write(dst) as fh:
+                    fh.write(sep.join(keep[:max(1, int(len(keep) * f))]) + "\n")
+            train[f].append(str(dst))
+    held_path = out / "heldout.txt"
+    if heldout and not held_path.is_file():
+        from zh_bert.fileio import atomic_write
+
+        with atomic_write(held_path) as fh:
+            fh.write("\n".join(heldout) + "\n")
+    return train, held_path
+
+
+# --------------------------------------------------------------------------- one run
+
+def run_one(spec: AblationSpec, run: Run, base: Path, out: Path, data_files: list[str] | None,
+            heldout: Path | None, cli_set: dict, log=print) -> dict:
+    """Pretrain (or reuse a finished run), then the evals (or reuse them); returns the table row."""
+    from zh_bert.recipe import load_recipe
+
+    run_dir = out / "runs" / _slug(run.label)
+    overrides = {**spec.set, **run.overrides, **cli_set, "out_dir": str(run_dir),
+                 "data_cache": str(out / "data")}
+    if data_files is not None:
+        overrides["data"] = data_files
+    recipe = load_recipe(base, overrides)
+    summary_path = run_dir / "run.json"
+    summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.is_file() else {}
+    if summary.get("status") == "finished" and (run_dir / "final" / "config.json").is_file():
+        log(f"[{run.label}] reusing finished run {run_dir}")
+    else:
+        from zh_bert.pretrain import train
+
+        log(f"[{run.label}] pretrain -> {run_dir}")
+        resume = "auto" if (run_dir / "checkpoints").is_dir() else None
+        summary = train(recipe, resume=resume, log=lambda m: log(f"[{run.label}] {m}"))
+        if summary.get("status") != "finished":
+            raise ZhBertError(f"[{run.label}] pretraining ended with status {summary.get('status')!r}")
+    row = {"label": run.label, "value": run.value, "run_dir": str(run_dir), "tokens": summary.get("tokens_seen"),
+           "steps": summary.get("steps"), "wall_clock_s": summary.get("wall_clock_s"),
+           "params": summary.get("parameters"), "val_mlm_acc": (summary.get("final_validation") or {}).get("mlm_acc"),
+           "vocab_size": (summary.get("vocab") or {}).get("vocab_size")}
+    evals_path = run_dir / "ablate_evals.json"
+    evals = json.loads(evals_path.read_text(encoding="utf-8")) if evals_path.is_file() else {}
+    want = {"heldout": str(heldout) if heldout else None, "eval_masking": spec.eval_masking,
+            "eval_seed": spec.eval_seed, "eval_max_seqs": spec.eval_max_seqs, "finetune": spec.finetune,
+            "finetune_seeds": spec.finetune_seeds, "finetune_epochs": spec.finetune_epochs,
+            "finetune_lr": spec.finetune_lr, "finetune_max_train": spec.finetune_max_train,
+            "finetune_seq_len": spec.finetune_seq_len}
+    if evals.get("settings") != want:
+        evals = {"settings": want, **run_evals(spec, run, run_dir, heldout, log)}
+        from zh_bert.fileio import write_json
+
+        write_json(evals_path, evals)
+    row.update({k: v for k, v in evals.items() if k != "settings"})
+    return row
+
+
+def run_evals(spec: AblationSpec, run: Run, run_dir: Path, heldout: Path | None, log=print) -> dict:
+    from zh_bert.eval_results import entry, record
+
+    out: dict[str, Any] = {}
+    entries = []
+    if heldout is not None:
+        from zh_bert.evaluate import MlmEvalConfig, eval_mlm, load_mlm, read_documents
+
+        model, tok, _ = load_mlm(run_dir / "final")
+        cfg = MlmEvalConfig(seed=spec.eval_seed, masking=spec.eval_masking, max_seqs=spec.eval_max_seqs,
+                            seq_len=min(128, model.config.max_position_embeddings))
+        res = eval_mlm(model, tok, read_documents([str(heldout)]), cfg)
+        log(f"[{run.label}] held-out MLM ({spec.eval_masking}, seed {spec.eval_seed}): acc {res['mlm_acc']:.4f} "
+            f"top-5 {res['mlm_top5']:.4f} loss {res['mlm_loss']:.4f}")
+        out.update(heldout_mlm_acc=res["mlm_acc"], heldout_mlm_top5=res["mlm_top5"],
+                   heldout_mlm_loss=res["mlm_loss"], heldout_masked=res["n_masked"])
+        task = f"Masked LM ({spec.eval_masking} masking, seed {spec.eval_seed})"
+        entries.append(entry("fill-mask", task, "text", heldout.name, "accuracy", "MLM accuracy", res["mlm_acc"]))
+        del model
+    if spec.finetune:
+        from zh_bert import finetune as ft
+        from zh_bert.tasks import load_task
+
+        task = load_task(spec.finetune)
+        cfg = ft.FinetuneConfig(epochs=spec.finetune_epochs, lr=spec.finetune_lr, seq_len=spec.finetune_seq_len,
+                                max_train=spec.finetune_max_train, precision=spec.finetune_precision)
+        seeds = list(range(1, spec.finetune_seeds + 1))
+        s = ft.run(run_dir / "final", task, cfg, seeds, log=lambda m: None)
+        log(f"[{run.label}] finetune {spec.finetune}: dev {s['dev_acc']:.4f} ± {s.get('dev_acc_std', 0):.4f}"
+            + (f", test {s['test_acc']:.4f} ± {s.get('test_acc_std', 0):.4f}" if s.get("test_acc") is not None else ""))
+        out.update({k: s.get(k) for k in ("dev_acc", "dev_acc_std", "test_acc", "test_acc_std", "test_macro_f1",
+                                          "test_macro_f1_std")})
+        out["finetune_seeds"] = seeds
+        entries += ft.eval_entries(s, spec.finetune)
+    if entries:
+        record(run_dir, entries)
+    return out
+
+
+# --------------------------------------------------------------------------- report
+
+def _pm(mean, std) -> str:
+    if mean is None:
+        return "–"
+    return f"{mean * 100:.1f} ± {std * 100:.1f}" if std is not None else f"{mean * 100:.1f}"
+
+
+def write_results(spec: AblationSpec, rows: list[dict], out: Path, command: str, elapsed: float) -> None:
+    from zh_bert.fileio import atomic_write, write_json
+
+    key = next(iter(spec.grid))
+    task = spec.finetune or "–"
+    lines = [f"# Ablation: {spec.name}", ""]
+    if spec.question:
+        lines += [spec.question.strip(), ""]
+    lines += [f"Command: `{command}` ({elapsed / 60:.1f} min in all)", "",
+              f"| {key} | val MLM acc (own masking) | held-out MLM acc ({spec.eval_masking}, seed {spec.eval_seed}) "
+              f"| {task} dev acc (mean ± std, {spec.finetune_seeds} seeds) | {task} test acc | tokens | wall-clock |",
+              "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['value']} | {_pm(r.get('val_mlm_acc'), None)} | {_pm(r.get('heldout_mlm_acc'), None)} | "
+                     f"{_pm(r.get('dev_acc'), r.get('dev_acc_std'))} | {_pm(r.get('test_acc'), r.get('test_acc_std'))} | "
+                     f"{r.get('tokens') or 0:,} | {(r.get('wall_clock_s') or 0) / 60:.1f} min |")
+    vocab_sizes = {r.get("vocab_size") for r in rows}
+    lines += ["", "Accuracies in %. Same token budget for every run "
+              f"({', '.join(f'{k}={v}' for k, v in spec.set.items())}). Held-out text: the last "
+              f"{spec.heldout_docs} documents of each corpus file, removed from training for every run. "
+              f"Downstream: `zh-bert finetune` ({spec.finetune_epochs} epochs, lr {spec.finetune_lr}, seq-len "
+              f"{spec.finetune_seq_len}{f', {spec.finetune_max_train} train examples' if spec.finetune_max_train else ''}"
+              f"), std is the sample std over seeds."]
+    if len(vocab_sizes) > 1:
+        lines += ["", f"Vocabularies differ between runs ({sorted(v for v in vocab_sizes if v)}): MLM accuracies "
+                      "are over different units and do not compare directly; the downstream column does."]
+    with atomic_write(out / "results.md") as f:
+        f.write("\n".join(lines) + "\n")
+    write_json(out / "results.json", {"spec": asdict(spec), "command": command, "rows": rows})
+    plot_results(spec, rows, out / "results.png")
+
+
+def plot_results(spec: AblationSpec, rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from zh_bert.fileio import atomic_write
+
+    labels = [str(r["value"]) for r in rows]
+    panels = [("heldout_mlm_acc", None, f"held-out MLM acc ({spec.eval_masking})"),
+              ("val_mlm_acc", None, "val MLM acc (own masking)"),
+              ("dev_acc", "dev_acc_std", f"{spec.finetune} dev acc (± std)"),
+              ("test_acc", "test_acc_std", f"{spec.finetune} test acc (± std)")]
+    panels = [p for p in panels if any(r.get(p[0]) is not None for r in rows)]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.4), squeeze=False)
+    for ax, (key, std, title) in zip(axes[0], panels):
+        vals = [(r.get(key) or 0) * 100 for r in rows]
+        errs = [(r.get(std) or 0) * 100 for r in rows] if std else None
+        ax.bar(range(len(rows)), vals, yerr=errs, capsize=4, color="#4c72b0")
+        ax.set_xticks(range(len(rows)), labels, rotation=20)
+        ax.set_title(title, fontsize=9)
+        lo = min(vals) - max(errs or [0]) - 2
+        ax.set_ylim(max(0, lo), max(vals) + max(errs or [0]) + 2)
+    fig.suptitle(f"ablation: {spec.name} ({next(iter(spec.grid))})")
+    fig.tight_layout()
+    with atomic_write(path, "wb") as f:
+        fig.savefig(f, format="png", dpi=110)
+    plt.close(fig)
+
+
+# --------------------------------------------------------------------------- CLI
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="zh-bert ablate", description=__doc__.split("\n\n")[0])
+    p.add_argument("spec", metavar="recipes/ablations/NAME.yaml")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="recipe override for every run (e.g. max_steps=20 for a smoke run)")
+    p.add_argument("--out-dir", help="override the spec's out_dir")
+    p.add_argument("--only", action="append", default=[], metavar="LABEL", help="run only these settings")
+    p.add_argument("--dry-run", action="store_true", help="print the runs and their overrides, run nothing")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    import sys
+
+    from zh_bert.config import parse_set
+
+    args = build_parser().parse_args(argv)
+    spec_path = Path(args.spec)
+    spec = load_spec(spec_path)
+    base = (spec_path.parent / spec.base) if not Path(spec.base).is_absolute() else Path(spec.base)
+    if not base.is_file():
+        raise ZhBertError(f"{spec_path}: base recipe {base} not found")
+    out = Path(args.out_dir or spec.out_dir or f"runs/ablations/{spec.name}")
+    cli_set = parse_set(args.set)
+    runs = plan_runs(spec)
+    if args.only:
+        unknown = set(args.only) - {r.label for r in runs} - {str(r.value) for r in runs}
+        if unknown:
+            raise ZhBertError(f"--only {sorted(unknown)}: not in the grid ({', '.join(r.label for r in runs)})")
+        runs = [r for r in runs if r.label in args.only or str(r.value) in args.only]
+
+    from zh_bert.pipeline import is_sharddir
+    from zh_bert.recipe import load_recipe
+
+    base_recipe = load_recipe(base, {**spec.set, **cli_set})
+    raw = not (len(base_recipe.data_paths) == 1 and is_sharddir(base_recipe.data_paths[0]))
+    if not raw and (any(r.fraction < 1 for r in runs) or spec.heldout_docs):
+        raise ZhBertError(f"{spec_path}: the base recipe's data is a SHARDDIR; corpus_fraction and heldout_docs "
+                          f"need a raw corpus (set heldout_docs: 0 to skip the held-out eval)")
+    data_by_fraction, heldout = {}, None
+    if raw:
+        from zh_bert.pipeline import _input_files
+
+        files = _input_files([Path(p) for p in base_recipe.data_paths])
+        data_by_fraction, heldout = carve_corpus(files, out / "corpus", spec.heldout_docs,
+                                                 {r.fraction for r in runs}, base_recipe.doc_sep)
+        if not spec.heldout_docs:
+            heldout = None
+    for r in runs:
+        print(f"{r.label}: pretrain {base} --set " + " ".join(f"{k}={v}" for k, v in
+                                                           {**spec.set, **r.overrides, **cli_set}.items()), flush=True)
+    if args.dry_run:
+        return 0
+    command = "zh-bert ablate " + " ".join(argv)
+    t0 = time.time()
+    rows = [run_one(spec, r, base, out, data_by_fraction.get(r.fraction) if raw else None, heldout, cli_set,
+                    log=lambda m: print(m, flush=True)) for r in runs]
+    write_results(spec, rows, out, command, time.time() - t0)
+    print((out / "results.md").read_text(encoding="utf-8"), flush=True)
+    print(json.dumps({"results": str(out / "results.md"), "rows": rows}, ensure_ascii=False), flush=True)
+    sys.stdout.flush()
+    return 0
