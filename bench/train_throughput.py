@@ -71,61 +71,55 @@ def matmul_flops(dtype: torch.dtype, n: int = 2048, reps: int = 10) -> float:
     return 2 * n ** 3 * reps / (time.perf_counter() - t)
 
 
-def bench_trainer(cfg, batches, precision: str, warmup: int) -> float:
-    """tokens/s of transformers.Trainer on `batches` (timed after `warmup` steps)."""
-    from transformers import BertForMaskedLM, Trainer, TrainerCallback, TrainingArguments
+def bench_pair(cfg, batches, precision: str, warmup: int) -> tuple[float, float]:
+    """(Trainer tokens/s, zh-bert tokens/s), interleaved step by step so both see the same machine load.
 
-    class Clock(TrainerCallback):
-        def __init__(self):
-            self.t = {}
-
-        def on_step_begin(self, args, state, control, **kw):
-            if state.global_step == warmup:
-                self.t["start"] = time.perf_counter()
-
-        def on_step_end(self, args, state, control, **kw):
-            self.t["end"] = time.perf_counter()
-
-    _reset_accelerate()
-    torch.manual_seed(0)
-    model = BertForMaskedLM(cfg)
-    rows = [{k: v[i] for k, v in b.items()} for b in batches for i in range(len(b["input_ids"]))]
-    clock = Clock()
-    args = TrainingArguments(output_dir="/tmp/zh_bert_bench_trainer", per_device_train_batch_size=len(batches[0]["input_ids"]),
-                             max_steps=len(batches), learning_rate=1e-4, warmup_steps=0, weight_decay=0.01,
-                             use_cpu=True, bf16=precision == "bf16", report_to=[], logging_steps=10_000,
-                             save_strategy="no", dataloader_num_workers=0, disable_tqdm=True, seed=0)
-    Trainer(model=model, args=args, train_dataset=rows, callbacks=[clock]).train()
-    steps = len(batches) - warmup
-    return steps * batches[0]["input_ids"].numel() / (clock.t["end"] - clock.t["start"])
-
-
-def bench_zh_bert(cfg, batches, precision: str, warmup: int) -> float:
-    """tokens/s of zh-bert's train_step (the one `zh-bert pretrain` runs) on the same batches."""
+    The Trainer trains on `batches`; after each of its steps a callback runs one zh-bert `train_step` (the
+    one `zh-bert pretrain` runs) on the same batch with its own model and optimizer. Each side's step time
+    is measured separately; medians over the steps after `warmup` are compared.
+    """
     from accelerate import Accelerator
-    from transformers import BertForMaskedLM
+    from transformers import BertForMaskedLM, Trainer, TrainerCallback, TrainingArguments
 
     from zh_bert.model import PretrainModel
     from zh_bert.pretrain import StepStats, lr_lambda, make_optimizer, train_step
     from zh_bert.recipe import Recipe
 
     _reset_accelerate()
+    mp = "bf16" if precision == "bf16" else "no"
+    acc = Accelerator(mixed_precision=mp)
+    n = len(batches[0]["input_ids"])
+    recipe = Recipe(lr=1e-4, warmup_steps=0, max_steps=len(batches), global_batch=n, micro_batch=n)
     torch.manual_seed(0)
-    recipe = Recipe(lr=1e-4, warmup_steps=0, max_steps=len(batches), global_batch=len(batches[0]["input_ids"]),
-                    micro_batch=len(batches[0]["input_ids"]))
-    acc = Accelerator(mixed_precision="bf16" if precision == "bf16" else "no")
-    model = PretrainModel(BertForMaskedLM(cfg))
-    opt, _ = make_optimizer(model, recipe, acc.device)
+    ours = PretrainModel(BertForMaskedLM(cfg))
+    opt, _ = make_optimizer(ours, recipe, acc.device)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(recipe))
-    model, opt = acc.prepare(model, opt)
-    model.train()
+    ours, opt = acc.prepare(ours, opt)
+    ours.train()
     stats = StepStats()
-    for i, b in enumerate(batches):
-        if i == warmup:
-            start = time.perf_counter()
-        train_step(model, opt, sched, acc, [b], recipe, stats)
-    float(stats.loss)  # wait for the last step
-    return (len(batches) - warmup) * batches[0]["input_ids"].numel() / (time.perf_counter() - start)
+    times = {"trainer": [], "zh-bert": []}
+
+    class Interleave(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kw):
+            self.t = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            times["trainer"].append(time.perf_counter() - self.t)
+            t = time.perf_counter()
+            train_step(ours, opt, sched, acc, [batches[state.global_step - 1]], recipe, stats)
+            float(stats.loss)
+            times["zh-bert"].append(time.perf_counter() - t)
+
+    torch.manual_seed(0)
+    model = BertForMaskedLM(cfg)
+    rows = [{k: v[i] for k, v in b.items()} for b in batches for i in range(n)]
+    args = TrainingArguments(output_dir="/tmp/zh_bert_bench_trainer", per_device_train_batch_size=n,
+                             max_steps=len(batches), learning_rate=1e-4, warmup_steps=0, weight_decay=0.01,
+                             use_cpu=True, bf16=precision == "bf16", report_to=[], logging_steps=10_000,
+                             save_strategy="no", dataloader_num_workers=0, disable_tqdm=True, seed=0)
+    Trainer(model=model, args=args, train_dataset=rows, callbacks=[Interleave()]).train()
+    tokens = batches[0]["input_ids"].numel()
+    return tuple(tokens / float(np.median(times[k][warmup:])) for k in ("trainer", "zh-bert"))
 
 
 def main():
@@ -157,8 +151,7 @@ def main():
     for name in args.models.split(","):
         cfg = build_config(name, 21128, **({"attention_dropout": 0.1} if args.attention_dropout else {}))
         for prec in precisions:
-            base = bench_trainer(cfg, batches, prec, warmup)
-            ours = bench_zh_bert(cfg, batches, prec, warmup)
+            base, ours = bench_pair(cfg, batches, prec, warmup)
             util = ours * flops_per_token(cfg, seq, mask_rate) / peak[prec]
             print(f"| {name} | {prec} | {base:,.0f} | {ours:,.0f} | **{ours / base:.2f}×** | {util:.0%} |", flush=True)
 

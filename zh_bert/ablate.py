@@ -155,7 +155,8 @@ def run_one(spec: AblationSpec, run: Run, base: Path, out: Path, data_files: lis
         if summary.get("status") != "finished":
             raise ZhBertError(f"[{run.label}] pretraining ended with status {summary.get('status')!r}")
     row = {"label": run.label, "value": run.value, "run_dir": str(run_dir), "tokens": summary.get("tokens_seen"),
-           "steps": summary.get("steps"), "wall_clock_s": summary.get("wall_clock_s"),
+           "steps": summary.get("steps"), "train_s": summary.get("train_seconds"),
+           "wall_clock_s": summary.get("wall_clock_s"),
            "params": summary.get("parameters"), "val_mlm_acc": (summary.get("final_validation") or {}).get("mlm_acc"),
            "vocab_size": (summary.get("vocab") or {}).get("vocab_size")}
     evals_path = run_dir / "ablate_evals.json"
@@ -236,10 +237,11 @@ def write_results(spec: AblationSpec, rows: list[dict], out: Path, command: str,
     for r in rows:
         lines.append(f"| {r['value']} | {_pm(r.get('val_mlm_acc'), None)} | {_pm(r.get('heldout_mlm_acc'), None)} | "
                      f"{_pm(r.get('dev_acc'), r.get('dev_acc_std'))} | {_pm(r.get('test_acc'), r.get('test_acc_std'))} | "
-                     f"{r.get('tokens') or 0:,} | {(r.get('wall_clock_s') or 0) / 60:.1f} min |")
+                     f"{r.get('tokens') or 0:,} | {(r.get('train_s') or 0) / 60:.1f} min |")
     vocab_sizes = {r.get("vocab_size") for r in rows}
-    lines += ["", "Accuracies in %. Same token budget for every run "
-              f"({', '.join(f'{k}={v}' for k, v in spec.set.items())}). Held-out text: the last "
+    budget = ", ".join(f"{k}={v}" for k, v in spec.set.items())
+    lines += ["", "Accuracies in %. Wall-clock: training only (data preparation is shared and cached). "
+              f"Same token budget for every run{f' ({budget})' if budget else ''}. Held-out text: the last "
               f"{spec.heldout_docs} documents of each corpus file, removed from training for every run. "
               f"Downstream: `zh-bert finetune` ({spec.finetune_epochs} epochs, lr {spec.finetune_lr}, seq-len "
               f"{spec.finetune_seq_len}{f', {spec.finetune_max_train} train examples' if spec.finetune_max_train else ''}"
@@ -302,6 +304,10 @@ def main(argv: list[str]) -> int:
     from zh_bert.config import parse_set
 
     args = build_parser().parse_args(argv)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()  # "newly initialised classifier" reports are expected for every run
+    hf_logging.disable_progress_bar()
     spec_path = Path(args.spec)
     spec = load_spec(spec_path)
     base = (spec_path.parent / spec.base) if not Path(spec.base).is_absolute() else Path(spec.base)

@@ -69,7 +69,9 @@ def _fmt_duration(s) -> str:
     if not isinstance(s, (int, float)):
         return str(s)
     h, rem = divmod(int(s), 3600)
-    return f"{h} h {rem // 60} min" if h else f"{rem // 60} min {rem % 60} s"
+    if h:
+        return f"{h} h {rem // 60} min"
+    return f"{rem // 60} min {rem % 60} s" if rem >= 60 else f"{s:.1f} s"
 
 
 def _scalars(d: Any, prefix: str = "", depth: int = 2) -> list[tuple[str, Any]]:
@@ -83,6 +85,82 @@ def _scalars(d: Any, prefix: str = "", depth: int = 2) -> list[tuple[str, Any]]:
             elif isinstance(v, list) and v and all(isinstance(x, str) for x in v):
                 out.append((prefix + str(k), ", ".join(v[:8]) + (" ..." if len(v) > 8 else "")))
     return out
+
+
+def _hardware(hw) -> str | None:
+    if not isinstance(hw, dict):
+        return hw
+    parts = [str(hw.get("device_name") or hw.get("device") or "")]
+    if hw.get("processes"):
+        parts.append(f"{hw['processes']} process{'es' if hw['processes'] != 1 else ''}")
+    if hw.get("precision"):
+        req = hw.get("precision_requested")
+        parts.append(f"precision {hw['precision']}" + (f" (requested {req})" if req and req != hw["precision"] else ""))
+    parts = [p for p in parts if p]
+    return ", ".join(parts) if parts else ", ".join(f"{k}: {v}" for k, v in _scalars(hw, depth=1))
+
+
+def _name_of(src) -> str | None:
+    if isinstance(src, dict):
+        src = src.get("name") or src.get("path")
+    if not isinstance(src, str) or not src.strip():
+        return None
+    path = Path(src)
+    if path.suffix or "/" not in src or path.exists() or src.startswith((".", "/")):
+        return path.stem if path.suffix else path.name  # a file or folder: its name
+    return src  # ORG/NAME: a Hub dataset id
+
+
+def _datasets(run: dict, run_dir: Path | None) -> list[str]:
+    """Corpus names for the card's `datasets`: run.json's, else the recipe's `data` inputs, else shard sources."""
+    found = _find(run, "datasets")
+    if not found and run_dir and (run_dir / "recipe.yaml").is_file():
+        import yaml
+
+        try:
+            recipe = yaml.safe_load((run_dir / "recipe.yaml").read_text(encoding="utf-8")) or {}
+        except (yaml.YAMLError, OSError):
+            recipe = {}
+        found = recipe.get("data") if isinstance(recipe, dict) else None
+    if not found:
+        found = _find(run, "sources", "corpora")
+    if isinstance(found, (str, dict)):
+        found = [found]
+    names = [_name_of(s) for s in found or []]
+    return list(dict.fromkeys(n for n in names if n))
+
+
+def _counts(d) -> str:
+    return ", ".join(f"{k} {v:,}" for k, v in d.items() if isinstance(v, (int, float)) and v) if isinstance(d, dict) else ""
+
+
+def _corpus_lines(data: dict) -> list[str]:
+    """A few readable lines from run.json's data summary (shard meta + clean report)."""
+    lines = []
+    clean = _find(data, "clean_report") or {}
+    meta = _find(data, "shard_meta") or {}
+    if isinstance(clean, dict) and isinstance(clean.get("docs_out"), int):
+        kept = f"cleaning kept {clean['docs_out']:,} of {clean.get('docs_in', '?'):,} documents" \
+            if isinstance(clean.get("docs_in"), int) else f"cleaning kept {clean['docs_out']:,} documents"
+        if isinstance(clean.get("chars_out"), int):
+            kept += f" ({clean['chars_out']:,} characters)"
+        lines.append(kept)
+        for key, label in (("filtered", "filtered out"), ("duplicates", "duplicates removed"), ("pii", "PII masked")):
+            if _counts(clean.get(key)):
+                lines.append(f"{label}: {_counts(clean.get(key))}")
+    if isinstance(meta, dict) and meta:
+        counts = meta.get("counts") or {}
+        seqs = {k: (v.get("sequences") if isinstance(v, dict) else v) for k, v in counts.items()} \
+            if isinstance(counts, dict) else {}
+        seqs = {k: v for k, v in seqs.items() if isinstance(v, int)}
+        if seqs:
+            lines.append(", ".join(f"{v:,} {k} sequences" for k, v in seqs.items())
+                         + (f" of {meta['seq_len']} tokens" if meta.get("seq_len") else ""))
+        if meta.get("pairs"):
+            lines.append(f"sentence pairs: {meta['pairs']}")
+        if meta.get("segmenter"):
+            lines.append(f"word boundaries (for whole-word masking): {meta['segmenter']}")
+    return lines or [f"{k}: {v}" for k, v in _scalars(data)[:16]]
 
 
 def build_card(model_dir: Path, run_dir: Path | None, repo_id: str, license: str = "apache-2.0",
@@ -110,27 +188,12 @@ def build_card(model_dir: Path, run_dir: Path | None, repo_id: str, license: str
     steps = _find(run, "steps", "global_step", "step", "max_steps")
     tokens = _find(run, "tokens_seen", "tokens")
     wall = _find(run, "wall_clock_s", "wall_clock", "train_time_s")
-    hardware = _find(run, "hardware")
-    if isinstance(hardware, dict):
-        hardware_s = ", ".join(f"{k}: {v}" for k, v in hardware.items() if not isinstance(v, (dict, list)))
-    else:
-        hardware_s = hardware
+    hardware_s = _hardware(_find(run, "hardware"))
     val_loss = _find(run, "mlm_loss", "val_mlm_loss", "valid_mlm_loss")
     val_acc = _find(run, "mlm_acc", "val_mlm_acc", "valid_mlm_acc")
     data = _find(run, "data", "data_summary", "corpus")
 
-    datasets = []
-    sources = _find(run, "datasets", "sources", "corpora")
-    if isinstance(sources, dict):
-        sources = list(sources)
-    if isinstance(sources, str):
-        sources = [sources]
-    for s in sources or []:
-        s = s.get("name") if isinstance(s, dict) else s
-        if isinstance(s, str) and s and s not in datasets:
-            datasets.append(s.split(":")[0])
-    datasets = list(dict.fromkeys(datasets))
-
+    datasets = _datasets(run, run_dir)
     evals = latest_eval_results(read_json(run_dir / "eval_results.json", []) if run_dir else [])
     eval_results = [EvalResult(task_type=e["task_type"], task_name=e.get("task_name"),
                                dataset_type=e["dataset_type"], dataset_name=e.get("dataset_name") or e["dataset_type"],
@@ -167,12 +230,12 @@ def build_card(model_dir: Path, run_dir: Path | None, repo_id: str, license: str
                          ("final validation MLM accuracy", f"{val_acc:.4f}" if isinstance(val_acc, (int, float)) else val_acc)):
         lines.append(f"| {label} | {value if value is not None else 'not recorded'} |")
     lines += ["", "## Corpus and cleaning", ""]
-    summary = _scalars(data) if isinstance(data, dict) else []
+    summary = _corpus_lines(data) if isinstance(data, dict) else []
     if datasets:
         lines.append(f"Sources: {', '.join(datasets)}.")
         lines.append("")
     if summary:
-        lines += [f"- {k}: {v}" for k, v in summary[:24]]
+        lines += [f"- {line}" for line in summary]
     elif not datasets:
         lines.append("No data summary was recorded with this checkpoint.")
     if files:

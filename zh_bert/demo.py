@@ -148,8 +148,6 @@ def fill(model, tokenizer, text: str, top_k: int = 5, max_chars: int = MAX_CHARS
 
 
 def _joint(probs, base, p0: dict, pos: list[int], top_k: int, tokenizer) -> list[tuple[str, float]]:
-    import torch
-
     first = max(pos, key=lambda q: float(p0[q].max()))
     pr, tok = p0[first].topk(top_k)
     batch = base.repeat(len(tok), 1)

@@ -24,6 +24,20 @@ SAFETENSORS = ("*.safetensors", "model.safetensors.index.json")
 PICKLE = ("pytorch_model.bin",)
 
 
+def _transport_errors() -> tuple[type, ...]:
+    """Connection-level exception types of whichever HTTP client this huggingface_hub uses."""
+    types: list[type] = [ConnectionError, TimeoutError]
+    for mod in ("httpx2", "httpx", "requests"):
+        try:
+            m = __import__(mod)
+        except ImportError:
+            continue
+        exc = getattr(m, "TransportError", None) or getattr(getattr(m, "exceptions", None), "ConnectionError", None)
+        if exc is not None:
+            types.append(exc)
+    return tuple(types)
+
+
 def _status(e) -> int | None:
     resp = getattr(e, "response", None)
     return getattr(resp, "status_code", None)
@@ -32,7 +46,6 @@ def _status(e) -> int | None:
 @contextlib.contextmanager
 def hub_errors(where: str, repo_id: str | None = None):
     """Turn huggingface_hub / network exceptions into one-line ZhBertErrors (never echoing the token)."""
-    import httpx2
     from huggingface_hub import errors as E
 
     repo = f"{repo_id}: " if repo_id else ""
@@ -62,19 +75,18 @@ def hub_errors(where: str, repo_id: str | None = None):
                               f"to this repo or namespace") from None
         first = str(e).strip().split("\n")[0]
         raise ZhBertError(f"{repo}{where} answered HTTP {code}: {first}") from None
-    except (httpx2.TransportError, ConnectionError) as e:
+    except _transport_errors() as e:
         raise ZhBertError(f"{repo}cannot reach {where} ({type(e).__name__}): network down? try --endpoint or "
                           f"HF_ENDPOINT for a mirror") from None
 
 
 def is_transient(e: BaseException) -> bool:
     """Worth retrying: connection trouble or a 5xx/429 answer."""
-    import httpx2
     from huggingface_hub import errors as E
 
     if isinstance(e, E.OfflineModeIsEnabled):
         return False
-    if isinstance(e, (httpx2.TransportError, ConnectionError)):
+    if isinstance(e, _transport_errors()):
         return True
     return isinstance(e, E.HfHubHTTPError) and (_status(e) or 0) in (429, 500, 502, 503, 504)
 

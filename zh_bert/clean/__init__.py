@@ -294,18 +294,26 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--no-whitespace", action="store_true",
                    help="keep whitespace as is (no collapsing, spaces between CJK characters kept)")
     g = p.add_argument_group("filters")
-    g.add_argument("--min-chars", type=int, default=FilterConfig.min_chars)
-    g.add_argument("--max-chars", type=int, default=FilterConfig.max_chars)
-    g.add_argument("--min-cjk-ratio", type=float, default=FilterConfig.min_cjk_ratio)
+    g.add_argument("--min-chars", type=int, default=FilterConfig.min_chars,
+                   help="drop shorter documents, counted after cleaning (default: %(default)s)")
+    g.add_argument("--max-chars", type=int, default=FilterConfig.max_chars,
+                   help="drop longer documents (default: %(default)s)")
+    g.add_argument("--min-cjk-ratio", type=float, default=FilterConfig.min_cjk_ratio,
+                   help="drop documents with a smaller share of Han characters among non-space "
+                        "characters (default: %(default)s)")
     g.add_argument("--no-repetition", action="store_true", help="turn off the Gopher repetition filters")
     g.add_argument("--no-boilerplate", action="store_true", help="keep boilerplate lines")
     g = p.add_argument_group("deduplication")
     g.add_argument("--dedup", default="exact", choices=DEDUP_MODES,
                    help="exact: hash of the normalised text; minhash: exact + near duplicates "
                         "(MinHash LSH over character n-grams) (default: exact)")
-    g.add_argument("--minhash-threshold", type=float, default=MinHashConfig.threshold)
-    g.add_argument("--minhash-ngram", type=int, default=MinHashConfig.ngram)
-    g.add_argument("--minhash-perm", type=int, default=MinHashConfig.num_perm)
+    g.add_argument("--minhash-threshold", type=float, default=MinHashConfig.threshold,
+                   help="estimated Jaccard similarity of character n-gram sets above which a document is a "
+                        "near duplicate of an earlier one (default: %(default)s)")
+    g.add_argument("--minhash-ngram", type=int, default=MinHashConfig.ngram,
+                   help="shingle size in characters (default: %(default)s)")
+    g.add_argument("--minhash-perm", type=int, default=MinHashConfig.num_perm,
+                   help="signature length (default: %(default)s)")
     p.add_argument("--workers", type=int, default=None, help="worker processes (default: number of cores)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
     return p
@@ -317,6 +325,11 @@ def main(argv: list[str] | None = None) -> int:
         raise ZhBertError(f"--workers must be at least 1, got {args.workers}")
     if not 0 < args.minhash_threshold < 1:
         raise ZhBertError(f"--minhash-threshold must be between 0 and 1, got {args.minhash_threshold}")
+    if args.minhash_ngram < 1 or args.minhash_perm < 1:
+        raise ZhBertError(f"--minhash-ngram and --minhash-perm must be at least 1, "
+                          f"got {args.minhash_ngram} and {args.minhash_perm}")
+    if not 0 <= args.min_cjk_ratio <= 1:
+        raise ZhBertError(f"--min-cjk-ratio must be between 0 and 1, got {args.min_cjk_ratio}")
     if args.min_chars < 0 or args.max_chars < max(1, args.min_chars):
         raise ZhBertError(f"--min-chars/--max-chars: need 0 <= min <= max, got {args.min_chars}/{args.max_chars}")
     filters = FilterConfig(min_chars=args.min_chars, max_chars=args.max_chars,

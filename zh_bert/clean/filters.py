@@ -3,8 +3,9 @@ or None. Thresholds follow the Gopher rules (Rae et al. 2021, appendix A), with 
 words: Chinese has no spaces, and datatrove's Gopher filters with language="zh" keep almost nothing.
 
 Repetition statistics are computed on numpy arrays of code points (vectorised 32-bit n-gram hashing,
-then a sort): in-cache sorts of one document's n-grams beat both a Python Counter and one big sort per
-batch (measured: 3x and 4x).
+then a sort), one document at a time: stacking documents into one sort with (document, hash) keys was
+measured slower (1.2x at 32k characters per group, 1.5x at 128k), since 64-bit keys cost more to sort
+than the per-call overhead saved.
 """
 
 from __future__ import annotations
@@ -39,15 +40,16 @@ class FilterConfig:
 
 # --- boilerplate lines ---------------------------------------------------------------------------
 # Short lines that are page furniture rather than text. Matched only on lines of at most
-# BOILERPLATE_MAX_CHARS characters so that an article that *mentions* 版权 keeps its sentence.
+# BOILERPLATE_MAX_CHARS characters so that an article that *mentions* 版权 keeps its sentence. Bare
+# 注册/登录/订阅/关注 are not patterns: on the sample they hit real sentences (商标注册, 网银登录).
 BOILERPLATE_MAX_CHARS = 60
 _BOILERPLATE_RE = re.compile(
     r"版权所有|版权声明|版权归.{0,12}所有|all rights reserved|copyright|©|免责声明|未经.{0,6}(?:许可|授权)"
     r"|icp备|icp证|公网安备|责任编辑|编辑[:：]|原标题[:：]|本文(?:来源|转载|来自|作者)|转载请注明|文章来源"
     r"|点击(?:查看|进入|阅读|这里|下载|关注|蓝字|上方|下方|链接)|阅读原文|阅读全文|展开全文|查看更多|查看原文"
-    r"|扫(?:描|一扫)?.{0,4}二维码|长按.{0,6}(?:识别|二维码|关注)|关注.{0,6}(?:公众号|微信|微博|我们)"
+    r"|扫(?:描|一扫)?.{0,4}二维码|长按.{0,6}(?:识别|二维码|关注)|关注.{0,4}(?:公众号|微信号|我们)"
     r"|分享到|分享至|返回(?:顶部|首页|搜狐|列表)|上一篇|下一篇|相关(?:阅读|文章|新闻|推荐)|热门推荐"
-    r"|联系我们|关于我们|网站地图|登录|注册|收藏本站|设为首页|加入收藏|广告服务|订阅|cookie",
+    r"|联系我们|关于我们|网站地图|收藏本站|设为首页|加入收藏|广告服务|(?:免费|点击|欢迎)订阅|cookie",
     re.I)
 
 
@@ -183,3 +185,4 @@ def quality_reason(text: str, cfg: FilterConfig) -> str | None:
     if reason is None and len(text) >= cfg.ngram_min_chars:
         reason = repetition_reason(text, cfg)
     return reason
+

@@ -1,0 +1,93 @@
+"""`zh-bert ablate`: a real two-run grid (tiny pretraining on real text, held-out MLM eval, fine-tuning)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from conftest import DATA, SAMPLE, read_lines
+from zh_bert import cli
+from zh_bert.ablate import load_spec, plan_runs
+from zh_bert.errors import ZhBertError
+
+
+def write_yaml(path, obj):
+    path.write_text(yaml.safe_dump(obj, allow_unicode=True), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def smoke_spec(tmp_path):
+    corpus = tmp_path / "wiki.txt"
+    corpus.write_text("\n".join(read_lines(SAMPLE / "zhwiki_sampled.txt", 160)) + "\n", encoding="utf-8")
+    rows = [l.split("\t", 1) for l in read_lines(DATA / "chnsenticorp" / "train.tsv")[1:]]
+    pos, neg = [r for r in rows if r[0] == "1"], [r for r in rows if r[0] == "0"]
+    (tmp_path / "train.tsv").write_text("".join(f"{l}\t{t}\n" for l, t in pos[:24] + neg[:24]), encoding="utf-8")
+    (tmp_path / "dev.tsv").write_text("".join(f"{l}\t{t}\n" for l, t in pos[24:34] + neg[24:34]), encoding="utf-8")
+    write_yaml(tmp_path / "base.yaml", {
+        "out_dir": str(tmp_path / "unused"), "data": [str(corpus)], "model": "tiny", "seq_len": 64,
+        "global_batch": 8, "micro_batch": 8, "lr": 2e-3, "warmup_steps": 1, "max_steps": 4, "save_every": 0,
+        "eval_every": 0, "eval_batches": 1, "log_every": 2, "valid_docs": 8, "precision": "fp32"})
+    return write_yaml(tmp_path / "grid.yaml", {
+        "name": "smoke", "base": "base.yaml", "out_dir": str(tmp_path / "out"), "grid": {"masking": ["token", "wwm"]},
+        "set": {"max_steps": 4}, "heldout_docs": 20, "eval_max_seqs": 8,
+        "finetune": f"tsv:{tmp_path / 'train.tsv'},{tmp_path / 'dev.tsv'}", "finetune_seeds": 2,
+        "finetune_epochs": 1, "finetune_seq_len": 32})
+
+
+@pytest.mark.slow
+def test_ablate_grid_end_to_end(smoke_spec, tmp_path, capsys):
+    import torch
+
+    torch.set_num_threads(1)
+    assert cli.main(["ablate", str(smoke_spec)]) == 0
+    out = capsys.readouterr().out
+    res = json.loads(out.strip().split("\n")[-1])
+    rows = res["rows"]
+    assert [r["value"] for r in rows] == ["token", "wwm"]
+    assert rows[0]["tokens"] == rows[1]["tokens"] == 4 * 8 * 64          # same budget in tokens
+    assert rows[0]["heldout_masked"] == rows[1]["heldout_masked"] > 0      # the same held-out blanks
+    for r in rows:
+        assert 0 <= r["heldout_mlm_acc"] <= 1 and 0 <= r["val_mlm_acc"] <= 1
+        assert 0 <= r["dev_acc"] <= 1 and "dev_acc_std" in r
+        kinds = {e["task_type"] for e in json.loads((tmp_path / "out" / "runs" / f"masking={r['value']}" /
+                                                      "eval_results.json").read_text(encoding="utf-8"))}
+        assert kinds == {"fill-mask", "text-classification"}
+    md = (tmp_path / "out" / "results.md").read_text(encoding="utf-8")
+    assert "| token |" in md and "| wwm |" in md and "held-out MLM acc" in md and "± " in md
+    assert (tmp_path / "out" / "results.png").read_bytes()[:4] == b"\x89PNG"
+    # held-out documents never reach training: carved off before any run
+    held = set((tmp_path / "out" / "corpus" / "heldout.txt").read_text(encoding="utf-8").split("\n")) - {""}
+    train = set((tmp_path / "out" / "corpus" / "train-100" / "00-wiki.txt").read_text(encoding="utf-8").split("\n"))
+    assert len(held) == 20 and not held & train
+    # a re-run reuses the finished runs and their evals
+    assert cli.main(["ablate", str(smoke_spec)]) == 0
+    assert "reusing finished run" in capsys.readouterr().out
+
+
+def test_ablate_spec_errors(tmp_path, capsys):
+    bad = write_yaml(tmp_path / "two.yaml", {"name": "x", "grid": {"masking": ["token", "wwm"], "model": ["tiny", "mini"]}})
+    with pytest.raises(ZhBertError, match="exactly one key"):
+        load_spec(bad)
+    typo = write_yaml(tmp_path / "typo.yaml", {"name": "x", "grid": {"masking": ["token", "wwm"]}, "finetune_sed": 3})
+    assert cli.main(["ablate", str(typo)]) == 2
+    assert "unknown key 'finetune_sed' (did you mean 'finetune_seeds'?)" in capsys.readouterr().err
+    frac = write_yaml(tmp_path / "f.yaml", {"name": "x", "grid": {"corpus_fraction": [0.5, 1.5]}})
+    with pytest.raises(ZhBertError, match="not in"):
+        plan_runs(load_spec(frac))
+
+
+def test_bundled_ablation_recipes_parse():
+    from conftest import REPO
+    from zh_bert.recipe import load_recipe
+
+    specs = sorted((REPO / "recipes" / "ablations").rglob("*.yaml"))
+    assert len(specs) >= 10   # five grids for this CPU + the same five for one 1080 Ti
+    for path in specs:
+        spec = load_spec(path)
+        base = path.parent / spec.base
+        for run in plan_runs(spec):
+            r = load_recipe(base, {**spec.set, **run.overrides})   # every run is a valid recipe
+            assert r.max_steps == spec.set.get("max_steps", r.max_steps)
