@@ -1,11 +1,14 @@
 """Training tokens/s: zh-bert's pretrain step against the transformers Trainer, in the same process.
 
-Same model config (BertForMaskedLM, Google's 21,128 vocab), the config `zh-bert pretrain`
-builds for the preset (identical for both; attention dropout 0, see recipe key `attention_dropout`), same real Chinese batches (zhwiki sample,
-packed to 128 tokens, 15% token masking done once up front so both sides see identical inputs), same
-batch (32 × 128), same precision, same optimizer (AdamW). The Trainer computes the full-vocabulary head
-at every position, as `BertForMaskedLM.forward` does; zh-bert runs its real `train_step` (sparse head,
-fused AdamW, Accelerate). Also measures a 2048² matmul to report useful-FLOP utilisation.
+Same model config (BertForMaskedLM, Google's 21,128 vocab: the config `zh-bert pretrain` builds for the
+preset, identical on both sides, attention dropout 0 as in the recipes), same real Chinese batches (zhwiki
+sample, packed to 128 tokens, 15% token masking done once up front so both see identical inputs), same
+batch (32 × 128), same precision, same optimizer (AdamW). Steps alternate (Trainer, zh-bert, matmul,
+Trainer, ...) so all three see the same load on a shared machine; medians are compared. The Trainer
+computes the full-vocabulary head at every position, as `BertForMaskedLM.forward` does; zh-bert runs its
+real `train_step` (sparse head, fused AdamW, Accelerate). Useful-FLOP utilisation = useful FLOPs (encoder,
+and the MLM head at masked positions only; `zh_bert.model.flops_per_token`) per second ÷ the FLOP/s of a
+2048² matmul in the same precision.
 
     python bench/train_throughput.py                       # mini + small, fp32 (+ bf16 if the CPU has it)
     python bench/train_throughput.py --models mini --precisions fp32 --steps 6
@@ -61,18 +64,8 @@ def _reset_accelerate():
     GradientState._reset_state()
 
 
-def matmul_flops(dtype: torch.dtype, n: int = 2048, reps: int = 10) -> float:
-    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-    for _ in range(2):
-        a @ b
-    t = time.perf_counter()
-    for _ in range(reps):
-        a @ b
-    return 2 * n ** 3 * reps / (time.perf_counter() - t)
-
-
-def bench_pair(cfg, batches, precision: str, warmup: int) -> tuple[float, float]:
-    """(Trainer tokens/s, zh-bert tokens/s), interleaved step by step so both see the same machine load.
+def bench_pair(cfg, batches, precision: str, warmup: int) -> tuple[float, float, float]:
+    """(Trainer tokens/s, zh-bert tokens/s, 2048² matmul FLOP/s), interleaved step by step so both see the same machine load.
 
     The Trainer trains on `batches`; after each of its steps a callback runs one zh-bert `train_step` (the
     one `zh-bert pretrain` runs) on the same batch with its own model and optimizer. Each side's step time
@@ -97,7 +90,9 @@ def bench_pair(cfg, batches, precision: str, warmup: int) -> tuple[float, float]
     ours, opt = acc.prepare(ours, opt)
     ours.train()
     stats = StepStats()
-    times = {"trainer": [], "zh-bert": []}
+    times = {"trainer": [], "zh-bert": [], "matmul": []}
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    mm_a, mm_b = torch.randn(2048, 2048, dtype=dtype), torch.randn(2048, 2048, dtype=dtype)
 
     class Interleave(TrainerCallback):
         def on_step_begin(self, args, state, control, **kw):
@@ -109,6 +104,9 @@ def bench_pair(cfg, batches, precision: str, warmup: int) -> tuple[float, float]
             train_step(ours, opt, sched, acc, [batches[state.global_step - 1]], recipe, stats)
             float(stats.loss)
             times["zh-bert"].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            mm_a @ mm_b                       # the reference matmul, under the same load
+            times["matmul"].append(time.perf_counter() - t)
 
     torch.manual_seed(0)
     model = BertForMaskedLM(cfg)
@@ -119,7 +117,8 @@ def bench_pair(cfg, batches, precision: str, warmup: int) -> tuple[float, float]
                              save_strategy="no", dataloader_num_workers=0, disable_tqdm=True, seed=0)
     Trainer(model=model, args=args, train_dataset=rows, callbacks=[Interleave()]).train()
     tokens = batches[0]["input_ids"].numel()
-    return tuple(tokens / float(np.median(times[k][warmup:])) for k in ("trainer", "zh-bert"))
+    med = {k: float(np.median(v[warmup:])) for k, v in times.items()}
+    return tokens / med["trainer"], tokens / med["zh-bert"], 2 * 2048 ** 3 / med["matmul"]
 
 
 def main():
@@ -142,18 +141,17 @@ def main():
     warmup, batch, seq = 2, 32, 128
     batches = real_batches(warmup + args.steps, batch, seq)
     mask_rate = float(np.mean([(b["labels"] != -100).float().mean() for b in batches]))
-    peak = {"fp32": matmul_flops(torch.float32), "bf16": matmul_flops(torch.bfloat16) if "bf16" in precisions else None}
-    print(f"torch {torch.__version__}, {args.threads} threads; 2048² matmul: fp32 {peak['fp32'] / 1e9:.0f} GFLOP/s"
-          + (f", bf16 {peak['bf16'] / 1e9:.0f} GFLOP/s" if peak["bf16"] else ""))
+    print(f"torch {torch.__version__}, {args.threads} threads")
     print(f"batch {batch} × {seq}, vocab 21128, masked fraction {mask_rate:.3f}, {args.steps} timed steps\n")
-    print(f"| model | precision | Trainer tokens/s | zh-bert tokens/s | ratio | zh-bert useful-FLOP utilisation |")
-    print(f"|---|---|---|---|---|---|")
+    print("| model | precision | Trainer tokens/s | zh-bert tokens/s | ratio | 2048² matmul GFLOP/s | "
+          "zh-bert useful-FLOP utilisation |")
+    print("|---|---|---|---|---|---|---|")
     for name in args.models.split(","):
         cfg = build_config(name, 21128, **({"attention_dropout": 0.1} if args.attention_dropout else {}))
         for prec in precisions:
-            base, ours = bench_pair(cfg, batches, prec, warmup)
-            util = ours * flops_per_token(cfg, seq, mask_rate) / peak[prec]
-            print(f"| {name} | {prec} | {base:,.0f} | {ours:,.0f} | **{ours / base:.2f}×** | {util:.0%} |", flush=True)
+            base, ours, peak = bench_pair(cfg, batches, prec, warmup)
+            util = ours * flops_per_token(cfg, seq, mask_rate) / peak
+            print(f"| {name} | {prec} | {base:,.0f} | {ours:,.0f} | **{ours / base:.2f}×** | {peak / 1e9:.0f} | {util:.0%} |", flush=True)
 
 
 if __name__ == "__main__":

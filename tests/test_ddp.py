@@ -61,6 +61,15 @@ def _env(index_dir: Path, sample_masks: bool) -> dict:
     return env
 
 
+def free_port() -> int:
+    """A free local port for the rendezvous (the config's default 29500 may be taken by another run)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def launch(how: str, recipe: Path, out: Path, *extra: str, sample_masks: bool = True) -> subprocess.CompletedProcess:
     """Run the worker as 1 process, or 2 via torchrun / accelerate launch; output goes to out/log.txt."""
     out.mkdir(parents=True, exist_ok=True)
@@ -72,7 +81,8 @@ def launch(how: str, recipe: Path, out: Path, *extra: str, sample_masks: bool = 
                str(WORKER), *args]
     else:
         cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-               str(REPO / "recipes" / "accelerate" / "2xcpu.yaml"), str(WORKER), *args]
+               str(REPO / "recipes" / "accelerate" / "2xcpu.yaml"), "--main_process_port", str(free_port()),
+               str(WORKER), *args]
     proc = subprocess.run(cmd, env=_env(out, sample_masks), capture_output=True, text=True, timeout=400,
                           cwd=str(REPO))
     log = proc.stdout + proc.stderr

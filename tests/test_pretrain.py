@@ -229,3 +229,25 @@ def test_shards_of_another_tokenizer_are_refused(tmp_path, char_data, google_tok
     recipe = write_recipe(tmp_path / "r.yaml", google_tokdir, sharddir)
     with pytest.raises(ZhBertError, match="fingerprint"):
         main([str(recipe)])
+
+
+@pytest.mark.slow
+def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path, char_data):
+    tokdir, sharddir = char_data
+    recipe = write_recipe(tmp_path / "r.yaml", tokdir, sharddir, max_steps=100_000, save_every=0, log_every=1,
+                          eval_every=0, micro_batch=8, global_batch=8, precision="fp32")
+    run = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "zh_bert", "pretrain", str(recipe)], cwd=REPO, env=ONE_THREAD,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 120
+    while not ((run / "metrics.jsonl").is_file() and (run / "metrics.jsonl").read_text().count("\n") >= 2):
+        assert proc.poll() is None and time.time() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out[-2000:]
+    assert "SIGTERM: saved" in out and "--resume auto" in out
+    (ckpt,) = (run / "checkpoints").iterdir()
+    state = json.loads((ckpt / "trainer_state.json").read_text())
+    assert ckpt.name == f"step-{state['step']:07d}" and state["step"] >= 2
+    assert json.loads((run / "run.json").read_text())["status"] == "interrupted"

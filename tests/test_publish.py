@@ -61,7 +61,7 @@ def test_bare_model_folder_card(tiny_model_dir, tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_publish_upload_never_leaks(run_dir, hub, online, monkeypatch, capsys):
+def test_publish_upload_never_leaks(run_dir, hub, online, monkeypatch, capsys, tmp_path):
     monkeypatch.setenv("HF_TOKEN", TOKEN)
     rc, out, err = publish(capsys, run_dir, "--repo-id", "zh-org/tiny-zh", "--endpoint", hub.url)
     assert rc == 0, err
@@ -81,6 +81,11 @@ def test_publish_upload_never_leaks(run_dir, hub, online, monkeypatch, capsys):
     repo = hub.repos["zh-org/tiny-zh"]
     assert {"model.safetensors", "vocab.txt", "README.md"} <= set(repo.files("step-10"))
     assert hub.uploaded_paths("zh-org/tiny-zh") <= ALLOWED
+    out = tmp_path / "step-10"
+    assert main(["download", "zh-org/tiny-zh", "--revision", "step-10", "-o", str(out), "--endpoint", hub.url,
+                 "--cache-dir", str(tmp_path / "cache")]) == 0
+    assert (out / "model.safetensors").read_bytes() == (run_dir / "checkpoints" / "step-0000010" /
+                                                        "model.safetensors").read_bytes()
 
     # `zh-bert models --community` finds it by its zh-bert tag
     assert main(["models", "--community", "--endpoint", hub.url]) == 0

@@ -46,7 +46,8 @@ def test_char_lookup_ids_equal_the_tokenizer(tok, sample_docs):
     from zh_bert.shard import TextEncoder
 
     odd = ["含有[MASK]和[SEP]的文本",
-           "Ｆｕｌｌｗｉｄｔｈ ＡＢＣ１２３ café naïve 中\u0301文 \x00控 \u200b零宽 😀 ①② \t tab",
+           "Ｆｕｌｌｗｉｄｔｈ ＡＢＣ１２３ café naïve 中\u0301文",
+           "\x00控 \u200b零宽 😀 ①② \t tab",
            "ℌ𝔢𝔩𝔩𝔬 ﬁ 㐀 𠀀 豈 ＯＫ！「引号」……——", ""]
     texts = sample_docs[:200] + odd
     enc = TextEncoder(tok, Segmenter("none"))

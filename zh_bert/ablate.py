@@ -17,6 +17,7 @@ The pseudo-key `corpus_fraction` trains on the first fraction of every corpus fi
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import time
@@ -56,10 +57,10 @@ class Run:
     fraction: float = 1.0      # corpus_fraction
 
 
-def load_spec(path: str | Path) -> AblationSpec:
+def load_spec(path: str | Path, overrides: dict | None = None) -> AblationSpec:
     from zh_bert.config import from_dict, load_yaml
 
-    spec = from_dict(AblationSpec, load_yaml(path), where=str(path))
+    spec = from_dict(AblationSpec, {**load_yaml(path), **(overrides or {})}, where=str(path))
     if not isinstance(spec.grid, dict) or len(spec.grid) != 1:
         raise ZhBertError(f"{path}: 'grid' must have exactly one key (the setting that varies), "
                           f"got {list(spec.grid) if isinstance(spec.grid, dict) else spec.grid!r}")
@@ -222,7 +223,8 @@ def _pm(mean, std) -> str:
     return f"{mean * 100:.1f} ± {std * 100:.1f}" if std is not None else f"{mean * 100:.1f}"
 
 
-def write_results(spec: AblationSpec, rows: list[dict], out: Path, command: str, elapsed: float) -> None:
+def write_results(spec: AblationSpec, rows: list[dict], out: Path, command: str, elapsed: float,
+                  shared: dict | None = None) -> None:
     from zh_bert.fileio import atomic_write, write_json
 
     key = next(iter(spec.grid))
@@ -239,7 +241,7 @@ def write_results(spec: AblationSpec, rows: list[dict], out: Path, command: str,
                      f"{_pm(r.get('dev_acc'), r.get('dev_acc_std'))} | {_pm(r.get('test_acc'), r.get('test_acc_std'))} | "
                      f"{r.get('tokens') or 0:,} | {(r.get('train_s') or 0) / 60:.1f} min |")
     vocab_sizes = {r.get("vocab_size") for r in rows}
-    budget = ", ".join(f"{k}={v}" for k, v in spec.set.items())
+    budget = ", ".join(f"{k}={v}" for k, v in (spec.set if shared is None else shared).items())
     lines += ["", "Accuracies in %. Wall-clock: training only (data preparation is shared and cached). "
               f"Same token budget for every run{f' ({budget})' if budget else ''}. Held-out text: the last "
               f"{spec.heldout_docs} documents of each corpus file, removed from training for every run. "
@@ -291,7 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="zh-bert ablate", description=__doc__.split("\n\n")[0])
     p.add_argument("spec", metavar="recipes/ablations/NAME.yaml")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="recipe override for every run (e.g. max_steps=20 for a smoke run)")
+                   help="override for every run: a recipe key (e.g. max_steps=100) or a key of the ablation "
+                        "spec (e.g. finetune_max_train=1000)")
     p.add_argument("--out-dir", help="override the spec's out_dir")
     p.add_argument("--only", action="append", default=[], metavar="LABEL", help="run only these settings")
     p.add_argument("--dry-run", action="store_true", help="print the runs and their overrides, run nothing")
@@ -310,11 +313,14 @@ def main(argv: list[str]) -> int:
     hf_logging.disable_progress_bar()
     spec_path = Path(args.spec)
     spec = load_spec(spec_path)
+    cli_set = parse_set(args.set)
+    spec_keys = {f.name for f in dataclasses.fields(AblationSpec)} - {"name", "grid", "set", "base", "out_dir"}
+    if any(k in spec_keys for k in cli_set):
+        spec = load_spec(spec_path, {k: cli_set.pop(k) for k in list(cli_set) if k in spec_keys})
     base = (spec_path.parent / spec.base) if not Path(spec.base).is_absolute() else Path(spec.base)
     if not base.is_file():
         raise ZhBertError(f"{spec_path}: base recipe {base} not found")
     out = Path(args.out_dir or spec.out_dir or f"runs/ablations/{spec.name}")
-    cli_set = parse_set(args.set)
     runs = plan_runs(spec)
     if args.only:
         unknown = set(args.only) - {r.label for r in runs} - {str(r.value) for r in runs}
@@ -348,7 +354,7 @@ def main(argv: list[str]) -> int:
     t0 = time.time()
     rows = [run_one(spec, r, base, out, data_by_fraction.get(r.fraction) if raw else None, heldout, cli_set,
                     log=lambda m: print(m, flush=True)) for r in runs]
-    write_results(spec, rows, out, command, time.time() - t0)
+    write_results(spec, rows, out, command, time.time() - t0, shared={**spec.set, **cli_set})
     print((out / "results.md").read_text(encoding="utf-8"), flush=True)
     print(json.dumps({"results": str(out / "results.md"), "rows": rows}, ensure_ascii=False), flush=True)
     sys.stdout.flush()

@@ -211,6 +211,8 @@ class ShardLoader:
             n = len(self.dataset)
             perm = (np.random.default_rng([self.seed, epoch]).permutation(n) if self.shuffle
                     else np.arange(n))
+            if n < 2**31:   # 4 bytes per sequence: 40 M sequences (~5 B tokens at 128) = 160 MB per process
+                perm = perm.astype(np.int32)
             self._perm_cache = {epoch: perm}  # only the current epoch is kept
         return self._perm_cache[epoch]
 

@@ -184,40 +184,41 @@ def download_hf(repo_id: str, out: Path, *, revision: str | None = None, endpoin
 
 def download_modelscope(model_id: str, out: Path, *, revision: str | None = None, endpoint: str | None = None,
                         overwrite: bool = False) -> Path:
-    """ModelScope through its public HTTP API (the `modelscope` package is not needed)."""
+    """ModelScope through its public HTTP API, with the standard library only (no `modelscope` package)."""
+    import json
     import tempfile
-
-    import httpx
+    import urllib.error
+    import urllib.parse
+    import urllib.request
 
     ep = (endpoint or os.environ.get("MODELSCOPE_DOMAIN") or "https://www.modelscope.cn").rstrip("/")
     if not ep.startswith("http"):
         ep = "https://" + ep
     rev = revision or "master"
     base = f"{ep}/api/v1/models/{model_id}/repo"
+
+    def get(url: str, **params):
+        return urllib.request.urlopen(f"{url}?{urllib.parse.urlencode(params)}", timeout=60)
+
     try:
-        with httpx.Client(timeout=60, follow_redirects=True) as client:
-            r = client.get(f"{base}/files", params={"Revision": rev, "Recursive": "true"})
-            if r.status_code == 404:
-                raise ZhBertError(f"{model_id}: not found on ModelScope ({ep})")
-            r.raise_for_status()
-            data = r.json().get("Data") or {}
-            names = [f["Path"] for f in data.get("Files", []) if f.get("Type", "blob") == "blob"]
-            if not names:
-                raise ZhBertError(f"{model_id}: ModelScope ({ep}) lists no files for revision {rev}")
-            has_st = any(_matches(n, SAFETENSORS[:1]) for n in names)
-            wanted = [n for n in names if n in NEEDED or _matches(n, SAFETENSORS if has_st else PICKLE)]
-            with tempfile.TemporaryDirectory(prefix="zh-bert-ms-") as tmp:
-                for name in wanted:
-                    with client.stream("GET", base, params={"Revision": rev, "FilePath": name}) as resp:
-                        resp.raise_for_status()
-                        with open(Path(tmp) / name, "wb") as f:
-                            for chunk in resp.iter_bytes(1 << 20):
-                                f.write(chunk)
-                return assemble(Path(tmp), out, overwrite=overwrite)
-    except httpx.HTTPStatusError as e:
-        raise ZhBertError(f"{model_id}: ModelScope ({ep}) answered HTTP {e.response.status_code}") from None
-    except httpx.TransportError as e:
-        raise ZhBertError(f"{model_id}: cannot reach ModelScope at {ep} ({type(e).__name__}): network down?") from None
+        with get(f"{base}/files", Revision=rev, Recursive="true") as r:
+            data = json.loads(r.read()).get("Data") or {}
+        names = [f["Path"] for f in data.get("Files", []) if f.get("Type", "blob") == "blob"]
+        if not names:
+            raise ZhBertError(f"{model_id}: ModelScope ({ep}) lists no files for revision {rev}")
+        has_st = any(_matches(n, SAFETENSORS[:1]) for n in names)
+        wanted = [n for n in names if n in NEEDED or _matches(n, SAFETENSORS if has_st else PICKLE)]
+        with tempfile.TemporaryDirectory(prefix="zh-bert-ms-") as tmp:
+            for name in wanted:
+                with get(base, Revision=rev, FilePath=name) as r, open(Path(tmp) / name, "wb") as f:
+                    shutil.copyfileobj(r, f, 1 << 20)
+            return assemble(Path(tmp), out, overwrite=overwrite)
+    except urllib.error.HTTPError as e:
+        what = "not found" if e.code == 404 else f"HTTP {e.code}"
+        raise ZhBertError(f"{model_id}: ModelScope ({ep}) answered {what}") from None
+    except (urllib.error.URLError, OSError) as e:
+        raise ZhBertError(f"{model_id}: cannot reach ModelScope at {ep} ({getattr(e, 'reason', e)}): "
+                          f"network down?") from None
 
 
 def default_out(name: str) -> Path:

@@ -44,7 +44,9 @@ def load_mlm(ckpt):
     if model.config.vocab_size < len(tok):
         raise ZhBertError(f"{ckpt_dir}: tokenizer has {len(tok)} tokens but the model's vocab_size is "
                           f"{model.config.vocab_size}")
-    return model.eval(), tok, ckpt_dir
+    import torch
+
+    return model.to("cuda" if torch.cuda.is_available() else "cpu").eval(), tok, ckpt_dir
 
 
 def masked_logits(model, batch: dict, positions):
@@ -52,6 +54,8 @@ def masked_logits(model, batch: dict, positions):
     masked rows alone, which is most of the cost of a small model."""
     import torch
 
+    batch = {k: v.to(model.device) for k, v in batch.items()}
+    positions = positions.to(model.device)
     with torch.no_grad():
         if hasattr(model, "bert") and hasattr(model, "cls"):
             hidden = model.bert(**batch).last_hidden_state
@@ -159,7 +163,7 @@ def eval_mlm(model, tok, docs: list[str], cfg: MlmEvalConfig) -> dict:
         batch = {"input_ids": inp, "attention_mask": (torch.from_numpy(ids[s:s + cfg.batch_size]) != tok.pad_token_id).long(),
                  "token_type_ids": torch.zeros_like(inp)}
         pos = lab != -100
-        logits = masked_logits(model, batch, pos)
+        logits = masked_logits(model, batch, pos).cpu()
         gold = lab[pos]
         loss_sum += float(torch.nn.functional.cross_entropy(logits, gold, reduction="sum"))
         best5 = logits.topk(min(5, logits.shape[-1]), dim=-1).indices
@@ -285,7 +289,7 @@ def candidate_logprobs(model, tok, items: list[ClozeItem], seq_len: int = 256, b
             inp[r, :len(ids)] = torch.tensor(ids)
             pos[r, start:start + k] = True
         batch = {"input_ids": inp, "attention_mask": (inp != tok.pad_token_id).long(), "token_type_ids": torch.zeros_like(inp)}
-        logp = torch.log_softmax(masked_logits(model, batch, pos), dim=-1)  # rows in (job, position) order
+        logp = torch.log_softmax(masked_logits(model, batch, pos), dim=-1).cpu()  # rows in (job, position) order
         row = 0
         for i, k, _, _ in chunk:
             lp = logp[row:row + k]

@@ -106,10 +106,11 @@ def predict(model, data: dict, batch_size: int, pad_id: int, precision: str) -> 
 
     model.eval()
     preds = []
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+    with torch.no_grad(), torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
         for batch in batches(data, np.arange(len(data["labels"])), batch_size * 2, pad_id):
             batch.pop("labels")
-            preds.append(model(**batch).logits.float().argmax(-1).numpy())
+            batch = {k: v.to(model.device) for k, v in batch.items()}
+            preds.append(model(**batch).logits.float().argmax(-1).cpu().numpy())
     model.train()
     return np.concatenate(preds) if preds else np.zeros(0, dtype=np.int64)
 
@@ -156,7 +157,7 @@ def train_one(ckpt_dir: Path, task: TaskData, cfg: FinetuneConfig, seed: int, to
     if model.config.vocab_size < len(tok):
         raise ZhBertError(f"{ckpt_dir}: tokenizer has {len(tok)} tokens but the model's vocab_size is "
                           f"{model.config.vocab_size}")
-    model.train()
+    model.to("cuda" if torch.cuda.is_available() else "cpu").train()
     no_decay = lambda n: n.endswith("bias") or "LayerNorm" in n or "layer_norm" in n  # noqa: E731
     groups = [{"params": [p for n, p in model.named_parameters() if not no_decay(n)], "weight_decay": cfg.weight_decay},
               {"params": [p for n, p in model.named_parameters() if no_decay(n)], "weight_decay": 0.0}]
@@ -172,7 +173,8 @@ def train_one(ckpt_dir: Path, task: TaskData, cfg: FinetuneConfig, seed: int, to
     for epoch in range(cfg.epochs):
         order = rng.permutation(len(train["labels"]))
         for batch in batches(train, order, cfg.batch_size, pad_id):
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.precision == "bf16"):
+            batch = {k: v.to(model.device) for k, v in batch.items()}
+            with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16"):
                 loss = model(**batch).loss
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

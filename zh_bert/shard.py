@@ -618,7 +618,7 @@ def main(argv: list[str]) -> int:
         wall = time.perf_counter() - t0
         meta = {
             "format_version": FORMAT_VERSION, "cache_key": cache_key,
-            "tokenizer": str(args.tokenizer), "tokenizer_fingerprint": fingerprint,
+            "tokenizer": str(Path(args.tokenizer).resolve()), "tokenizer_fingerprint": fingerprint,
             "tokenizer_kind": (json.loads(kind_file.read_text(encoding="utf-8")).get("kind")
                                if kind_file.is_file() else None),
             "vocab_size": vocab_size, "ids_dtype": dtype.name, "seq_len": args.seq_len, "pairs": args.pairs,
