@@ -45,8 +45,9 @@ def test_ablate_grid_end_to_end(smoke_spec, tmp_path, capsys):
     assert cli.main(["ablate", str(smoke_spec)]) == 0
     out = capsys.readouterr().out
     res = json.loads(out.strip().split("\n")[-1])
-    rows = res["rows"]
+    rows, baseline = res["rows"][:2], res["rows"][2]
     assert [r["value"] for r in rows] == ["token", "wwm"]
+    assert baseline["label"] == "random init" and baseline["tokens"] == 0 and 0 <= baseline["dev_acc"] <= 1
     assert rows[0]["tokens"] == rows[1]["tokens"] == 4 * 8 * 64          # same budget in tokens
     assert rows[0]["heldout_masked"] == rows[1]["heldout_masked"] > 0      # the same held-out blanks
     for r in rows:
@@ -56,7 +57,7 @@ def test_ablate_grid_end_to_end(smoke_spec, tmp_path, capsys):
                                                       "eval_results.json").read_text(encoding="utf-8"))}
         assert kinds == {"fill-mask", "text-classification"}
     md = (tmp_path / "out" / "results.md").read_text(encoding="utf-8")
-    assert "| token |" in md and "| wwm |" in md and "held-out MLM acc" in md and "± " in md
+    assert "| token |" in md and "| wwm |" in md and "| random init" in md and "held-out MLM acc" in md and "± " in md
     assert (tmp_path / "out" / "results.png").read_bytes()[:4] == b"\x89PNG"
     # held-out documents never reach training: carved off before any run
     held = set((tmp_path / "out" / "corpus" / "heldout.txt").read_text(encoding="utf-8").split("\n")) - {""}

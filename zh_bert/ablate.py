@@ -47,6 +47,7 @@ class AblationSpec:
     finetune_seq_len: int = 128
     finetune_max_train: int = 0                 # 0 = the whole (deduplicated) train split
     finetune_precision: str = "fp32"
+    random_init_baseline: bool = True           # also fine-tune the same architecture from random weights
 
 
 @dataclass
@@ -176,6 +177,35 @@ def run_one(spec: AblationSpec, run: Run, base: Path, out: Path, data_files: lis
     return row
 
 
+def finetune_config(spec: AblationSpec, random_init: bool = False):
+    from zh_bert import finetune as ft
+
+    return ft.FinetuneConfig(epochs=spec.finetune_epochs, lr=spec.finetune_lr, seq_len=spec.finetune_seq_len,
+                             max_train=spec.finetune_max_train, precision=spec.finetune_precision,
+                             random_init=random_init)
+
+
+def random_init_row(spec: AblationSpec, first: dict, out: Path, log=print) -> dict:
+    """The first run's architecture fine-tuned from random weights: what pretraining has to beat."""
+    from zh_bert import finetune as ft
+    from zh_bert.tasks import load_task
+
+    path = out / "random_init_baseline.json"
+    want = {"run_dir": first["run_dir"], **{k: v for k, v in asdict(spec).items() if k.startswith("finetune")}}
+    cached = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    if cached.get("settings") != want:
+        log(f"[random init] finetune {spec.finetune} from random weights ({first['label']}'s architecture)")
+        s = ft.run(Path(first["run_dir"]) / "final", load_task(spec.finetune), finetune_config(spec, True),
+                   list(range(1, spec.finetune_seeds + 1)), log=lambda m: None)
+        cached = {"settings": want, **{k: s.get(k) for k in ("dev_acc", "dev_acc_std", "test_acc", "test_acc_std",
+                                                              "test_macro_f1", "test_macro_f1_std")}}
+        from zh_bert.fileio import write_json
+
+        write_json(path, cached)
+    return {"label": "random init", "value": f"random init ({first['value']} arch.), no pretraining", "tokens": 0,
+            "train_s": 0, **{k: v for k, v in cached.items() if k != "settings"}}
+
+
 def run_evals(spec: AblationSpec, run: Run, run_dir: Path, heldout: Path | None, log=print) -> dict:
     from zh_bert.eval_results import entry, record
 
@@ -200,8 +230,7 @@ def run_evals(spec: AblationSpec, run: Run, run_dir: Path, heldout: Path | None,
         from zh_bert.tasks import load_task
 
         task = load_task(spec.finetune)
-        cfg = ft.FinetuneConfig(epochs=spec.finetune_epochs, lr=spec.finetune_lr, seq_len=spec.finetune_seq_len,
-                                max_train=spec.finetune_max_train, precision=spec.finetune_precision)
+        cfg = finetune_config(spec)
         seeds = list(range(1, spec.finetune_seeds + 1))
         s = ft.run(run_dir / "final", task, cfg, seeds, log=lambda m: None)
         log(f"[{run.label}] finetune {spec.finetune}: dev {s['dev_acc']:.4f} ± {s.get('dev_acc_std', 0):.4f}"
@@ -273,10 +302,12 @@ def plot_results(spec: AblationSpec, rows: list[dict], path: Path) -> None:
     panels = [p for p in panels if any(r.get(p[0]) is not None for r in rows)]
     fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.4), squeeze=False)
     for ax, (key, std, title) in zip(axes[0], panels):
-        vals = [(r.get(key) or 0) * 100 for r in rows]
-        errs = [(r.get(std) or 0) * 100 for r in rows] if std else None
-        ax.bar(range(len(rows)), vals, yerr=errs, capsize=4, color="#4c72b0")
-        ax.set_xticks(range(len(rows)), labels, rotation=20)
+        shown = [i for i, r in enumerate(rows) if r.get(key) is not None]
+        vals = [rows[i][key] * 100 for i in shown]
+        errs = [(rows[i].get(std) or 0) * 100 for i in shown] if std else None
+        colors = ["#999999" if rows[i]["label"] == "random init" else "#4c72b0" for i in shown]
+        ax.bar(range(len(shown)), vals, yerr=errs, capsize=4, color=colors)
+        ax.set_xticks(range(len(shown)), [labels[i].split(" (")[0] for i in shown], rotation=20, fontsize=8)
         ax.set_title(title, fontsize=9)
         lo = min(vals) - max(errs or [0]) - 2
         ax.set_ylim(max(0, lo), max(vals) + max(errs or [0]) + 2)
@@ -354,6 +385,8 @@ def main(argv: list[str]) -> int:
     t0 = time.time()
     rows = [run_one(spec, r, base, out, data_by_fraction.get(r.fraction) if raw else None, heldout, cli_set,
                     log=lambda m: print(m, flush=True)) for r in runs]
+    if spec.finetune and spec.random_init_baseline and rows:
+        rows.append(random_init_row(spec, rows[0], out, log=lambda m: print(m, flush=True)))
     write_results(spec, rows, out, command, time.time() - t0, shared={**spec.set, **cli_set})
     print((out / "results.md").read_text(encoding="utf-8"), flush=True)
     print(json.dumps({"results": str(out / "results.md"), "rows": rows}, ensure_ascii=False), flush=True)
