@@ -51,11 +51,6 @@ def _patch_loader() -> None:
 
 if __name__ == "__main__":
     _patch_loader()
-    if os.environ.get("ZH_BERT_TEST_PREINIT_CPU_STATE") == "1":   # manual check of the fix for the CPU-DDP bug
-        import torch
-        from accelerate import PartialState
-
-        PartialState(cpu=not torch.cuda.is_available())
     from zh_bert.cli import main
 
     rc = main(["pretrain", *sys.argv[1:]])

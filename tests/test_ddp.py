@@ -57,7 +57,6 @@ seed: 7
 def _env(index_dir: Path, sample_masks: bool) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), ZH_BERT_TEST_INDEX_DIR=str(index_dir),
                ZH_BERT_TEST_SAMPLE_MASKS="1" if sample_masks else "0", TOKENIZERS_PARALLELISM="false")
-    env.pop("ZH_BERT_TEST_PREINIT_CPU_STATE", None)
     return env
 
 
@@ -110,10 +109,9 @@ def draws(run: Path, rank: int) -> list[dict]:
 
 
 SINGLE_PROCESS_BUG = (
-    "the 2-process launch trained as two independent single processes (log: '1 process(es)'): "
-    "zh_bert/pretrain.py creates PartialState() without cpu=True, and on a machine without CUDA accelerate "
-    "sets up gloo data parallelism only for PartialState(cpu=True) / Accelerator(cpu=True); fix: "
-    "PartialState(cpu=not torch.cuda.is_available()) and the same cpu= for Accelerator")
+    "the 2-process launch trained as two independent single processes (log: '1 process(es)'): on a machine "
+    "without CUDA, Accelerate sets up gloo data parallelism only for PartialState(cpu=True) / "
+    "Accelerator(cpu=True), so zh_bert/pretrain.py must pass cpu=not torch.cuda.is_available() to both")
 
 
 def assert_two_processes(run: Path) -> None:

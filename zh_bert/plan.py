@@ -159,7 +159,7 @@ class Plan:
     flops_per_token: float
     peak_tflops: float
     utilisation: float
-    utilisation_source: str         # "assumed" | "measured"
+    utilisation_source: str         # "assumed" | "given" (--utilisation) | "measured" (--measure)
     allreduce_s_per_step: float
     tokens_per_s: float
     step_s: float
@@ -173,7 +173,8 @@ def make_plan(spec: GPUSpec, device_key: str, *, model: str = "base", gpus: int 
               global_batch: int = 256, tokens: float | None = None, vocab_size: int = 21128,
               precision: str = "auto", mask_rate: float = 0.15, dropout: float = 0.1,
               attention_dropout: float = 0.0, grad_checkpointing: str = "auto", utilisation: float | None = None,
-              objective: str = "mlm") -> Plan:
+              utilisation_source: str = "given", objective: str = "mlm") -> Plan:
+    """The plan for `model` on `gpus` devices of `spec`; `utilisation` None = the spec's assumed one."""
     if gpus < 1:
         raise ZhBertError(f"--gpus must be at least 1, got {gpus}")
     if global_batch % gpus:
@@ -235,7 +236,7 @@ def make_plan(spec: GPUSpec, device_key: str, *, model: str = "base", gpus: int 
         memory_gb={k: round(v / GiB, 3) for k, v in {**asdict(m), "total": m.total}.items()},
         device_memory_gb=spec.memory_gb, next_micro_batch_gb=None if next_gb is None else round(next_gb, 2),
         flops_per_token=fpt, peak_tflops=spec.peak_tflops(prec), utilisation=util,
-        utilisation_source="assumed" if utilisation is None else "measured",
+        utilisation_source="assumed" if utilisation is None else utilisation_source,
         allreduce_s_per_step=allreduce_s, tokens_per_s=tps, step_s=step_s, days=days,
         gpu_hours=days * 24 * gpus, install=spec.torch_wheel, notes=notes)
 
@@ -433,8 +434,9 @@ def main(argv: list[str]) -> int:
             est = estimate_memory(shape, args.seq_len, mb, plan.precision, device="cpu", mask_rate=args.mask_rate,
                                   fused_attention=spec.sdpa_fused)
             measured["estimated_allocated_gb"] = est.total / GiB
-        plan = make_plan(spec, key, model=args.model, utilisation=util, **kw)
-    best = largest_within(spec, key, args.days, utilisation=plan.utilisation if measured else args.utilisation, **kw)
+        plan = make_plan(spec, key, model=args.model, utilisation=util, utilisation_source="measured", **kw)
+    best = largest_within(spec, key, args.days, utilisation=plan.utilisation if measured else args.utilisation,
+                          utilisation_source=plan.utilisation_source, **kw)
     if args.json:
         out = asdict(plan)
         out["largest_within_days"] = {"days_budget": args.days, "model": best.model if best else None,

@@ -255,14 +255,16 @@ def train(recipe, resume: str | None = None, log=None) -> dict:
 
     t_start = time.time()
     hf_logging.disable_progress_bar()   # "Writing model shards" bars at every checkpoint
-    state = PartialState()
+    # without CUDA, Accelerate sets up gloo data parallelism (torchrun / accelerate launch) only when told cpu=True
+    cpu = not torch.cuda.is_available()
+    state = PartialState(cpu=cpu)
     precision, warnings = resolve_precision(recipe.precision, state.device)
     # Accelerate keeps its settings in a process-wide singleton; a second run in one process (ablate, tests)
     # with another precision must start from a clean one. The distributed state (PartialState) is kept.
     from accelerate.state import AcceleratorState, GradientState
     AcceleratorState._reset_state(reset_partial_state=False)
     GradientState._reset_state()
-    accelerator = Accelerator(mixed_precision={"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[precision])
+    accelerator = Accelerator(mixed_precision={"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[precision], cpu=cpu)
     main_proc, world = accelerator.is_main_process, accelerator.num_processes
     say = log or (lambda *a: accelerator.print(*a, flush=True))
     for w in warnings:
