@@ -2,11 +2,10 @@
 `python tests/_ddp_helpers.py RECIPE.yaml [pretrain args...]` runs `zh-bert pretrain` unchanged, except:
 
 - the dataset rows each rank draws per step are appended to OUT_DIR/indices-rank{R}.jsonl (disjointness);
-- with ZH_BERT_TEST_SAMPLE_MASKS=1, each sequence is masked with an RNG keyed by its position in the
-  global sample stream (seed, epoch, position) instead of by (batch, rank), so that 1 process × 4
-  micro-batches and 2 processes × 2 micro-batches see the very same masked sequences and their updates
-  can be compared parameter by parameter. (The stock loader keys masks by batch and rank, which is exact
-  for resume but makes masks depend on the process count.)
+
+Masking is the stock loader's: each sequence is masked with an RNG keyed by its position in the global
+sample stream, so 1 process × 4 micro-batches and 2 processes × 2 see the very same masked sequences and
+their updates can be compared parameter by parameter.
 
 The process ends with os._exit after flushing: under gloo, a normal interpreter exit aborts about one run
 in three ("terminate called without an active exception", ../shared/STACK.md).
@@ -19,27 +18,17 @@ import os
 import sys
 from pathlib import Path
 
-import numpy as np
 
 
 def _patch_loader() -> None:
     from zh_bert.data import ShardLoader
 
     original = ShardLoader.next_numpy
-    per_sample = os.environ.get("ZH_BERT_TEST_SAMPLE_MASKS") == "1"
     log_dir = os.environ.get("ZH_BERT_TEST_INDEX_DIR")
 
     def next_numpy(self):
         epoch, position = self.epoch, self.position
-        if per_sample:
-            idx = self._global_indices()[self.rank::self.world_size]
-            self.last_indices = idx
-            rows = [self.make_batch(idx[j:j + 1],
-                                    np.random.default_rng([self.seed, epoch, position + self.rank + j * self.world_size]))
-                    for j in range(len(idx))]
-            out = {k: np.concatenate([r[k] for r in rows]) for k in rows[0]}
-        else:
-            out = original(self)
+        out = original(self)
         if log_dir:
             with open(Path(log_dir) / f"indices-rank{self.rank}.jsonl", "a") as f:
                 f.write(json.dumps({"epoch": epoch, "position": position,

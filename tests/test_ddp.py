@@ -54,9 +54,9 @@ seed: 7
 """
 
 
-def _env(index_dir: Path, sample_masks: bool) -> dict:
+def _env(index_dir: Path) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), ZH_BERT_TEST_INDEX_DIR=str(index_dir),
-               ZH_BERT_TEST_SAMPLE_MASKS="1" if sample_masks else "0", TOKENIZERS_PARALLELISM="false")
+               TOKENIZERS_PARALLELISM="false")
     return env
 
 
@@ -69,7 +69,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def launch(how: str, recipe: Path, out: Path, *extra: str, sample_masks: bool = True) -> subprocess.CompletedProcess:
+def launch(how: str, recipe: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
     """Run the worker as 1 process, or 2 via torchrun / accelerate launch; output goes to out/log.txt."""
     out.mkdir(parents=True, exist_ok=True)
     args = [str(recipe), "--set", f"out_dir={out}", *extra]
@@ -82,7 +82,7 @@ def launch(how: str, recipe: Path, out: Path, *extra: str, sample_masks: bool = 
         cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
                str(REPO / "recipes" / "accelerate" / "2xcpu.yaml"), "--main_process_port", str(free_port()),
                str(WORKER), *args]
-    proc = subprocess.run(cmd, env=_env(out, sample_masks), capture_output=True, text=True, timeout=400,
+    proc = subprocess.run(cmd, env=_env(out), capture_output=True, text=True, timeout=400,
                           cwd=str(REPO))
     log = proc.stdout + proc.stderr
     (out / "log.txt").write_text(log)

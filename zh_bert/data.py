@@ -187,8 +187,10 @@ class ShardLoader:
     step takes the next `batch_size * world_size` samples; rank r takes every world_size-th of them
     starting at r, so ranks are disjoint and together consume exactly one global batch. `position` counts
     samples of the current epoch consumed by all ranks, so `state_dict()` is identical on every rank and
-    `load_state_dict()` jumps there by arithmetic. Masking randomness comes from (seed, epoch, position,
-    rank) of the batch, so a resumed run masks exactly as an uninterrupted one would.
+    `load_state_dict()` jumps there by arithmetic. Each sequence is masked with randomness keyed by its
+    place in the global sample stream (seed, epoch, position), so a resumed run masks exactly as an
+    uninterrupted one would, and 1 process × 2k micro-batches sees the very same masked sequences as
+    2 processes × k (the same recipe gives the same updates on any number of processes).
     """
 
     def __init__(self, dataset: ShardDataset, batch_size: int, masking: MaskingConfig, seed: int,
@@ -216,19 +218,27 @@ class ShardLoader:
             self._perm_cache = {epoch: perm}  # only the current epoch is kept
         return self._perm_cache[epoch]
 
-    def _global_indices(self) -> np.ndarray:
-        """The next global batch's sample indices; advances (epoch, position)."""
+    def _global_indices(self) -> tuple[np.ndarray, np.ndarray]:
+        """The next global batch: dataset rows and each row's stream key (epoch, position); advances."""
         need, n = self.batch_size * self.world_size, len(self.dataset)
-        parts = []
+        parts, keys = [], []
         while need:
             perm = self._perm(self.epoch)
             take = perm[self.position:self.position + need]
             parts.append(take)
+            keys.append(np.stack([np.full(len(take), self.epoch),
+                                  np.arange(self.position, self.position + len(take))], axis=1))
             need -= len(take)
             self.position += len(take)
             if self.position >= n:
                 self.epoch, self.position = self.epoch + 1, 0
-        return np.concatenate(parts)
+        return np.concatenate(parts), np.concatenate(keys)
+
+    def _mask_per_sequence(self, idx: np.ndarray, keys: np.ndarray) -> dict:
+        """Mask each row with its own RNG from (seed, epoch, position): independent of ranks and batching."""
+        rows = [self.make_batch(idx[j:j + 1], np.random.default_rng([self.seed, int(e), int(p)]))
+                for j, (e, p) in enumerate(keys)]
+        return {k: np.concatenate([r[k] for r in rows]) for k in rows[0]}
 
     def make_batch(self, idx: np.ndarray, rng: np.random.Generator) -> dict:
         """Masked numpy batch for dataset rows `idx` (also used for fixed-mask evaluation)."""
@@ -244,11 +254,10 @@ class ShardLoader:
         return out
 
     def next_numpy(self) -> dict:
-        epoch, position = self.epoch, self.position
-        idx = self._global_indices()[self.rank::self.world_size]
+        idx, keys = self._global_indices()
+        idx, keys = idx[self.rank::self.world_size], keys[self.rank::self.world_size]
         self.last_indices = idx  # dataset rows of the batch just made (for tests and debugging)
-        rng = np.random.default_rng([self.seed, epoch, position, self.rank])
-        return self.make_batch(idx, rng)
+        return self._mask_per_sequence(idx, keys)
 
     def __iter__(self):
         import torch
