@@ -42,8 +42,8 @@ class AblationSpec:
     eval_max_seqs: int = 200                    # packed held-out sequences scored (0 = all)
     finetune: Optional[str] = "chnsenticorp"    # task for `zh-bert finetune`; null = skip
     finetune_seeds: int = 3
-    finetune_epochs: int = 2
-    finetune_lr: float = 5e-4
+    finetune_epochs: int = 3
+    finetune_lr: float = 2e-3                  # tiny models need large fine-tuning lrs
     finetune_seq_len: int = 128
     finetune_max_train: int = 0                 # 0 = the whole (deduplicated) train split
     finetune_precision: str = "fp32"
@@ -133,19 +133,34 @@ def carve_corpus(files: list[Path], out: Path, heldout_docs: int, fractions: set
 
 # --------------------------------------------------------------------------- one run
 
-def run_one(spec: AblationSpec, run: Run, base: Path, out: Path, data_files: list[str] | None,
+def _check_same_recipe(run_dir: Path, recipe) -> None:
+    """A run dir from other settings is refused, never silently reused or mixed into the table."""
+    import yaml
+
+    path = run_dir / "recipe.yaml"
+    if not path.is_file():
+        return
+    old, new = yaml.safe_load(path.read_text(encoding="utf-8")) or {}, json.loads(json.dumps(recipe.to_dict()))
+    diff = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+    if diff:
+        raise ZhBertError(f"{run_dir} holds a run with other settings ({'; '.join(diff[:4])}); delete it or "
+                          f"use --out-dir")
+
+
+def run_one(spec: AblationSpec, run: Run, base: dict, out: Path, data_files: list[str] | None,
             heldout: Path | None, cli_set: dict, log=print) -> dict:
     """Pretrain (or reuse a finished run), then the evals (or reuse them); returns the table row."""
     from zh_bert.recipe import load_recipe
 
     run_dir = out / "runs" / _slug(run.label)
-    overrides = {**spec.set, **run.overrides, **cli_set, "out_dir": str(run_dir),
+    overrides = {**base, **spec.set, **run.overrides, **cli_set, "out_dir": str(run_dir),
                  "data_cache": str(out / "data")}
     if data_files is not None:
         overrides["data"] = data_files
-    recipe = load_recipe(base, overrides)
+    recipe = load_recipe(None, overrides)
     summary_path = run_dir / "run.json"
     summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.is_file() else {}
+    _check_same_recipe(run_dir, recipe)
     if summary.get("status") == "finished" and (run_dir / "final" / "config.json").is_file():
         log(f"[{run.label}] reusing finished run {run_dir}")
     else:
@@ -362,7 +377,11 @@ def main(argv: list[str]) -> int:
     from zh_bert.pipeline import is_sharddir
     from zh_bert.recipe import load_recipe
 
-    base_recipe = load_recipe(base, {**spec.set, **cli_set})
+    from zh_bert.config import load_yaml
+
+    load_recipe(base)             # errors in the base recipe name its file
+    base_data = load_yaml(base)   # read once: every run derives from this snapshot, even if the file changes
+    base_recipe = load_recipe(None, {**base_data, **spec.set, **cli_set})
     raw = not (len(base_recipe.data_paths) == 1 and is_sharddir(base_recipe.data_paths[0]))
     if not raw and (any(r.fraction < 1 for r in runs) or spec.heldout_docs):
         raise ZhBertError(f"{spec_path}: the base recipe's data is a SHARDDIR; corpus_fraction and heldout_docs "
@@ -383,7 +402,7 @@ def main(argv: list[str]) -> int:
         return 0
     command = "zh-bert ablate " + " ".join(argv)
     t0 = time.time()
-    rows = [run_one(spec, r, base, out, data_by_fraction.get(r.fraction) if raw else None, heldout, cli_set,
+    rows = [run_one(spec, r, base_data, out, data_by_fraction.get(r.fraction) if raw else None, heldout, cli_set,
                     log=lambda m: print(m, flush=True)) for r in runs]
     if spec.finetune and spec.random_init_baseline and rows:
         rows.append(random_init_row(spec, rows[0], out, log=lambda m: print(m, flush=True)))

@@ -14,7 +14,6 @@ import argparse
 import contextlib
 import json
 import math
-import os
 import shutil
 import signal
 import sys
@@ -237,7 +236,6 @@ def _keep_metrics_until(path: Path, step: int) -> None:
 
 def train(recipe, resume: str | None = None, log=None) -> dict:
     """Run `recipe` (a validated Recipe); returns the run summary also written to out_dir/run.json."""
-    import numpy as np
     import torch
     from accelerate import Accelerator, PartialState
     from accelerate.utils import set_seed
@@ -398,9 +396,8 @@ def train(recipe, resume: str | None = None, log=None) -> dict:
                     f"Lower lr, raise warmup_steps, or use precision: bf16/fp32 instead of fp16.")
                 break
             if recipe.log_every and (step % recipe.log_every == 0 or step == recipe.max_steps):
-                import torch as _t
-                sums = _t.tensor([float(stats.loss), float(stats.correct), stats.masked, float(stats.nsp_loss),
-                                  float(stats.nsp_correct), stats.seqs, stats.tokens], dtype=_t.float64)
+                sums = torch.tensor([float(stats.loss), float(stats.correct), stats.masked, float(stats.nsp_loss),
+                                     float(stats.nsp_correct), stats.seqs, stats.tokens], dtype=torch.float64)
                 if world > 1:
                     sums = accelerator.reduce(sums.to(accelerator.device), reduction="sum").cpu()
                 loss_s, corr, masked, nsp_l, nsp_c, seqs, toks = sums.tolist()
