@@ -160,7 +160,11 @@ def test_accumulation_4x8_equals_1x32(char_data):
     torch.manual_seed(0)
     cfg = build_config("tiny", len(load_tokenizer(tokdir)), dropout=0.0)
     base = PretrainModel(BertForMaskedLM(cfg))
-    acc = Accelerator(mixed_precision="no")
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state()   # an earlier in-process run may have left bf16 in Accelerate's singleton
+    GradientState._reset_state()
+    acc = Accelerator(mixed_precision="no", cpu=True)
     params = {}
     for name, batches, mb in (("4x8", micro, 8), ("1x32", [whole], 32)):
         recipe = Recipe(lr=1e-3, warmup_steps=0, max_steps=10, global_batch=32, micro_batch=mb)
