@@ -108,6 +108,50 @@ def test_round_trip_on_chnsenticorp(tokdirs, kind):
     assert ok >= 0.6 * len(texts), f"only {ok} of {len(texts)} reviews encode without [UNK]"
 
 
+def test_every_kind_builds_byte_identical_files_in_a_fresh_process(tokdirs, sample_jsonl, tmp_path):
+    """Same corpus + same flags -> same TOKDIR bytes. Built again in another Python process, because the
+    `tokenizers` WordPieceTrainer's ties followed Rust HashMap order, which is random per process (the
+    char and wordpiece vocabs came out with reordered '##xx' pieces and a different piece at the cut-off);
+    sentencepiece depends on its thread count, which is fixed rather than taken from the machine."""
+    code = ("import sys; from zh_bert.cli import main; sys.exit(max(main(['vocab', sys.argv[1], '-o', sys.argv[2] + '/'"
+            " + name, '-q', *args]) for name, args in __import__('json').loads(sys.argv[3]).items()))")
+    subprocess.run([sys.executable, "-c", code, str(sample_jsonl), str(tmp_path), json.dumps(KIND_ARGS)],
+                   cwd=REPO, check=True, capture_output=True)
+    for kind in KIND_ARGS:
+        names = ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"]
+        names += ["spiece.model"] if kind.startswith("sentencepiece") else ["vocab.txt"]
+        for name in names:
+            assert (tmp_path / kind / name).read_bytes() == (tokdirs[kind] / name).read_bytes(), (kind, name)
+        meta = [json.loads((d / "zh_bert_vocab.json").read_text(encoding="utf-8")) for d in (tmp_path / kind,
+                                                                                              tokdirs[kind])]
+        for m in meta:
+            del m["build_seconds"]
+        assert meta[0] == meta[1], kind
+
+
+def test_wordpiece_learner_is_the_trainer_algorithm_with_reproducible_ties(sample_docs):
+    """Our learner replaces the `tokenizers` WordPieceTrainer: same greedy merges on the same counts, so
+    the pieces agree with the trainer's except among equal counts at the cut-off."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from zh_bert.vocab.build import bert_normalizer, special_layout, train_wordpieces
+
+    ours = train_wordpieces(sample_docs, 4000, 1, special_layout(99))
+    tk = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tk.normalizer = bert_normalizer(split_cjk=True)
+    tk.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tk.train_from_iterator(sample_docs, trainer=trainers.WordPieceTrainer(
+        vocab_size=4000, show_progress=False, special_tokens=special_layout(99), continuing_subword_prefix="##"))
+    theirs = tk.get_vocab()
+    assert len(ours) == len(theirs) == 4000 and ours[:104] == special_layout(99)
+    assert len(set(ours) - set(theirs)) < 0.02 * len(ours)
+    # the first merges (clear winners by count) are the trainer's; only ties may come in another order
+    merged = [t for t in ours[104:] if len(t.removeprefix("##")) > 1]
+    trainer = [t for t in sorted(theirs, key=theirs.__getitem__)[104:] if len(t.removeprefix("##")) > 1]
+    assert merged[:5] == trainer[:5] == ["20", "19", "201", "##00", "200"]
+    assert set(merged[:10]) == set(trainer[:10]) and set(merged[:30]) <= set(trainer[:40])
+
+
 def most_common_chars(docs, n):
     import collections
 

@@ -276,7 +276,8 @@ def write_results(spec: AblationSpec, rows: list[dict], out: Path, command: str,
     lines = [f"# Ablation: {spec.name}", ""]
     if spec.question:
         lines += [spec.question.strip(), ""]
-    lines += [f"Command: `{command}` ({elapsed / 60:.1f} min in all)", "",
+    lines += [f"Command: `{command}` (this invocation {elapsed / 60:.1f} min; finished runs and evals of earlier "
+              f"invocations are reused)", "",
               f"| {key} | val MLM acc (own masking) | held-out MLM acc ({spec.eval_masking}, seed {spec.eval_seed}) "
               f"| {task} dev acc (mean ± std, {spec.finetune_seeds} seeds) | {task} test acc | tokens | wall-clock |",
               "|---|---|---|---|---|---|---|"]
@@ -284,7 +285,7 @@ def write_results(spec: AblationSpec, rows: list[dict], out: Path, command: str,
         lines.append(f"| {r['value']} | {_pm(r.get('val_mlm_acc'), None)} | {_pm(r.get('heldout_mlm_acc'), None)} | "
                      f"{_pm(r.get('dev_acc'), r.get('dev_acc_std'))} | {_pm(r.get('test_acc'), r.get('test_acc_std'))} | "
                      f"{r.get('tokens') or 0:,} | {(r.get('train_s') or 0) / 60:.1f} min |")
-    vocab_sizes = {r.get("vocab_size") for r in rows}
+    vocab_sizes = {r.get("vocab_size") for r in rows} - {None}
     budget = ", ".join(f"{k}={v}" for k, v in (spec.set if shared is None else shared).items())
     lines += ["", "Accuracies in %. Wall-clock: training only (data preparation is shared and cached). "
               f"Same token budget for every run{f' ({budget})' if budget else ''}. Held-out text: the last "
