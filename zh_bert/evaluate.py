@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from zh_bert.errors import ZhBertError
+from zh_bert.fileio import read_text
 
 
 # --------------------------------------------------------------------------- model
@@ -69,12 +70,7 @@ def read_documents(paths: list[str]) -> list[str]:
     """Documents from `zh-bert clean` JSONL ({"text": ...}) or plain text (one document per line)."""
     docs = []
     for p in map(Path, paths):
-        if not p.is_file():
-            raise ZhBertError(f"{p}: no such file")
-        try:
-            lines = p.read_text(encoding="utf-8").split("\n")
-        except UnicodeDecodeError as e:
-            raise ZhBertError(f"{p}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+        lines = read_text(p).split("\n")
         first = next((l for l in lines if l.strip()), "")
         is_jsonl = first.lstrip().startswith("{")
         for n, line in enumerate(lines, 1):

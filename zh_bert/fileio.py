@@ -70,6 +70,19 @@ def atomic_dir(path: str | os.PathLike, overwrite: bool = False) -> Iterator[Pat
         raise
 
 
+def read_text(path: str | os.PathLike, encoding: str = "utf-8") -> str:
+    """A whole text file, or a one-line ZhBertError saying it is missing or not valid `encoding`."""
+    from zh_bert.errors import ZhBertError
+
+    path = Path(path)
+    if not path.is_file():
+        raise ZhBertError(f"{path}: no such file")
+    try:
+        return path.read_text(encoding=encoding)
+    except UnicodeDecodeError as e:
+        raise ZhBertError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+
+
 def read_vocab_txt(path: str | os.PathLike) -> list[str]:
     """Tokens of a BERT vocab.txt, one per line. Split on '\\n' only: Google's vocab has U+2028 inside
     two entries, and str.splitlines() would shift every later id."""

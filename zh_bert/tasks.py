@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from zh_bert.errors import ZhBertError
+from zh_bert.fileio import read_text
 
 TASKS = ("chnsenticorp", "tnews")
 LABEL_NAMES = ("label", "labels", "y", "class", "category", "sentiment", "target")
@@ -108,12 +109,7 @@ def read_tsv(path: str | Path, columns: str | None = None) -> list[Example]:
     A line with the wrong number of fields or an empty text is an error naming `file:line`.
     """
     path = Path(path)
-    if not path.is_file():
-        raise ZhBertError(f"{path}: no such file")
-    try:
-        lines = path.read_text(encoding="utf-8-sig").split("\n")
-    except UnicodeDecodeError as e:
-        raise ZhBertError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    lines = read_text(path, encoding="utf-8-sig").split("\n")
     rows = [(n, line.rstrip("\r").split("\t")) for n, line in enumerate(lines, 1) if line.strip()]
     if not rows:
         raise ZhBertError(f"{path}: empty file")
