@@ -61,6 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"zh-bert {name}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `zh-bert models | head`: the reader left; not an error worth a traceback
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":
