@@ -33,8 +33,10 @@ def write(path, lines):
 
 
 @pytest.mark.slow
-def test_finetune_learns_on_real_slice(tiny_model_dir, tmp_path, capsys):
-    """A random-init L2/H128 model on 600 real reviews (text<TAB>label, no header: columns detected)."""
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_finetune_learns_on_real_slice(tiny_model_dir, tmp_path, capsys, pooling):
+    """A random-init L2/H128 model on 600 real reviews (text<TAB>label, no header: columns detected),
+    with the stock [CLS] pooler head and with mean pooling."""
     import torch
 
     torch.set_num_threads(1)  # 6 other test files share 2 cores; one thread avoids oversubscription
@@ -42,13 +44,13 @@ def test_finetune_learns_on_real_slice(tiny_model_dir, tmp_path, capsys):
     dev = write(tmp_path / "dev.tsv", [f"{t}\t{l}" for l, t in balanced("dev", 200)])
     test = write(tmp_path / "test.tsv", [f"{t}\t{l}" for l, t in balanced("test", 100)])
     rc = cli.main(["finetune", str(tiny_model_dir), "--task", f"tsv:{train},{dev},{test}", "--epochs", "3",
-                   "--lr", "2e-3", "--seq-len", "48", "--batch-size", "16", "--seed", "1"])
+                   "--lr", "2e-3", "--seq-len", "48", "--batch-size", "16", "--seed", "1", "--pooling", pooling])
     out = capsys.readouterr().out.strip().split("\n")
     res = json.loads(out[-1])
     assert rc == 0
     assert res["majority_dev_acc"] == 0.5 and res["dev_acc"] > 0.6, res  # seed 1 gives ~0.66
     assert res["test_acc"] > 0.6 and 0 < res["test_macro_f1"] <= 1
-    assert res["seeds"] == [1] and "dev_acc_std" not in res
+    assert res["seeds"] == [1] and "dev_acc_std" not in res and res["config"]["pooling"] == pooling
 
 
 def test_malformed_tsv_line(tiny_model_dir, tmp_path, capsys):

@@ -37,8 +37,11 @@ class FinetuneConfig:
     max_train: int = 0           # use only the first N training examples (after shuffling by seed); 0 = all
     random_init: bool = False
     precision: str = "fp32"      # fp32 | bf16 (CPU autocast is real on CPUs with avx512_bf16)
+    pooling: str = "cls"         # cls: the stock pooler on [CLS] | mean: masked mean of the last layer
 
     def __post_init__(self):
+        if self.pooling not in ("cls", "mean"):
+            raise ZhBertError(f"--pooling must be cls or mean, got '{self.pooling}'")
         for k in ("epochs", "seq_len", "batch_size"):
             if getattr(self, k) < 1:
                 raise ZhBertError(f"--{k.replace('_', '-')} must be >= 1, got {getattr(self, k)}")
@@ -101,7 +104,19 @@ def batches(data: dict, order: np.ndarray, batch_size: int, pad_id: int):
                "attention_mask": torch.from_numpy(mask), "labels": torch.from_numpy(data["labels"][idx])}
 
 
-def predict(model, data: dict, batch_size: int, pad_id: int, precision: str) -> np.ndarray:
+def logits(model, batch: dict, pooling: str):
+    """Class logits. `mean` pools the last layer over real tokens instead of using [CLS] through the pooler:
+    an MLM-only checkpoint never trained [CLS] or the pooler (no NSP), but every token's representation."""
+    if pooling == "cls":
+        return model(**batch).logits
+    hidden = model.bert(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                        token_type_ids=batch.get("token_type_ids")).last_hidden_state
+    mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+    pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
+    return model.classifier(model.dropout(pooled))
+
+
+def predict(model, data: dict, batch_size: int, pad_id: int, precision: str, pooling: str = "cls") -> np.ndarray:
     import torch
 
     model.eval()
@@ -110,13 +125,13 @@ def predict(model, data: dict, batch_size: int, pad_id: int, precision: str) -> 
         for batch in batches(data, np.arange(len(data["labels"])), batch_size * 2, pad_id):
             batch.pop("labels")
             batch = {k: v.to(model.device) for k, v in batch.items()}
-            preds.append(model(**batch).logits.float().argmax(-1).cpu().numpy())
+            preds.append(logits(model, batch, pooling).float().argmax(-1).cpu().numpy())
     model.train()
     return np.concatenate(preds) if preds else np.zeros(0, dtype=np.int64)
 
 
 def scores(model, data, cfg, pad_id) -> tuple[float, float]:
-    pred = predict(model, data, cfg.batch_size, pad_id, cfg.precision)
+    pred = predict(model, data, cfg.batch_size, pad_id, cfg.precision, cfg.pooling)
     return accuracy(data["labels"], pred), macro_f1(data["labels"], pred)
 
 
@@ -175,7 +190,8 @@ def train_one(ckpt_dir: Path, task: TaskData, cfg: FinetuneConfig, seed: int, to
         for batch in batches(train, order, cfg.batch_size, pad_id):
             batch = {k: v.to(model.device) for k, v in batch.items()}
             with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16"):
-                loss = model(**batch).loss
+                labels = batch.pop("labels")
+                loss = torch.nn.functional.cross_entropy(logits(model, batch, cfg.pooling).float(), labels)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
@@ -273,6 +289,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, default=1, help="number of seeds (S, S+1, ...); reports mean ± std")
     p.add_argument("--random-init", action="store_true", help="same architecture, random weights (baseline)")
     p.add_argument("--precision", choices=("fp32", "bf16"), default=d.precision)
+    p.add_argument("--pooling", choices=("cls", "mean"), default=d.pooling,
+                   help="cls: stock pooler on [CLS]; mean: masked mean of the last layer (MLM-only checkpoints "
+                        "never trained [CLS] or the pooler)")
     p.add_argument("--no-record", action="store_true", help="do not write RUN/eval_results.json")
     return p
 
@@ -284,7 +303,7 @@ def main(argv: list[str]) -> int:
     cfg = FinetuneConfig(epochs=args.epochs, lr=args.lr, seq_len=args.seq_len, batch_size=args.batch_size,
                          warmup=args.warmup, weight_decay=args.weight_decay, patience=args.patience,
                          eval_every=args.eval_every, max_train=args.max_train, random_init=args.random_init,
-                         precision=args.precision)
+                         precision=args.precision, pooling=args.pooling)
     task = load_task(args.task, args.columns)
     from transformers.utils import logging as hf_logging
 
