@@ -34,6 +34,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_until_serving(url: str, proc, log_path, timeout: float) -> None:
+    """Poll `url` until it answers 200; fail with the server's log if it exits or the time runs out."""
+    import time
+
+    import httpx
+
+    deadline = time.time() + timeout
+    while True:
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if proc.poll() is not None or time.time() > deadline:
+            raise RuntimeError(f"{url} did not come up: {open(log_path, encoding='utf-8', errors='replace').read()[-3000:]}")
+        time.sleep(0.2)
+
+
 @dataclass
 class Repo:
     owner: str
@@ -107,6 +125,14 @@ class HubServer:
             subprocess.run(cmd, cwd=dest, check=True, env=env, capture_output=True)
         return dest
 
+    def write_guard(self, request: Request, repo_id: str, forbidden: str = "You don't have write access to this repo"):
+        """The error response for a write to `repo_id` (missing repo, no rights, injected failure), or None."""
+        if repo_id not in self.repos:
+            return _err(404, "Repository not found", **{"X-Error-Code": "RepoNotFound"})
+        if not self.can_write(request, repo_id):
+            return _err(403, forbidden)
+        return self._maybe_fail()
+
     def _maybe_fail(self):
         if self.fail_next:
             return _err(self.fail_next.pop(0), "injected transient failure")
@@ -158,10 +184,8 @@ class HubServer:
         @app.post("/api/models/{ns}/{name}/branch/{branch:path}")
         async def branch(ns: str, name: str, branch: str, request: Request):
             repo_id = f"{ns}/{name}"
-            if repo_id not in hub.repos:
-                return _err(404, "Repository not found", **{"X-Error-Code": "RepoNotFound"})
-            if not hub.can_write(request, repo_id):
-                return _err(403, "forbidden")
+            if (f := hub.write_guard(request, repo_id, "forbidden")) is not None:
+                return f
             repo = hub.repos[repo_id]
             if branch in repo.branches:
                 return _err(409, "Reference already exists")
@@ -173,11 +197,7 @@ class HubServer:
         @app.post("/api/models/{ns}/{name}/preupload/{rev:path}")
         async def preupload(ns: str, name: str, rev: str, request: Request):
             repo_id = f"{ns}/{name}"
-            if repo_id not in hub.repos:
-                return _err(404, "Repository not found", **{"X-Error-Code": "RepoNotFound"})
-            if not hub.can_write(request, repo_id):
-                return _err(403, "You don't have write access to this repo")
-            if (f := hub._maybe_fail()) is not None:
+            if (f := hub.write_guard(request, repo_id)) is not None:
                 return f
             body = await request.json()
             have = hub.repos[repo_id].files(rev) or {}
@@ -188,11 +208,7 @@ class HubServer:
         @app.post("/api/models/{ns}/{name}/commit/{rev:path}")
         async def commit(ns: str, name: str, rev: str, request: Request):
             repo_id = f"{ns}/{name}"
-            if repo_id not in hub.repos:
-                return _err(404, "Repository not found", **{"X-Error-Code": "RepoNotFound"})
-            if not hub.can_write(request, repo_id):
-                return _err(403, "You don't have write access to this repo")
-            if (f := hub._maybe_fail()) is not None:
+            if (f := hub.write_guard(request, repo_id)) is not None:
                 return f
             repo = hub.repos[repo_id]
             if rev not in repo.branches:

@@ -142,12 +142,10 @@ def test_cli_serves_default_tiny_run_on_localhost(nudged_tiny, tmp_path):
     """`zh-bert demo` with no argument serves runs/tiny-cpu/final (the README recipe's output) on 127.0.0.1."""
     import os
     import shutil
-    import time
 
-    import httpx
     from gradio_client import Client
 
-    from hub_server import free_port
+    from hub_server import free_port, wait_until_serving
 
     shutil.copytree(nudged_tiny, tmp_path / "runs" / "tiny-cpu" / "final")
     port = free_port()
@@ -156,15 +154,7 @@ def test_cli_serves_default_tiny_run_on_localhost(nudged_tiny, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "zh_bert", "demo", "--port", str(port), "--threads", "1"],
                             cwd=tmp_path, env=env, stdout=log, stderr=log)
     try:
-        deadline = time.time() + 90
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None and time.time() < deadline, (tmp_path / "demo.log").read_text()[-3000:]
-            time.sleep(0.3)
+        wait_until_serving(f"http://127.0.0.1:{port}/", proc, tmp_path / "demo.log", timeout=90)
         out = Client(f"http://127.0.0.1:{port}", verbose=False).predict(
             "北京是中国的[MASK]都。", "runs/tiny-cpu/final", 3, "(none)", api_name="/fill")
         assert out["filled"] == "北京是中国的首都。"

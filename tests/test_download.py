@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from _hub_helpers import TOKEN, hub, online, run_dir, top5  # noqa: F401  (fixtures)
-from hub_server import free_port
+from hub_server import free_port, wait_until_serving
 from zh_bert.cli import main
 
 REPO_ID = "zh-org/tiny-roundtrip"
@@ -55,20 +55,9 @@ def olah(hub, published, tmp_path_factory):
         f'[accessibility]\noffline = true\n')
     log = open(root / "olah.log", "wb")
     proc = subprocess.Popen(["olah-cli", "-c", str(root / "olah.toml")], cwd=root, stdout=log, stderr=log)
-    import httpx
-
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + 30
-        while True:
-            try:
-                if httpx.get(f"{url}/api/models/{published}/revision/main", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError(f"olah did not start: {(root / 'olah.log').read_text()[-2000:]}")
-            time.sleep(0.2)
+        wait_until_serving(f"{url}/api/models/{published}/revision/main", proc, root / "olah.log", timeout=30)
         yield url
     finally:
         proc.terminate()
