@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import contextlib
 import socket
 import subprocess
 import threading
@@ -34,22 +35,36 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_until_serving(url: str, proc, log_path, timeout: float) -> None:
-    """Poll `url` until it answers 200; fail with the server's log if it exits or the time runs out."""
+@contextlib.contextmanager
+def serving(cmd: list[str], ready_url: str, log_path, timeout: float, **popen):
+    """Run a server subprocess, wait until `ready_url` answers 200, yield the process, always stop it.
+    If it exits or the time runs out first, fail with the tail of its log."""
+    import subprocess
     import time
 
     import httpx
 
-    deadline = time.time() + timeout
-    while True:
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=log, **popen)
         try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        if proc.poll() is not None or time.time() > deadline:
-            raise RuntimeError(f"{url} did not come up: {open(log_path, encoding='utf-8', errors='replace').read()[-3000:]}")
-        time.sleep(0.2)
+            deadline = time.time() + timeout
+            while True:
+                try:
+                    if httpx.get(ready_url, timeout=2).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if proc.poll() is not None or time.time() > deadline:
+                    tail = open(log_path, encoding="utf-8", errors="replace").read()[-3000:]
+                    raise RuntimeError(f"{ready_url} did not come up: {tail}")
+                time.sleep(0.2)
+            yield proc
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
 
 @dataclass

@@ -145,16 +145,13 @@ def test_cli_serves_default_tiny_run_on_localhost(nudged_tiny, tmp_path):
 
     from gradio_client import Client
 
-    from hub_server import free_port, wait_until_serving
+    from hub_server import free_port, serving
 
     shutil.copytree(nudged_tiny, tmp_path / "runs" / "tiny-cpu" / "final")
     port = free_port()
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONPATH": str(Path(__file__).parent.parent)}
-    log = open(tmp_path / "demo.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "zh_bert", "demo", "--port", str(port), "--threads", "1"],
-                            cwd=tmp_path, env=env, stdout=log, stderr=log)
-    try:
-        wait_until_serving(f"http://127.0.0.1:{port}/", proc, tmp_path / "demo.log", timeout=90)
+    cmd = [sys.executable, "-m", "zh_bert", "demo", "--port", str(port), "--threads", "1"]
+    with serving(cmd, f"http://127.0.0.1:{port}/", tmp_path / "demo.log", timeout=90, cwd=tmp_path, env=env):
         out = Client(f"http://127.0.0.1:{port}", verbose=False).predict(
             "北京是中国的[MASK]都。", "runs/tiny-cpu/final", 3, "(none)", api_name="/fill")
         assert out["filled"] == "北京是中国的首都。"
@@ -164,13 +161,6 @@ def test_cli_serves_default_tiny_run_on_localhost(nudged_tiny, tmp_path):
             ip = [a for a in socket.gethostbyname_ex(socket.gethostname())[2] if not a.startswith("127.")]
             if ip:
                 assert s.connect_ex((ip[0], port)) != 0
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
 
 def test_space_app_builds(nudged_tiny, monkeypatch):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from _hub_helpers import TOKEN, hub, online, run_dir, top5  # noqa: F401  (fixtures)
-from hub_server import free_port, wait_until_serving
+from hub_server import free_port, serving
 from zh_bert.cli import main
 
 REPO_ID = "zh-org/tiny-roundtrip"
@@ -53,19 +53,10 @@ def olah(hub, published, tmp_path_factory):
         f'mirrors-path = ["{root / "mirrors"}"]\nmirror-scheme = "http"\n'
         f'mirror-netloc = "127.0.0.1:{port}"\nmirror-lfs-netloc = "127.0.0.1:{port}"\n'
         f'[accessibility]\noffline = true\n')
-    log = open(root / "olah.log", "wb")
-    proc = subprocess.Popen(["olah-cli", "-c", str(root / "olah.toml")], cwd=root, stdout=log, stderr=log)
     url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until_serving(f"{url}/api/models/{published}/revision/main", proc, root / "olah.log", timeout=30)
+    with serving(["olah-cli", "-c", str(root / "olah.toml")], f"{url}/api/models/{published}/revision/main",
+                 root / "olah.log", timeout=30, cwd=root):
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
 
 def download(*args) -> int:
