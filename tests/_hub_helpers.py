@@ -53,7 +53,7 @@ def make_run_dir(root: Path, model_dir: Path) -> Path:
     (run / "run.json").write_text(json.dumps({  # the layout zh_bert/pretrain.py writes
         "status": "finished",
         "model": {"preset": "tiny", "class": "BertForMaskedLM", "num_hidden_layers": 2, "hidden_size": 128,
-                  "parameters": 3_120_000},
+                  "attention_init": "neighbour", "parameters": 3_120_000},
         "parameters": 3_120_000,
         "vocab": {"kind": "char", "vocab_size": 21128, "tokenizer": "runs/tiny-cpu/tokenizer"},
         "data": {"sharddir": "runs/tiny-cpu/shards",

@@ -58,6 +58,7 @@ def test_ablate_grid_end_to_end(smoke_spec, tmp_path, capsys):
         assert kinds == {"fill-mask", "text-classification"}
     md = (tmp_path / "out" / "results.md").read_text(encoding="utf-8")
     assert "| token |" in md and "| wwm |" in md and "| random init" in md and "held-out MLM acc" in md and "± " in md
+    assert "order gain" in md and all(-1 <= r["heldout_order_gain"] <= 1 for r in rows)
     assert (tmp_path / "out" / "results.png").read_bytes()[:4] == b"\x89PNG"
     # held-out documents never reach training: carved off before any run
     held = set((tmp_path / "out" / "corpus" / "heldout.txt").read_text(encoding="utf-8").split("\n")) - {""}
@@ -85,7 +86,7 @@ def test_bundled_ablation_recipes_parse():
     from zh_bert.recipe import load_recipe
 
     specs = sorted((REPO / "recipes" / "ablations").rglob("*.yaml"))
-    assert len(specs) >= 10   # five grids for this CPU + the same five for one 1080 Ti
+    assert len(specs) >= 12   # six grids for this CPU + the same six for one 1080 Ti
     for path in specs:
         spec = load_spec(path)
         base = path.parent / spec.base

@@ -167,6 +167,27 @@ def test_eval_mlm_known_accuracy(biased_model_dir, heldout, capsys):
     assert res["mlm_loss"] == pytest.approx(expected_loss, abs=1e-4)
 
 
+def test_eval_mlm_order_check(tiny_model_dir, heldout, tmp_path, capsys):
+    """--order-check scores the same blanks with shuffled context: exactly no gain for a model that cannot
+    see positions (position embeddings zeroed: BERT is then permutation-equivariant), a change otherwise."""
+    import torch
+    from transformers import BertForMaskedLM
+
+    blind = tmp_path / "blind"
+    shutil.copytree(tiny_model_dir, blind)
+    model = BertForMaskedLM.from_pretrained(str(tiny_model_dir))
+    with torch.no_grad():
+        model.bert.embeddings.position_embeddings.weight.zero_()
+    model.save_pretrained(str(blind))
+    args = ["--text", str(heldout), "--masking", "token", "--order-check", "--no-record"]
+    _, b, _ = run_cli(["eval", "mlm", str(blind)] + args, capsys)
+    assert b["mlm_loss_shuffled"] == pytest.approx(b["mlm_loss"], abs=1e-4)
+    assert b["order_gain"] == pytest.approx(0.0, abs=1e-9)
+    _, a, _ = run_cli(["eval", "mlm", str(tiny_model_dir)] + args, capsys)
+    assert a["mlm_loss_shuffled"] != pytest.approx(a["mlm_loss"], abs=1e-4)   # positions change the output
+    assert a["order_gain"] == pytest.approx(a["mlm_acc"] - a["mlm_acc_shuffled"])
+
+
 def test_eval_mlm_bad_input(tiny_model_dir, tmp_path, capsys):
     empty = tmp_path / "empty.txt"
     empty.write_text("\n\n", encoding="utf-8")

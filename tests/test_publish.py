@@ -43,7 +43,7 @@ def test_dry_run_stages_only_the_allow_list(run_dir, tmp_path, capsys):
     for needle in ("3,120,000", "char, 21,128", "strategy=wwm", "40,960", "1 min 35 s", "cpu, 1 process",
                    "precision fp32 (requested auto)", "cleaning kept 870 of 1,000 documents (412,000 characters)",
                    "filtered out: too_short 90, not_chinese 28", "4,000 train sequences", "9.8100", "0.0210",
-                   'pipeline("fill-mask"', "## Limitations"):
+                   'pipeline("fill-mask"', "## Limitations", "neighbour attention"):
         assert needle in body, needle
 
 

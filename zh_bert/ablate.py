@@ -47,6 +47,7 @@ class AblationSpec:
     finetune_seq_len: int = 128
     finetune_max_train: int = 0                 # 0 = the whole (deduplicated) train split
     finetune_precision: str = "fp32"
+    finetune_pooling: str = "mean"              # mean | cls: MLM-only checkpoints never train [CLS]/the pooler
     random_init_baseline: bool = True           # also fine-tune the same architecture from random weights
 
 
@@ -179,10 +180,11 @@ def run_one(spec: AblationSpec, run: Run, base: dict, out: Path, data_files: lis
     evals_path = run_dir / "ablate_evals.json"
     evals = json.loads(evals_path.read_text(encoding="utf-8")) if evals_path.is_file() else {}
     want = {"heldout": str(heldout) if heldout else None, "eval_masking": spec.eval_masking,
-            "eval_seed": spec.eval_seed, "eval_max_seqs": spec.eval_max_seqs, "finetune": spec.finetune,
+            "eval_seed": spec.eval_seed, "eval_max_seqs": spec.eval_max_seqs, "order_check": True,
+            "finetune": spec.finetune,
             "finetune_seeds": spec.finetune_seeds, "finetune_epochs": spec.finetune_epochs,
             "finetune_lr": spec.finetune_lr, "finetune_max_train": spec.finetune_max_train,
-            "finetune_seq_len": spec.finetune_seq_len}
+            "finetune_seq_len": spec.finetune_seq_len, "finetune_pooling": spec.finetune_pooling}
     if evals.get("settings") != want:
         evals = {"settings": want, **run_evals(spec, run, run_dir, heldout, log)}
         from zh_bert.fileio import write_json
@@ -197,7 +199,7 @@ def finetune_config(spec: AblationSpec, random_init: bool = False):
 
     return ft.FinetuneConfig(epochs=spec.finetune_epochs, lr=spec.finetune_lr, seq_len=spec.finetune_seq_len,
                              max_train=spec.finetune_max_train, precision=spec.finetune_precision,
-                             random_init=random_init)
+                             pooling=spec.finetune_pooling, random_init=random_init)
 
 
 def random_init_row(spec: AblationSpec, first: dict, out: Path, log=print) -> dict:
@@ -231,12 +233,13 @@ def run_evals(spec: AblationSpec, run: Run, run_dir: Path, heldout: Path | None,
 
         model, tok, _ = load_mlm(run_dir / "final")
         cfg = MlmEvalConfig(seed=spec.eval_seed, masking=spec.eval_masking, max_seqs=spec.eval_max_seqs,
-                            seq_len=min(128, model.config.max_position_embeddings))
+                            seq_len=min(128, model.config.max_position_embeddings), order_check=True)
         res = eval_mlm(model, tok, read_documents([str(heldout)]), cfg)
         log(f"[{run.label}] held-out MLM ({spec.eval_masking}, seed {spec.eval_seed}): acc {res['mlm_acc']:.4f} "
-            f"top-5 {res['mlm_top5']:.4f} loss {res['mlm_loss']:.4f}")
+            f"top-5 {res['mlm_top5']:.4f} loss {res['mlm_loss']:.4f}; context shuffled: acc {res['mlm_acc_shuffled']:.4f}")
         out.update(heldout_mlm_acc=res["mlm_acc"], heldout_mlm_top5=res["mlm_top5"],
-                   heldout_mlm_loss=res["mlm_loss"], heldout_masked=res["n_masked"])
+                   heldout_mlm_loss=res["mlm_loss"], heldout_masked=res["n_masked"],
+                   heldout_mlm_acc_shuffled=res["mlm_acc_shuffled"], heldout_order_gain=res["order_gain"])
         task = f"Masked LM ({spec.eval_masking} masking, seed {spec.eval_seed})"
         entries.append(entry("fill-mask", task, "text", heldout.name, "accuracy", "MLM accuracy", res["mlm_acc"]))
         del model
@@ -267,6 +270,10 @@ def _pm(mean, std) -> str:
     return f"{mean * 100:.1f} ± {std * 100:.1f}" if std is not None else f"{mean * 100:.1f}"
 
 
+def _gain(g) -> str:
+    return "–" if g is None else f"{g * 100:+.1f}"
+
+
 def write_results(spec: AblationSpec, rows: list[dict], out: Path, command: str, elapsed: float,
                   shared: dict | None = None) -> None:
     from zh_bert.fileio import atomic_write, write_json
@@ -279,22 +286,25 @@ def write_results(spec: AblationSpec, rows: list[dict], out: Path, command: str,
     lines += [f"Command: `{command}` (this invocation {elapsed / 60:.1f} min; finished runs and evals of earlier "
               f"invocations are reused)", "",
               f"| {key} | val MLM acc (own masking) | held-out MLM acc ({spec.eval_masking}, seed {spec.eval_seed}) "
-              f"| {task} dev acc (mean ± std, {spec.finetune_seeds} seeds) | {task} test acc | tokens | wall-clock |",
-              "|---|---|---|---|---|---|---|"]
+              f"| order gain | {task} dev acc (mean ± std, {spec.finetune_seeds} seeds) | {task} test acc | tokens | "
+              "wall-clock |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['value']} | {_pm(r.get('val_mlm_acc'), None)} | {_pm(r.get('heldout_mlm_acc'), None)} | "
-                     f"{_pm(r.get('dev_acc'), r.get('dev_acc_std'))} | {_pm(r.get('test_acc'), r.get('test_acc_std'))} | "
+                     f"{_gain(r.get('heldout_order_gain'))} | {_pm(r.get('dev_acc'), r.get('dev_acc_std'))} | {_pm(r.get('test_acc'), r.get('test_acc_std'))} | "
                      f"{r.get('tokens') or 0:,} | {(r.get('train_s') or 0) / 60:.1f} min |")
-    vocab_sizes = {r.get("vocab_size") for r in rows} - {None}
+    vocab_sizes = {r["vocab_size"] for r in rows if r.get("vocab_size")}
     budget = ", ".join(f"{k}={v}" for k, v in (spec.set if shared is None else shared).items())
-    lines += ["", "Accuracies in %. Wall-clock: training only (data preparation is shared and cached). "
+    lines += ["", "Accuracies in %. Order gain: held-out MLM accuracy minus the same with each sequence's tokens "
+              "shuffled (same blanks), in points; about 0 = the model ignores word order (a bag of words). Wall-clock: "
+              "training only (data preparation is shared and cached). "
               f"Same token budget for every run{f' ({budget})' if budget else ''}. Held-out text: the last "
               f"{spec.heldout_docs} documents of each corpus file, removed from training for every run. "
-              f"Downstream: `zh-bert finetune` ({spec.finetune_epochs} epochs, lr {spec.finetune_lr}, seq-len "
+              f"Downstream: `zh-bert finetune` ({spec.finetune_epochs} epochs, lr {spec.finetune_lr}, "
+              f"--pooling {spec.finetune_pooling}, seq-len "
               f"{spec.finetune_seq_len}{f', {spec.finetune_max_train} train examples' if spec.finetune_max_train else ''}"
               f"), std is the sample std over seeds."]
     if len(vocab_sizes) > 1:
-        lines += ["", f"Vocabularies differ between runs ({sorted(v for v in vocab_sizes if v)}): MLM accuracies "
+        lines += ["", f"Vocabularies differ between runs ({sorted(vocab_sizes)}): MLM accuracies "
                       "are over different units and do not compare directly; the downstream column does."]
     with atomic_write(out / "results.md") as f:
         f.write("\n".join(lines) + "\n")

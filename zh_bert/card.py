@@ -221,6 +221,9 @@ def build_card(model_dir: Path, run_dir: Path | None, repo_id: str, license: str
         lines.append(f"| objective | {objective} |")
     if masking_s:
         lines.append(f"| masking | {masking_s} |")
+    if _find(run, "attention_init") == "neighbour":
+        lines.append("| initialisation | neighbour attention (layer-0 heads started on the previous/next token; "
+                     "weights are stock BERT) |")
     lines += ["", "## Training", "", "| | |", "|---|---|"]
     for label, value in (("steps", _fmt_int(steps) if steps is not None else None),
                          ("tokens seen", _fmt_int(tokens) if tokens is not None else None),

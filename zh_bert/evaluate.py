@@ -127,12 +127,11 @@ class MlmEvalConfig:
     batch_size: int = 32
     max_seqs: int = 0        # 0 = all packed sequences
     segmenter: str = "rjieba"
+    order_check: bool = False  # also score with each sequence's tokens shuffled: does the model use word order?
 
 
 def eval_mlm(model, tok, docs: list[str], cfg: MlmEvalConfig) -> dict:
     """Masked-LM loss / accuracy / top-5 on `docs`, masked deterministically from cfg.seed."""
-    import torch
-
     from zh_bert.masking import MaskingConfig, mask_batch
 
     max_pos = getattr(model.config, "max_position_embeddings", 512)
@@ -150,13 +149,40 @@ def eval_mlm(model, tok, docs: list[str], cfg: MlmEvalConfig) -> dict:
     masked, labels = mask_batch(ids, ws, MaskingConfig(strategy=cfg.masking, mask_rate=cfg.mask_rate),
                                 np.random.default_rng(cfg.seed), mask_id=tok.mask_token_id,
                                 special_ids=tok.all_special_ids, vocab_size=vocab_size, unigram_probs=unigram)
+    loss_sum, top1, top5, n = _score(model, tok, masked, labels, ids, cfg.batch_size)
+    if n == 0:
+        raise ZhBertError("no token was masked: the text is too short")
+    loss = loss_sum / n
+    out = {"mlm_loss": loss, "mlm_acc": top1 / n, "mlm_top5": top5 / n, "perplexity": math.exp(min(loss, 700)),
+            "n_masked": n, "n_sequences": int(len(ids)), "n_tokens": int((ids != tok.pad_token_id).sum()),
+            "seed": cfg.seed, "masking": cfg.masking, "mask_rate": cfg.mask_rate, "seq_len": cfg.seq_len}
+    if cfg.order_check:
+        # Same blanks, same tokens, random order within each sequence (padding stays at the end). A model
+        # that only counts which characters are around (bag of words) scores the same; one that reads its
+        # neighbours loses accuracy. order_gain = mlm_acc - mlm_acc_shuffled.
+        rng = np.random.default_rng([cfg.seed, 1])
+        sm, sl, si = masked.copy(), labels.copy(), ids.copy()
+        for r in range(len(ids)):
+            real = np.flatnonzero(ids[r] != tok.pad_token_id)
+            perm = real[rng.permutation(len(real))]
+            sm[r, real], sl[r, real], si[r, real] = masked[r, perm], labels[r, perm], ids[r, perm]
+        s_loss, s_top1, _, s_n = _score(model, tok, sm, sl, si, cfg.batch_size)
+        out.update(mlm_loss_shuffled=s_loss / s_n, mlm_acc_shuffled=s_top1 / s_n,
+                   order_gain=out["mlm_acc"] - s_top1 / s_n)
+    return out
+
+
+def _score(model, tok, masked: np.ndarray, labels: np.ndarray, ids: np.ndarray, batch_size: int):
+    """(loss sum, top-1 hits, top-5 hits, n) over the masked positions of packed (N, L) arrays."""
+    import torch
+
     loss_sum, top1, top5, n = 0.0, 0, 0, 0
-    for s in range(0, len(ids), cfg.batch_size):
-        lab = torch.from_numpy(labels[s:s + cfg.batch_size])
+    for s in range(0, len(ids), batch_size):
+        lab = torch.from_numpy(labels[s:s + batch_size])
         if not (lab != -100).any():
             continue
-        inp = torch.from_numpy(masked[s:s + cfg.batch_size])
-        batch = {"input_ids": inp, "attention_mask": (torch.from_numpy(ids[s:s + cfg.batch_size]) != tok.pad_token_id).long(),
+        inp = torch.from_numpy(masked[s:s + batch_size])
+        batch = {"input_ids": inp, "attention_mask": (torch.from_numpy(ids[s:s + batch_size]) != tok.pad_token_id).long(),
                  "token_type_ids": torch.zeros_like(inp)}
         pos = lab != -100
         logits = masked_logits(model, batch, pos).cpu()
@@ -166,12 +192,7 @@ def eval_mlm(model, tok, docs: list[str], cfg: MlmEvalConfig) -> dict:
         top1 += int((best5[:, 0] == gold).sum())
         top5 += int((best5 == gold[:, None]).any(-1).sum())
         n += int(pos.sum())
-    if n == 0:
-        raise ZhBertError("no token was masked: the text is too short")
-    loss = loss_sum / n
-    return {"mlm_loss": loss, "mlm_acc": top1 / n, "mlm_top5": top5 / n, "perplexity": math.exp(min(loss, 700)),
-            "n_masked": n, "n_sequences": int(len(ids)), "n_tokens": int((ids != tok.pad_token_id).sum()),
-            "seed": cfg.seed, "masking": cfg.masking, "mask_rate": cfg.mask_rate, "seq_len": cfg.seq_len}
+    return loss_sum, top1, top5, n
 
 
 # --------------------------------------------------------------------------- eval cloze
@@ -344,6 +365,9 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--batch-size", type=int, default=d.batch_size)
     m.add_argument("--max-seqs", type=int, default=d.max_seqs, help="evaluate the first N packed sequences (0: all)")
     m.add_argument("--segmenter", default=d.segmenter, help="word boundaries for wwm/ngram: rjieba|jieba|none")
+    m.add_argument("--order-check", action="store_true",
+                   help="also score the same blanks with each sequence's tokens shuffled; reports mlm_acc_shuffled "
+                        "and order_gain (≈0: the model ignores word order)")
     c = sub.add_parser("cloze", help="multiple-choice cloze (ChID #idiom# or [MASK] sentences)",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     c.add_argument("ckpt", metavar="CKPT", help="model folder, or a run dir (uses RUN/final)")
@@ -366,13 +390,17 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.what == "mlm":
         cfg = MlmEvalConfig(seed=args.seed, masking=args.masking, mask_rate=args.mask_rate, seq_len=args.seq_len,
-                            batch_size=args.batch_size, max_seqs=args.max_seqs, segmenter=args.segmenter)
+                            batch_size=args.batch_size, max_seqs=args.max_seqs, segmenter=args.segmenter,
+                            order_check=args.order_check)
         docs = read_documents(args.text)
         model, tok, ckpt_dir = load_mlm(args.ckpt)
         res = eval_mlm(model, tok, docs, cfg)
         print(f"{ckpt_dir}: {res['n_sequences']} sequences, {res['n_masked']} masked tokens ({cfg.masking}, "
               f"seed {cfg.seed}): loss {res['mlm_loss']:.4f}, perplexity {res['perplexity']:.2f}, "
               f"acc {res['mlm_acc']:.4f}, top-5 {res['mlm_top5']:.4f}", flush=True)
+        if cfg.order_check:
+            print(f"context shuffled: acc {res['mlm_acc_shuffled']:.4f} (order gain {res['order_gain'] * 100:+.1f} "
+                  f"points), loss {res['mlm_loss_shuffled']:.4f}", flush=True)
         name = ", ".join(Path(t).name for t in args.text)
         task = f"Masked LM ({cfg.masking} masking, seed {cfg.seed})"
         entries = [entry("fill-mask", task, "text", name, "accuracy", "MLM accuracy", res["mlm_acc"]),

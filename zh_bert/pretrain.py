@@ -249,7 +249,8 @@ def train(recipe, resume: str | None = None, log=None) -> dict:
     from zh_bert.data import ShardDataset, ShardLoader
     from zh_bert.hardware import resolve_precision
     from zh_bert.masking import MaskingConfig
-    from zh_bert.model import PretrainModel, build_config, count_params, load_init, model_class
+    from zh_bert.model import (PretrainModel, build_config, count_params, load_init, model_class,
+                               neighbour_attention_init)
     from zh_bert.pipeline import prepare_data
     from zh_bert.recipe import save_recipe
     from zh_bert.tokenizer_files import load_tokenizer
@@ -310,6 +311,8 @@ def train(recipe, resume: str | None = None, log=None) -> dict:
         cfg = build_config(recipe.model, len(tokenizer), pad_token_id=train_ds.pad_id, dropout=recipe.dropout,
                            attention_dropout=recipe.attention_dropout, max_positions=max(512, recipe.seq_len))
         hf = model_class(recipe.objective)(cfg)
+        if recipe.attention_init == "neighbour":
+            neighbour_attention_init(hf)
     if hf.config.vocab_size < train_ds.vocab_size:
         raise ZhBertError(f"model vocab_size {hf.config.vocab_size} < shard vocab_size {train_ds.vocab_size}")
     train_ds.check_positions(hf.config.max_position_embeddings)
@@ -482,6 +485,7 @@ def _summary(recipe, hf, n_params, train_ds, prepared, precision, warnings, acce
     return {
         "status": status,
         "model": {"preset": recipe.model, "class": type(hf).__name__, "init_from": recipe.init_from,
+                  "attention_init": None if recipe.init_from else recipe.attention_init,
                   "num_hidden_layers": c.num_hidden_layers, "hidden_size": c.hidden_size,
                   "num_attention_heads": c.num_attention_heads, "intermediate_size": c.intermediate_size,
                   "vocab_size": c.vocab_size, "max_position_embeddings": c.max_position_embeddings,

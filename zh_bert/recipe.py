@@ -46,6 +46,7 @@ class Recipe:
     tokenizer: Optional[str] = None          # TOKDIR; null = init_from's tokenizer or the one built from raw data
     model: str = "tiny"                      # preset tiny|mini|small|medium|base|large, or a BertConfig json path
     init_from: Optional[str] = None          # HF checkpoint dir to continue from (null = from scratch)
+    attention_init: Literal["stock", "neighbour"] = "stock"  # from-scratch start; see model.neighbour_attention_init
     # --- objective and masking (see zh_bert.masking)
     objective: Literal["mlm", "mlm+nsp", "mlm+sop"] = "mlm"
     masking: Literal["token", "wwm", "ngram", "unigram-noise"] = "wwm"
