@@ -76,6 +76,9 @@ def test_ablate_spec_errors(tmp_path, capsys):
     typo = write_yaml(tmp_path / "typo.yaml", {"name": "x", "grid": {"masking": ["token", "wwm"]}, "finetune_sed": 3})
     assert cli.main(["ablate", str(typo)]) == 2
     assert "unknown key 'finetune_sed' (did you mean 'finetune_seeds'?)" in capsys.readouterr().err
+    pool = write_yaml(tmp_path / "p.yaml", {"name": "x", "grid": {"masking": ["token", "wwm"]}, "finetune_pooling": "avg"})
+    with pytest.raises(ZhBertError, match="'finetune_pooling' must be one of 'mean', 'cls', got 'avg'"):
+        load_spec(pool)   # refused before any run starts, not after the first pretraining
     frac = write_yaml(tmp_path / "f.yaml", {"name": "x", "grid": {"corpus_fraction": [0.5, 1.5]}})
     with pytest.raises(ZhBertError, match="not in"):
         plan_runs(load_spec(frac))

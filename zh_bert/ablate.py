@@ -23,7 +23,7 @@ import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 from zh_bert.errors import ZhBertError
 
@@ -46,8 +46,8 @@ class AblationSpec:
     finetune_lr: float = 2e-3                  # tiny models need large fine-tuning lrs
     finetune_seq_len: int = 128
     finetune_max_train: int = 0                 # 0 = the whole (deduplicated) train split
-    finetune_precision: str = "fp32"
-    finetune_pooling: str = "mean"              # mean | cls: MLM-only checkpoints never train [CLS]/the pooler
+    finetune_precision: Literal["fp32", "bf16"] = "fp32"
+    finetune_pooling: Literal["mean", "cls"] = "mean"  # mean | cls: MLM-only checkpoints never train [CLS]/the pooler
     random_init_baseline: bool = True           # also fine-tune the same architecture from random weights
 
 

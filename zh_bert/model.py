@@ -66,8 +66,6 @@ def neighbour_attention_init(hf, amplitude: float = 0.05, sharpness: float = 2.0
     (~75% of the attention at init). Only starting values change: the checkpoint is a stock BERT, and
     training is free to move away (it keeps ~1/3 on the neighbours). Measured in README "What we found".
     """
-    import torch
-
     cfg = hf.config
     heads, hidden = cfg.num_attention_heads, cfg.hidden_size
     head_dim = hidden // heads

@@ -6,13 +6,13 @@ Four kinds, all with BERT's special tokens so `BertForMaskedLM` trains on any of
   extend an existing vocab.txt without moving any id (`--base-vocab`).
 - `wordpiece`: the `tokenizers` WordPiece trainer's algorithm (`train_wordpieces`, reproducible ties), CJK
   characters split before training.
+- `sentencepiece`: unigram or BPE from the `sentencepiece` library, exported as a `tokenizers` model.
+- `word`: WoBERT style, frequent jieba words plus all characters; encoding is greedy longest-match over
+  each run of text between spaces/punctuation (see `word_tokenizer`).
 
 Every kind is deterministic: the same corpus and options give byte-identical vocab.txt / tokenizer.json /
 spiece.model on every run and machine (the `tokenizers` trainer itself is not; sentencepiece runs a fixed
 number of threads).
-- `sentencepiece`: unigram or BPE from the `sentencepiece` library, exported as a `tokenizers` model.
-- `word`: WoBERT style, frequent jieba words plus all characters; encoding is greedy longest-match over
-  each run of text between spaces/punctuation (see `word_tokenizer`).
 """
 
 from __future__ import annotations
