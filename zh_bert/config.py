@@ -1,12 +1,17 @@
-"""One schema for YAML, `--set key=value` and Python: dataclasses validated on load.
+"""One schema for YAML, `--set key=value`, CLI flags and Python: dataclasses validated on load.
 
 An unknown key is an error that names the key and the nearest valid one; a value of the wrong type is an
 error that names the key, the expected type and the value. Stages build their config dataclasses with
 `from_dict` so that every entry point reports mistakes the same way.
+
+Each command's CLI is derived from its config dataclass (`option` fields, `build_parser`, `parse_config`):
+an option is written once, as a field with its type, default and help, and the dataclass's `__post_init__`
+validates it, so the Python API and the CLI refuse exactly the same values.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import types
 import typing
@@ -149,3 +154,115 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 
 def to_dict(obj) -> dict[str, Any]:
     return dataclasses.asdict(obj)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# CLI derived from dataclasses
+
+
+def option(default: Any = dataclasses.MISSING, *, help: str = "", flags: tuple[str, ...] = (),
+           metavar: str | None = None, positional: bool = False, default_factory: Any = dataclasses.MISSING,
+           **argparse_kw: Any) -> Any:
+    """A dataclass field that is also a CLI option.
+
+    The flag is `--field-name` (plus `flags`, e.g. ("-o",); a long flag in `flags` replaces the derived one),
+    its type and choices come from the annotation (int, float, str, bool, Literal, Optional, list), and
+    `argparse_kw` passes what the annotation cannot say (nargs, action="append"). A field without a default
+    is a required option; `positional=True` makes it a positional argument.
+    """
+    meta = {"cli": {"help": help, "flags": tuple(flags), "metavar": metavar, "positional": positional,
+                    "kw": argparse_kw}}
+    if default_factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=default_factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def _unwrap_optional(tp: Any) -> Any:
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return tp
+
+
+def cli_fields(cls: type) -> list[dataclasses.Field]:
+    """The fields of `cls` that are CLI options (declared with `option`)."""
+    return [f for f in dataclasses.fields(cls) if f.init and "cli" in f.metadata]
+
+
+def add_options(parser: argparse.ArgumentParser, cls: type) -> argparse.ArgumentParser:
+    """Add one argparse option per `option` field of dataclass `cls`; returns `parser`."""
+    hints = typing.get_type_hints(cls)
+    for f in cli_fields(cls):
+        md = f.metadata["cli"]
+        tp = _unwrap_optional(hints[f.name])
+        kw: dict[str, Any] = {"dest": f.name, "help": md["help"] or None}
+        if md["metavar"]:
+            kw["metavar"] = md["metavar"]
+        has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+        default = f.default if f.default is not dataclasses.MISSING else (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+        origin = typing.get_origin(tp)
+        if tp is bool:
+            kw["action"] = argparse.BooleanOptionalAction if default else "store_true"
+        elif origin is typing.Literal:
+            kw["choices"] = typing.get_args(tp)
+            kw["type"] = type(typing.get_args(tp)[0])
+        elif origin in (list, tuple):
+            inner = _unwrap_optional((typing.get_args(tp) or (str,))[0])
+            kw["type"] = inner if inner in (int, float) else str
+            if typing.get_origin(inner) is typing.Literal:
+                kw["choices"], kw["type"] = typing.get_args(inner), type(typing.get_args(inner)[0])
+            kw["nargs"] = "+" if md["positional"] and not has_default else ("*" if md["positional"] else "+")
+        elif tp in (int, float, str):
+            kw["type"] = tp
+        kw.update(md["kw"])
+        if kw.get("action") == "append":
+            kw.pop("nargs", None)
+            default = []
+        if has_default and default not in (None, False, [], ""):
+            kw["help"] = f"{kw['help'] or ''} (default: {default})".lstrip()
+        if md["positional"]:
+            kw.pop("dest")
+            if has_default:
+                kw.setdefault("nargs", "?")
+                kw["default"] = default
+            parser.add_argument(f.name, **kw)
+            continue
+        flags = list(md["flags"])
+        if not any(fl.startswith("--") for fl in flags):
+            flags.append("--" + f.name.replace("_", "-"))
+        if has_default:
+            kw["default"] = default
+        else:
+            kw["required"] = True
+        parser.add_argument(*flags, **kw)
+    return parser
+
+
+def build_parser(prog: str, description: str, *classes: type, epilog: str | None = None,
+                 subcommands: Mapping[str, tuple[str, tuple[type, ...]]] | None = None) -> argparse.ArgumentParser:
+    """An argparse parser whose options are the `option` fields of `classes`; `subcommands` maps a name to
+    (help, classes) for commands like `zh-bert eval mlm|cloze` (the chosen name lands in `.command`)."""
+    p = argparse.ArgumentParser(prog=prog, description=description, epilog=epilog,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    for cls in classes:
+        add_options(p, cls)
+    if subcommands:
+        sub = p.add_subparsers(dest="command", required=True, metavar="{" + ",".join(subcommands) + "}")
+        for name, (help_, sub_classes) in subcommands.items():
+            sp = sub.add_parser(name, help=help_, description=help_)
+            for cls in sub_classes:
+                add_options(sp, cls)
+    return p
+
+
+def config_from_args(cls: type[T], args: argparse.Namespace) -> T:
+    """Instantiate `cls` from the parsed options that belong to it (its `__post_init__` validates)."""
+    values = vars(args)
+    return cls(**{f.name: values[f.name] for f in cli_fields(cls) if f.name in values})
+
+
+def parse_config(cls: type[T], argv: list[str], prog: str, description: str, epilog: str | None = None) -> T:
+    """Parse `argv` with the parser derived from `cls` and return the validated config."""
+    return config_from_args(cls, build_parser(prog, description, cls, epilog=epilog).parse_args(argv))
