@@ -155,6 +155,7 @@ def train_one(ckpt_dir: Path, task: TaskData, cfg: FinetuneConfig, seed: int, to
     import torch
     from transformers import get_linear_schedule_with_warmup
 
+    from zh_bert.model import decay_groups
     from zh_bert.tokenizer_files import load_tokenizer
 
     tok = tok or load_tokenizer(ckpt_dir)
@@ -173,10 +174,7 @@ def train_one(ckpt_dir: Path, task: TaskData, cfg: FinetuneConfig, seed: int, to
         raise ZhBertError(f"{ckpt_dir}: tokenizer has {len(tok)} tokens but the model's vocab_size is "
                           f"{model.config.vocab_size}")
     model.to("cuda" if torch.cuda.is_available() else "cpu").train()
-    no_decay = lambda n: n.endswith("bias") or "LayerNorm" in n or "layer_norm" in n  # noqa: E731
-    groups = [{"params": [p for n, p in model.named_parameters() if not no_decay(n)], "weight_decay": cfg.weight_decay},
-              {"params": [p for n, p in model.named_parameters() if no_decay(n)], "weight_decay": 0.0}]
-    opt = torch.optim.AdamW(groups, lr=cfg.lr)
+    opt = torch.optim.AdamW(decay_groups(model, cfg.weight_decay), lr=cfg.lr)
     steps_per_epoch = math.ceil(len(train["labels"]) / cfg.batch_size)
     total = steps_per_epoch * cfg.epochs
     sched = get_linear_schedule_with_warmup(opt, int(cfg.warmup * total), total)

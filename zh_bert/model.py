@@ -101,6 +101,15 @@ def count_params(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """AdamW parameter groups: decay on weight matrices, none on biases and LayerNorm weights (BERT's rule)."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            (no_decay if p.ndim < 2 or "LayerNorm" in name else decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
 def _checkpoint_vocab(ckpt: Path) -> list[str] | None:
     """The token list a checkpoint was trained with, read through its own tokenizer when it ships one (so
     both sides are normalised alike, e.g. the U+2028 entries of Google's vocab), else from vocab.txt."""

@@ -73,11 +73,9 @@ def make_optimizer(model, recipe, device):
     """AdamW without decay on biases and LayerNorm weights; fused kernel where this torch has one."""
     import torch
 
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        if p.requires_grad:
-            (no_decay if p.ndim < 2 or "LayerNorm" in name else decay).append(p)
-    groups = [{"params": decay, "weight_decay": recipe.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    from zh_bert.model import decay_groups
+
+    groups = decay_groups(model, recipe.weight_decay)
     kw = dict(lr=recipe.lr, betas=tuple(recipe.betas), eps=recipe.adam_eps)
     try:
         return torch.optim.AdamW(groups, fused=True, **kw), "fused"
