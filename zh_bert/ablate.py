@@ -229,7 +229,8 @@ def run_evals(spec: AblationSpec, run: Run, run_dir: Path, heldout: Path | None,
     out: dict[str, Any] = {}
     entries = []
     if heldout is not None:
-        from zh_bert.evaluate import MlmEvalConfig, eval_mlm, load_mlm, read_documents
+        from zh_bert.corpus_io import read_documents
+        from zh_bert.evaluate import MlmEvalConfig, eval_mlm, load_mlm
 
         model, tok, _ = load_mlm(run_dir / "final")
         cfg = MlmEvalConfig(seed=spec.eval_seed, masking=spec.eval_masking, max_seqs=spec.eval_max_seqs,

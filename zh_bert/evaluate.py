@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from zh_bert.errors import ZhBertError
+from zh_bert.corpus_io import read_documents
 from zh_bert.fileio import read_text
 
 
@@ -65,29 +66,6 @@ def masked_logits(model, batch: dict, positions):
 
 
 # --------------------------------------------------------------------------- eval mlm
-
-def read_documents(paths: list[str]) -> list[str]:
-    """Documents from `zh-bert clean` JSONL ({"text": ...}) or plain text (one document per line)."""
-    docs = []
-    for p in map(Path, paths):
-        lines = read_text(p).split("\n")
-        first = next((l for l in lines if l.strip()), "")
-        is_jsonl = first.lstrip().startswith("{")
-        for n, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            if is_jsonl:
-                try:
-                    text = json.loads(line)["text"]
-                except (json.JSONDecodeError, KeyError, TypeError):
-                    raise ZhBertError(f"{p}:{n}: expected a JSON object with a \"text\" field") from None
-            else:
-                text = line
-            if text.strip():
-                docs.append(text.strip())
-    if not docs:
-        raise ZhBertError(f"{', '.join(paths)}: no text to evaluate on")
-    return docs
 
 
 def encode_and_pack(docs: list[str], tok, seq_len: int, segmenter: str = "rjieba") -> tuple[np.ndarray, np.ndarray]:

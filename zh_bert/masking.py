@@ -25,9 +25,11 @@ token (``random_token_prob``) or stays unchanged, as in Google's create_pretrain
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
+from zh_bert.config import option
 from zh_bert.errors import ZhBertError
 
 STRATEGIES = ("token", "wwm", "ngram", "unigram-noise")
@@ -38,11 +40,14 @@ MACBERT_NGRAM_PROBS = (0.4, 0.3, 0.2, 0.1)
 
 @dataclass
 class MaskingConfig:
-    strategy: str = "wwm"
-    mask_rate: float = 0.15
-    mask_token_prob: float = 0.8    # of selected tokens -> [MASK]
-    random_token_prob: float = 0.1  # of selected tokens -> random token; the rest stay unchanged
-    max_ngram: int = 3
+    """How tokens are picked and replaced; the fields are also the `--masking/--mask-rate/...` options of
+    every command that masks (eval mlm, inspect) and the masking keys of a recipe."""
+    strategy: Literal["token", "wwm", "ngram", "unigram-noise"] = option(
+        "wwm", flags=("--masking",), help="unit of masking: token | wwm (jieba words) | ngram | unigram-noise")
+    mask_rate: float = option(0.15, help="fraction of maskable tokens predicted")
+    mask_token_prob: float = option(0.8, help="of predicted tokens: replaced by [MASK]")
+    random_token_prob: float = option(0.1, help="of predicted tokens: replaced by a random token (rest kept)")
+    max_ngram: int = option(3, help=f"longest span of words for masking ngram (1..{len(MACBERT_NGRAM_PROBS)})")
 
     def __post_init__(self):
         if self.strategy not in STRATEGIES:
