@@ -17,8 +17,6 @@ import hashlib
 import json
 import os
 import re
-import resource
-import statistics
 import sys
 import tempfile
 import time
@@ -28,6 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from _timing import machine, timed  # noqa: E402
 from zh_bert.clean import main as clean_main  # noqa: E402
 from zh_bert.clean.readers import expand_inputs  # noqa: E402
 
@@ -54,21 +53,6 @@ def baseline(files: list[Path], out: Path) -> int:
     return n
 
 
-def _cpu() -> float:
-    """CPU seconds of this process and its reaped children (the pool's workers)."""
-    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
-
-
-def timed(fn, repeat: int) -> tuple[float, float]:
-    """Median (wall seconds, CPU seconds) over `repeat` runs."""
-    walls, cpus = [], []
-    for _ in range(repeat):
-        t, c = time.perf_counter(), _cpu()
-        fn()
-        walls.append(time.perf_counter() - t)
-        cpus.append(_cpu() - c)
-    return statistics.median(walls), statistics.median(cpus)
 
 
 def main() -> None:
@@ -92,7 +76,8 @@ def main() -> None:
         }
         speed = {}
         for name, fn in runs.items():
-            wall, cpu = timed(fn, args.repeat)
+            t = timed(fn, args.repeat)
+            wall, cpu = t.wall, t.cpu
             speed[name] = mb / wall
             print(f"{name:<48} {speed[name]:6.1f} MB/s wall   {mb / cpu:6.1f} MB per CPU-second", flush=True)
         # MinHash signatures alone: ours (numpy, 32-bit lanes) vs datasketch 2.0, same shingles/perms.
@@ -101,7 +86,7 @@ def main() -> None:
         docs = [l for f in files if f.suffix == ".txt" for l in f.read_text(encoding="utf-8").split("\n") if l]
         docs_mb = sum(len(d.encode()) for d in docs) / 1e6
         ours = MinHasher(MinHashConfig())
-        sig_ours = docs_mb / timed(lambda: [ours.signature(d) for d in docs], 1)[1]
+        sig_ours = docs_mb / timed(lambda: [ours.signature(d) for d in docs]).cpu
         try:
             from datasketch import MinHash
 
@@ -109,14 +94,15 @@ def main() -> None:
                 for d in docs:
                     m = MinHash(num_perm=128)
                     m.update_batch([d[i:i + 5].encode() for i in range(max(1, len(d) - 4))])
-            sig_ds = docs_mb / timed(ds, 1)[1]
+            sig_ds = docs_mb / timed(ds).cpu
         except ImportError:
             sig_ds = float("nan")
         print(f"{'MinHash signatures only: zh-bert (numpy)':<48} {sig_ours:6.1f} MB per CPU-second")
         print(f"{'MinHash signatures only: datasketch update_batch':<48} {sig_ds:6.1f} MB per CPU-second")
     names = list(speed)
     base, exact1, exact, minhash = (speed[n] for n in names)
-    print(f"\ninput: {args.input} ({mb:.2f} MB, {len(files)} files), median of {args.repeat}, "
+    print(f"\nmachine: {machine()}")
+    print(f"input: {args.input} ({mb:.2f} MB, {len(files)} files), median of {args.repeat}, "
           f"{os.cpu_count()} cores")
     print(f"exact / baseline: {exact / base:.2f}x   workers {args.workers} / 1: {exact / exact1:.2f}x   "
           f"minhash / exact: {minhash / exact:.2f}x (MinHash costs {100 * (1 - minhash / exact):.0f}% of throughput)   "

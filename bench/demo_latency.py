@@ -15,11 +15,18 @@ import shutil
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+from _timing import machine, timed  # noqa: E402
+
+
+def ms(t) -> list[float]:
+    return [w * 1000 for w in t.walls]
+
+
 VOCAB = REPO / "tests" / "data" / "bert_base_chinese_vocab" / "vocab.txt"
 
 
@@ -35,15 +42,6 @@ def tiny_model(out: Path) -> Path:
     return out
 
 
-def timed(fn, runs: int) -> list[float]:
-    for _ in range(3):
-        fn()
-    out = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        fn()
-        out.append((time.perf_counter() - t) * 1000)
-    return out
 
 
 def main() -> int:
@@ -64,15 +62,16 @@ def main() -> int:
         model, tok = load_model(str(path))
         text = "北京是中国的[MASK]都。"
         pipe = pipeline("fill-mask", model=model, tokenizer=tok, top_k=5, device="cpu")
-        ours = timed(lambda: fill(model, tok, text, top_k=5), args.runs)
-        base = timed(lambda: pipe(text), args.runs)
-        joint = timed(lambda: fill(model, tok, "他是一名优秀的＿＿，每天都给学生上课。", top_k=5), args.runs)
+        ours = ms(timed(lambda: fill(model, tok, text, top_k=5), args.runs, warmup=3))
+        base = ms(timed(lambda: pipe(text), args.runs, warmup=3))
+        joint = ms(timed(lambda: fill(model, tok, "他是一名优秀的＿＿，每天都给学生上课。", top_k=5), args.runs,
+                           warmup=3))
 
     def row(name, xs):
         xs = sorted(xs)
         return f"{name:<44} median {statistics.median(xs):7.2f} ms   p90 {xs[int(0.9 * (len(xs) - 1))]:7.2f} ms"
 
-    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, runs {args.runs}")
+    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, runs {args.runs}; {machine()}")
     print(row("zh-bert fill, 1 blank (top-5)", ours))
     print(row("baseline: pipeline('fill-mask'), top-5", base))
     print(row("zh-bert fill, 2-char joint blank (top-5)", joint))

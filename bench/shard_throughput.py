@@ -18,8 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
-import statistics
 import sys
 import tempfile
 import time
@@ -29,21 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
 
-
-def cpu_s() -> float:
-    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
-
-
-def timed(fn, repeat: int) -> tuple[float, float]:
-    """Median wall seconds and median CPU seconds of `fn()` over `repeat` runs."""
-    walls, cpus = [], []
-    for _ in range(repeat):
-        c0, t0 = cpu_s(), time.perf_counter()
-        fn()
-        walls.append(time.perf_counter() - t0)
-        cpus.append(cpu_s() - c0)
-    return statistics.median(walls), statistics.median(cpus)
+from _timing import machine, timed  # noqa: E402
 
 
 def main() -> None:
@@ -76,21 +60,22 @@ def main() -> None:
         for copy in range(args.corpus_copies):
             for i, t in enumerate(texts):
                 f.write(json.dumps({"text": t, "source": f"sample:{copy}:{i}"}, ensure_ascii=False) + "\n")
-    print(f"text: {len(texts)} documents, {mb:.1f} MB; {os.cpu_count()} CPUs; median of {args.repeat}")
+    print(f"text: {len(texts)} documents, {mb:.1f} MB; {machine()}; median of {args.repeat}")
 
     rows = []
 
-    def report(name, wall, cpu, size=mb):
+    def report(name, t, size=mb):
+        wall, cpu = t.wall, t.cpu
         rows.append((name, size / wall, size / cpu))
         base_w, base_c = rows[0][1], rows[0][2]
         print(f"  {name:<44} {size / wall:6.2f} MB/s  {size / cpu:6.2f} MB/cpu-s   "
               f"x{size / wall / base_w:5.2f} wall  x{size / cpu / base_c:5.2f} cpu", flush=True)
 
     print("1. sharding speed (ratios against the first line)")
-    report("transformers BertTokenizer batch encode", *timed(lambda: tok(texts), args.repeat))
+    report("transformers BertTokenizer batch encode", timed(lambda: tok(texts), args.repeat))
     for seg in ("none", "rjieba"):
         enc = TextEncoder(tok, Segmenter(seg))
-        report(f"zh-bert encoder, segmenter {seg}", *timed(lambda: enc.encode(texts), args.repeat))
+        report(f"zh-bert encoder, segmenter {seg}", timed(lambda: enc.encode(texts), args.repeat))
     small, size = [], 0
     for t in texts:
         if size > args.jieba_mb * 1e6:
@@ -99,7 +84,7 @@ def main() -> None:
         size += len(t.encode("utf-8"))
     enc = TextEncoder(tok, Segmenter("jieba"))
     enc.encode(small[:10])  # jieba builds its dictionary on first use
-    report(f"zh-bert encoder, segmenter jieba ({size / 1e6:.1f} MB)", *timed(lambda: enc.encode(small), 1),
+    report(f"zh-bert encoder, segmenter jieba ({size / 1e6:.1f} MB)", timed(lambda: enc.encode(small), 1),
            size=size / 1e6)
     for workers in sorted({1, args.workers}):
         out = tmp / f"shards{workers}"
@@ -113,7 +98,7 @@ def main() -> None:
             shard_main(argv)
 
         report(f"zh-bert shard --workers {workers} ({args.corpus_copies * mb:.0f} MB, rjieba)",
-               *timed(run, args.repeat), size=args.corpus_copies * mb)
+               timed(run, args.repeat), size=args.corpus_copies * mb)
 
     print("2. rjieba vs jieba word starts")
     joined = "\n".join(small)

@@ -11,14 +11,13 @@ transformers is imported). Ratio = zh-bert seconds / baseline seconds (lower is 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from _timing import machine, timed  # noqa: E402
 from zh_bert.vocab.build import VocabOptions, bert_normalizer, build_tokenizer, special_layout  # noqa: E402
 from zh_bert.vocab.corpus import read_docs  # noqa: E402
 
@@ -39,13 +38,6 @@ def tokenizers_wordpiece(docs: list[str], size: int) -> list[str]:
     return list(tk.get_vocab())
 
 
-def timed(fn, repeat: int) -> tuple[float, object]:
-    times, out = [], None
-    for _ in range(repeat):
-        t = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times), out
 
 
 def main() -> int:
@@ -55,9 +47,10 @@ def main() -> int:
     args = ap.parse_args()
     docs = read_docs([SAMPLE / "zhwiki_sampled.txt", SAMPLE / "CLUECorpusSmall_sampled.txt"], args.docs)
     mb = sum(len(d.encode("utf-8")) for d in docs) / 1e6
-    print(f"corpus: {len(docs):,} documents, {mb:.1f} MB (corpora/sample zhwiki + CLUECorpusSmall)")
+    print(f"corpus: {len(docs):,} documents, {mb:.1f} MB (corpora/sample zhwiki + CLUECorpusSmall); {machine()}")
 
-    base_s, base_vocab = timed(lambda: tokenizers_wordpiece(docs, 21128), args.repeat)
+    t = timed(lambda: tokenizers_wordpiece(docs, 21128), args.repeat)
+    base_s, base_vocab = t.wall, t.result
     print(f"{'baseline: tokenizers WordPieceTrainer, 21,128':<52} {base_s:7.2f} s  {len(base_vocab):>6,} tokens  1.00x")
     runs = [
         ("char --size 21128", VocabOptions(kind="char", size=21128)),
@@ -68,7 +61,8 @@ def main() -> int:
         ("sentencepiece bpe --size 21128", VocabOptions(kind="sentencepiece", size=21128, model_type="bpe")),
     ]
     for name, opts in runs:
-        s, (_, tokens, _, _) = timed(lambda: build_tokenizer(docs, opts), args.repeat)
+        t = timed(lambda: build_tokenizer(docs, opts), args.repeat)
+        s, (_, tokens, _, _) = t.wall, t.result
         print(f"zh-bert vocab {name:<38} {s:7.2f} s  {len(tokens):>6,} tokens  {s / base_s:.2f}x")
     return 0
 
