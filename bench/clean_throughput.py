@@ -1,7 +1,6 @@
 """Throughput of `zh-bert clean` on the bundled sample corpus (corpora/sample/, 5.7 MB), in MB/s of input,
 with exact dedup and with MinHash, against a baseline run in the same process: a naive single-process
-cleaner (NFKC + HTML-tag regex + whitespace collapse + md5 exact dedup + json lines out), the
-"plain Python" reference in shared/STACK.md (~20 MB/s per core).
+cleaner (NFKC + HTML-tag regex + whitespace collapse + md5 exact dedup + json lines out).
 
     python bench/clean_throughput.py [--repeat 3] [--workers 2] [--input corpora/sample]
 
