@@ -7,16 +7,16 @@ except a whole-file `.json` document (SQuAD/DRCD style), which is one JSON value
 
 from __future__ import annotations
 
-import bz2
-import gzip
 import io
 import json
 import os
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Iterator
 
+from zh_bert.clean.report import REPORT_SUFFIX
+from zh_bert.clean.source import Problems, RawDoc, inner_name, open_binary
+from zh_bert.clean.wikitext import read_mediawiki
 from zh_bert.errors import ZhBertError
 
 FORMATS = ("auto", "text", "jsonl", "json", "wikiextractor", "mediawiki")
@@ -24,48 +24,9 @@ DOC_SEPS = ("line", "blank", "file")
 # File name endings a directory walk picks up (after removing .gz/.bz2); anything else (README.md,
 # SOURCE.md, scripts) is skipped and listed in the report. Files named on the command line are always read.
 CORPUS_SUFFIXES = ("", ".txt", ".text", ".jsonl", ".json", ".xml")
-MAX_RECORDED = 100  # file:line entries kept per problem kind in the report (counts are always exact)
-
-
-@dataclass
-class RawDoc:
-    text: str
-    source: str
-    markup: str = ""  # "wikitext": converted to plain text in the worker process (it is the slow part)
-
-
-@dataclass
-class Problems:
-    """Lines the readers could not use, by kind ('undecodable', 'bad_json'), with file:line."""
-    counts: dict = field(default_factory=dict)
-    where: dict = field(default_factory=dict)
-    encodings: dict = field(default_factory=dict)  # path -> encoding used (detected or given)
-
-    def add(self, kind: str, path, line: int, detail: str = "") -> None:
-        self.counts[kind] = self.counts.get(kind, 0) + 1
-        entries = self.where.setdefault(kind, [])
-        if len(entries) < MAX_RECORDED:
-            entries.append(f"{path}:{line}" + (f": {detail}" if detail else ""))
 
 
 # --- files and encodings -------------------------------------------------------------------------
-def _inner_name(path: Path) -> str:
-    name = path.name.lower()
-    for ext in (".gz", ".bz2"):
-        if name.endswith(ext):
-            return name[: -len(ext)]
-    return name
-
-
-def open_binary(path: Path) -> IO[bytes]:
-    name = path.name.lower()
-    if name.endswith(".gz"):
-        return gzip.open(path, "rb")
-    if name.endswith(".bz2"):
-        return bz2.open(path, "rb")
-    return open(path, "rb")
-
-
 def expand_inputs(inputs: list[str]) -> tuple[list[Path], list[str]]:
     """Files to read, in a deterministic order (directories walked recursively, sorted), plus the files
     a directory walk skipped. A missing input is an error before anything is read or written."""
@@ -77,8 +38,8 @@ def expand_inputs(inputs: list[str]) -> tuple[list[Path], list[str]]:
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
                 for n in sorted(names):
                     f = Path(root) / n
-                    if n.startswith(".") or Path(_inner_name(f)).suffix not in CORPUS_SUFFIXES \
-                            or n.endswith(".report.json"):
+                    if n.startswith(".") or Path(inner_name(f)).suffix not in CORPUS_SUFFIXES \
+                            or n.endswith(REPORT_SUFFIX):
                         skipped.append(str(f))
                     else:
                         files.append(f)
@@ -175,7 +136,7 @@ class _Prepend(io.RawIOBase):
 def detect_format(path: Path, fmt: str) -> str:
     if fmt != "auto":
         return fmt
-    name = _inner_name(path)
+    name = inner_name(path)
     if name.endswith(".jsonl"):
         return "jsonl"
     if name.endswith(".json"):
@@ -331,7 +292,5 @@ def read_input(path: Path, fmt: str, doc_sep: str, field_name: str, field_given:
     if fmt == "wikiextractor":
         return read_wikiextractor(path, encoding, problems)
     if fmt == "mediawiki":
-        from zh_bert.clean.wikitext import read_mediawiki
-
         return read_mediawiki(path)
     raise ZhBertError(f"--format {fmt}: unknown format; choose one of {', '.join(FORMATS)}")

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Iterator
 
-from zh_bert.clean.readers import RawDoc, open_binary
+from zh_bert.clean.source import RawDoc, open_binary
 from zh_bert.errors import ZhBertError
 
 # Namespaces whose links are not text: English names and their zhwiki aliases.
