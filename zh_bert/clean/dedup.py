@@ -26,9 +26,9 @@ DEDUP_MODES = typing.get_args(DedupMode)
 
 @dataclass
 class MinHashConfig:
-    num_perm: int = option(128, flags=("--minhash-perm",), help="signature length")
-    ngram: int = option(5, flags=("--minhash-ngram",), help="shingle size in characters")
-    threshold: float = option(0.8, flags=("--minhash-threshold",), help="estimated Jaccard similarity of "
+    num_perm: int = option(128, flags=("--minhash-perm",), metavar="N", help="signature length")
+    ngram: int = option(5, flags=("--minhash-ngram",), metavar="N", help="shingle size in characters")
+    threshold: float = option(0.8, flags=("--minhash-threshold",), metavar="J", help="estimated Jaccard similarity of "
                               "character n-gram sets above which a document is a near duplicate of an earlier one")
     seed: int = 1
 
