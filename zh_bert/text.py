@@ -13,7 +13,8 @@ import unicodedata
 import numpy as np
 
 # The code points BERT's BasicTokenizer (`_is_chinese_char`) and the tokenizers BertNormalizer
-# (handle_chinese_chars) put spaces around: each is a token of its own in every BERT vocab.
+# (handle_chinese_chars) put spaces around: each is a token of its own in every BERT vocab. (The Rust
+# BertNormalizer starts the 2B820 block at 2B920: 256 rare extension-E characters on which they differ.)
 BERT_CJK_RANGES = (
     (0x4E00, 0x9FFF),
     (0x3400, 0x4DBF),
