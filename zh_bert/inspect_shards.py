@@ -15,11 +15,12 @@ from typing import Literal, Optional
 
 import numpy as np
 
-from zh_bert.data import ShardDataset, read_meta
 from zh_bert.config import build_parser as _build_parser
 from zh_bert.config import config_from_args, option
+from zh_bert.data import ShardDataset, read_meta
 from zh_bert.errors import ZhBertError
 from zh_bert.masking import STRATEGIES, MaskingConfig, mask_batch
+from zh_bert.tokenizer_files import load_tokenizer
 
 
 @dataclass
@@ -66,8 +67,6 @@ def inspect_shards(cfg: InspectConfig, masking: MaskingConfig | None) -> None:
     tokdir = cfg.tokenizer or meta.get("tokenizer")
     if not tokdir or not Path(tokdir).is_dir():
         raise ZhBertError(f"{cfg.sharddir}: its tokenizer {tokdir!r} is not available; pass --tokenizer TOKDIR")
-    from zh_bert.tokenizer_files import load_tokenizer
-
     tok = load_tokenizer(tokdir)
     ds = ShardDataset(cfg.sharddir, cfg.split, tokenizer_fingerprint=tok)
     if len(ds) == 0:

@@ -8,6 +8,7 @@ tokens is `token_word_starts`, so any tokenizer (char, WordPiece, SentencePiece,
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -58,8 +59,6 @@ class Segmenter:
         self._cut = None
         words = read_user_dict(user_dict) if user_dict else []
         if name == "jieba":
-            import logging
-
             import jieba
 
             jieba.setLogLevel(logging.WARNING)

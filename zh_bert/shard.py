@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import multiprocessing as mp
 import os
 import sys
 import time
@@ -37,6 +38,7 @@ from zh_bert.errors import ZhBertError
 from zh_bert.fileio import atomic_dir
 from zh_bert.segment import DEFAULT_SEGMENTER, SEGMENTERS, Segmenter, check_segmenter, token_word_starts
 from zh_bert.text import BERT_CJK_RANGES, is_bert_punct, sentence_end_offsets
+from zh_bert.tokenizer_files import load_tokenizer, tokenizer_fingerprint
 
 CHUNK_CHARS = 1_000_000  # work unit (~3 MB of Chinese); fixed, so the output is the same for any --workers
 MIN_SEQ_LEN = 8
@@ -406,8 +408,6 @@ def _map_chunks(paths: list[Path], workers: int, encoder: TextEncoder, settings:
         _init_worker(encoder, settings, valid)
         yield from map(process_chunk, iter_chunks(paths))
         return
-    import multiprocessing as mp
-
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     pool = mp.get_context("fork").Pool(workers, _init_worker, (encoder, settings, valid))
     try:
@@ -518,8 +518,6 @@ def _count_docs(paths: list[Path]) -> int:
 
 def _load_tokenizer(tokdir: str):
     """(tokenizer, ids of cls/sep/pad/mask/unk); a tokenizer without cls/sep/pad/mask cannot make shards."""
-    from zh_bert.tokenizer_files import load_tokenizer
-
     tok = load_tokenizer(tokdir)
     sp_ids = {k: getattr(tok, f"{k}_token_id") for k in ("cls", "sep", "pad", "mask", "unk")}
     missing = [k for k, v in sp_ids.items() if v is None and k != "unk"]
@@ -589,8 +587,6 @@ def _write_splits(tmp: Path, cfg: ShardConfig, paths: list[Path], encoder: TextE
 
 def build_shards(cfg: ShardConfig) -> Path:
     """Write the shard dir `cfg.output` (atomically) unless it already holds these shards; returns its path."""
-    from zh_bert.tokenizer_files import tokenizer_fingerprint
-
     t0 = time.perf_counter()
     paths = [Path(p) for p in cfg.corpus]
     n_docs = _count_docs(paths)

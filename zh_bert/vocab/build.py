@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import heapq
 import io
 import json
 import re
@@ -261,8 +262,6 @@ def _merge_pairs(tokens: list[str], words: list[list[str]], freqs: list[int], vo
                  min_frequency: int) -> list[str]:
     """Greedy merges of the most frequent adjacent pair (ties by ids) until `vocab_size` tokens; `words`
     are rewritten in place. A heap with lazy deletion: an entry whose count changed is re-pushed."""
-    import heapq
-
     pairs: collections.Counter = collections.Counter()
     where: dict[tuple[str, str], set[int]] = collections.defaultdict(set)
     for i, toks in enumerate(words):

@@ -13,6 +13,7 @@ from typing import Optional
 from zh_bert.config import option
 from zh_bert.corpus_io import read_documents
 from zh_bert.errors import ZhBertError
+from zh_bert.tokenizer_files import load_tokenizer
 
 
 @dataclass
@@ -47,8 +48,6 @@ def _encode_batch(tok, texts: list[str]) -> list[tuple[list[int], list[tuple[int
 
 def vocab_report(tokdir: str | Path, texts: list[str], top_unk: int = 10) -> dict:
     """Statistics of `texts` encoded with the tokenizer in `tokdir` (characters exclude whitespace)."""
-    from zh_bert.tokenizer_files import load_tokenizer
-
     tokdir = Path(tokdir)
     tok = load_tokenizer(tokdir)
     meta_path = tokdir / "zh_bert_vocab.json"
