@@ -19,7 +19,7 @@ sys.path.insert(0, str(REPO))
 
 from _timing import machine, timed  # noqa: E402
 from zh_bert.vocab.build import VocabOptions, bert_normalizer, build_tokenizer, special_layout  # noqa: E402
-from zh_bert.vocab.corpus import read_docs  # noqa: E402
+from zh_bert.corpus_io import read_documents  # noqa: E402
 
 SAMPLE = REPO / "corpora" / "sample"
 GOOGLE = REPO / "tests" / "data" / "bert_base_chinese_vocab" / "vocab.txt"
@@ -45,7 +45,7 @@ def main() -> int:
     ap.add_argument("--docs", type=int, default=None, help="first N documents only")
     ap.add_argument("--repeat", type=int, default=1)
     args = ap.parse_args()
-    docs = read_docs([SAMPLE / "zhwiki_sampled.txt", SAMPLE / "CLUECorpusSmall_sampled.txt"], args.docs)
+    docs = read_documents([SAMPLE / "zhwiki_sampled.txt", SAMPLE / "CLUECorpusSmall_sampled.txt"], args.docs)
     mb = sum(len(d.encode("utf-8")) for d in docs) / 1e6
     print(f"corpus: {len(docs):,} documents, {mb:.1f} MB (corpora/sample zhwiki + CLUECorpusSmall); {machine()}")
 

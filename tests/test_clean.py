@@ -486,3 +486,43 @@ def test_bad_flags(tmp_path, clue_lines):
     assert not out.exists() and not report_path(out).exists()
     r = cli(src, "-o", out, "--workers", "0")  # the CLI: one line, exit code 2, no traceback
     assert r.returncode == 2 and r.stderr == "zh-bert clean: error: --workers must be at least 1, got 0\n"
+
+
+def test_report_lookup_finds_exactly_the_file_clean_writes(tmp_path, clue_lines):
+    """`report_path`/`read_report` (used by shard and the pipeline) name the one file clean writes."""
+    from zh_bert.clean.report import read_report
+
+    src = tmp_path / "src" / "a.txt"
+    src.parent.mkdir()
+    src.write_text("\n".join(clue_lines[:20]) + "\n", encoding="utf-8")
+    for name in ("docs.jsonl", "docs.txt", "docs"):
+        out_dir = tmp_path / name.replace(".", "_")
+        out = out_dir / name
+        assert read_report(out) is None  # nothing written yet: no guess at other names
+        main([str(src), "-o", str(out), "--workers", "1", "-q"])
+        reports = [p for p in out_dir.iterdir() if p != out]
+        assert reports == [report_path(out)], name
+        assert read_report(out) == json.loads(reports[0].read_text(encoding="utf-8"))
+        assert read_report(out)["output"] == str(out)
+
+
+def test_python_api_validates_like_the_cli(tmp_path, clue_lines):
+    from zh_bert.clean import CleanJob, clean
+    from zh_bert.clean.readers import ReadOptions
+
+    for make, msg in ((lambda: CleanJob(inputs=["x"], output="o.jsonl", workers=0), "--workers must be at least 1"),
+                      (lambda: MinHashConfig(threshold=1.5), "--minhash-threshold"),
+                      (lambda: FilterConfig(min_chars=50, max_chars=10), "--max-chars"),
+                      (lambda: ReadOptions(encoding="klingon"), "klingon"),
+                      (lambda: NormalizeConfig(pii="hide"), "--pii"),
+                      (lambda: CleanConfig(dedup="fuzzy"), "--dedup")):
+        with pytest.raises(ZhBertError, match=msg):
+            make()
+    src = tmp_path / "a.txt"
+    src.write_text("\n".join(clue_lines[:30]) + "\n", encoding="utf-8")
+    out = tmp_path / "o.jsonl"
+    report = clean(CleanJob(inputs=[str(src)], output=str(out), workers=1,
+                            config=CleanConfig(filters=FilterConfig(min_chars=1, repetition=False))))
+    main([str(src), "-o", str(tmp_path / "cli.jsonl"), "--workers", "1", "--min-chars", "1", "--no-repetition"])
+    assert out.read_text(encoding="utf-8") == (tmp_path / "cli.jsonl").read_text(encoding="utf-8")
+    assert report["docs_out"] > 0 and report["options"]["filters"]["repetition"] is False

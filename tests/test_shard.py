@@ -383,3 +383,49 @@ def test_other_vocab_kinds_take_the_tokenizer_path(kind, tmp_path, sample_docs):
     ds = ShardDataset(sh, tokenizer_fingerprint=tokdir)
     assert ds.meta["tokenizer_kind"] == kind and not ds.meta["char_lookup"]
     assert (ds.lengths[:-1] == 64).all() and (np.asarray(ds.ids)[:, 0] == tok.cls_token_id).all()
+
+
+# ---------------------------------------------------------------------------------------------- Python API
+def test_shard_config_validates_like_the_cli(sample_jsonl, google_tokdir):
+    from zh_bert.shard import ShardConfig
+
+    base = {"corpus": [str(sample_jsonl)], "tokenizer": str(google_tokdir), "output": "unused"}
+    for kw, msg in (({"seq_len": 4}, "--seq-len 4 is too short"), ({"seq_len": 256, "max_positions": 128},
+                    "--max-positions 128"), ({"workers": 0}, "--workers"), ({"segmenter": "jeiba"},
+                    "did you mean 'jieba'"), ({"pairs": "nxp"}, "--pairs"), ({"valid_docs": -1}, "--valid-docs")):
+        with pytest.raises(ZhBertError, match=msg):
+            ShardConfig(**base, **kw)
+
+
+def test_pipeline_builds_through_the_stage_functions_and_reuses_its_cache(tmp_path, sample_docs, monkeypatch):
+    """Raw text -> clean -> vocab -> shard via `prepare_data`; the clean report it returns (and the one the
+    shards record) is the file `zh-bert clean` wrote; a second call rebuilds nothing."""
+    import zh_bert.pipeline as pipeline
+    from zh_bert.clean.report import report_path
+    from zh_bert.data import read_meta
+    from zh_bert.recipe import load_recipe
+
+    raw = tmp_path / "raw.txt"
+    raw.write_text("\n".join(sample_docs[:150]) + "\n", encoding="utf-8")
+    recipe = load_recipe(None, {"out_dir": str(tmp_path / "run"), "data": str(raw), "seq_len": 64,
+                                "valid_docs": 5, "vocab_size": 3000})
+    said: list[str] = []
+    prepared = pipeline.prepare_data(recipe, log=said.append)
+    assert [s.split()[1] for s in said] == ["clean", "vocab", "shard"]
+    docs = prepared.sharddir.parent / "docs.jsonl"
+    written = json.loads(report_path(docs).read_text(encoding="utf-8"))
+    assert sorted(p.name for p in docs.parent.iterdir()) == ["docs.jsonl", "docs.report.json", "shards", "tokenizer"]
+    assert prepared.clean_report == written and written["output"] == str(docs)
+    meta = read_meta(prepared.sharddir)
+    assert meta["sources"][0]["clean_report"] == written and meta["seq_len"] == 64
+    assert meta["tokenizer"] == str(prepared.tokdir.resolve()) and meta["counts"]["valid"]["documents"] == 5
+    assert json.loads((prepared.tokdir / "zh_bert_vocab.json").read_text(encoding="utf-8"))["vocab_size"] <= 3000
+
+    def no_rerun(*_a, **_k):
+        raise AssertionError("a cached stage ran again")
+
+    for name in ("clean", "build_vocab", "build_shards"):
+        monkeypatch.setattr(pipeline, name, no_rerun)
+    said.clear()
+    again = pipeline.prepare_data(recipe, log=said.append)
+    assert said == [] and again == prepared

@@ -402,3 +402,23 @@ def test_sentencepiece_default_size_fits_a_small_corpus(tmp_path, sample_docs, c
     rc, err = run_cli(["vocab", str(corpus), "-o", str(tmp_path / "x"), "--kind", "sentencepiece",
                        "--size", "21128"], capsys)
     assert rc == 2 and "more pieces than this corpus supports" in err and not (tmp_path / "x").exists()
+
+
+def test_python_api_is_the_cli(tmp_path, sample_jsonl):
+    """`build_vocab(VocabConfig(...))` is what `zh-bert vocab` runs: same validation, same TOKDIR."""
+    from zh_bert.errors import ZhBertError
+    from zh_bert.vocab import ReportConfig, VocabConfig, VocabOptions, build_vocab
+
+    for make, msg in ((lambda: VocabOptions(kind="chars"), "--kind must be one of"),
+                      (lambda: VocabOptions(kind="wordpiece", base_vocab="v.txt"), "--base-vocab works with"),
+                      (lambda: VocabConfig(corpus=["x"], output="o", max_docs=0), "--max-docs must be a positive"),
+                      (lambda: ReportConfig(tokdir="t", text=["x"], top_unk=-1), "--top-unk")):
+        with pytest.raises(ZhBertError, match=msg):
+            make()
+    out = build_vocab(VocabConfig(corpus=[str(sample_jsonl)], output=str(tmp_path / "api"), max_docs=50,
+                                  options=VocabOptions(size=6000)))
+    assert cli(["vocab", str(sample_jsonl), "-o", str(tmp_path / "cli"), "--max-docs", "50", "--size", "6000",
+                "-q"]) == 0
+    assert out == tmp_path / "api"
+    for name in ("vocab.txt", "tokenizer.json"):
+        assert (out / name).read_bytes() == (tmp_path / "cli" / name).read_bytes()

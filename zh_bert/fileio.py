@@ -11,6 +11,8 @@ import tempfile
 from pathlib import Path
 from typing import IO, Iterator
 
+from zh_bert.errors import ZhBertError
+
 
 def _tmp_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp-{os.getpid()}")
@@ -72,8 +74,6 @@ def atomic_dir(path: str | os.PathLike, overwrite: bool = False) -> Iterator[Pat
 
 def read_text(path: str | os.PathLike, encoding: str = "utf-8") -> str:
     """A whole text file, or a one-line ZhBertError saying it is missing or not valid `encoding`."""
-    from zh_bert.errors import ZhBertError
-
     path = Path(path)
     if not path.is_file():
         raise ZhBertError(f"{path}: no such file")

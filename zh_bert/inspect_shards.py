@@ -9,26 +9,44 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, Optional
 
 import numpy as np
 
+from zh_bert.config import build_parser as _build_parser
+from zh_bert.config import config_from_args, option
 from zh_bert.data import ShardDataset, read_meta
 from zh_bert.errors import ZhBertError
 from zh_bert.masking import STRATEGIES, MaskingConfig, mask_batch
+from zh_bert.tokenizer_files import load_tokenizer
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="zh-bert inspect", description=__doc__.split("\n")[0])
-    p.add_argument("sharddir", metavar="SHARDDIR")
-    p.add_argument("--tokenizer", metavar="TOKDIR", default=None,
-                   help="tokenizer dir for token strings (default: the one recorded in meta.json)")
-    p.add_argument("--masking", default="wwm", metavar="STRATEGY", help=f"{'|'.join(STRATEGIES)}|none")
-    p.add_argument("--mask-rate", type=float, default=0.15)
-    p.add_argument("--samples", type=int, default=3, help="sequences to show (random, from --seed)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--split", choices=("train", "valid"), default="train")
-    p.add_argument("--json", action="store_true", help="one JSON object per sequence")
+@dataclass
+class InspectConfig:
+    """`zh-bert inspect SHARDDIR [options]`; the masking options are MaskingConfig's."""
+    sharddir: str = option(positional=True, metavar="SHARDDIR")
+    tokenizer: Optional[str] = option(None, metavar="TOKDIR", help="tokenizer dir for token strings "
+                                      "(default: the one recorded in meta.json)")
+    samples: int = option(3, help="sequences to show (random, from --seed)")
+    seed: int = option(0)
+    split: Literal["train", "valid"] = option("train")
+    json: bool = option(False, help="one JSON object per sequence")
+
+    def __post_init__(self):
+        if self.samples < 1:
+            raise ZhBertError(f"--samples must be >= 1, got {self.samples}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """InspectConfig's and MaskingConfig's options. `--masking` also takes `none` (the input unmasked), and
+    its value is checked by MaskingConfig rather than argparse, whose error cannot suggest the nearest name."""
+    p = _build_parser("zh-bert inspect", __doc__.split("\n")[0], InspectConfig, MaskingConfig)
+    for action in p._actions:
+        if action.dest == "strategy":
+            action.choices, action.metavar = None, "STRATEGY"
+            action.help = f"{'|'.join(STRATEGIES)}|none (default: {action.default})"
     return p
 
 
@@ -37,29 +55,31 @@ def _words(tokens: list[str], starts: list[bool]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
-    meta = read_meta(args.sharddir)
-    tokdir = args.tokenizer or meta.get("tokenizer")
-    if not tokdir or not Path(tokdir).is_dir():
-        raise ZhBertError(f"{args.sharddir}: its tokenizer {tokdir!r} is not available; pass --tokenizer TOKDIR")
-    from zh_bert.tokenizer_files import load_tokenizer
+    args = build_parser().parse_args(argv)
+    masking = None if args.strategy == "none" else config_from_args(MaskingConfig, args)
+    inspect_shards(config_from_args(InspectConfig, args), masking)
+    return 0
 
+
+def inspect_shards(cfg: InspectConfig, masking: MaskingConfig | None) -> None:
+    """Print `cfg.samples` random sequences of a split, masked with `masking` (None: unmasked)."""
+    meta = read_meta(cfg.sharddir)
+    tokdir = cfg.tokenizer or meta.get("tokenizer")
+    if not tokdir or not Path(tokdir).is_dir():
+        raise ZhBertError(f"{cfg.sharddir}: its tokenizer {tokdir!r} is not available; pass --tokenizer TOKDIR")
     tok = load_tokenizer(tokdir)
-    ds = ShardDataset(args.sharddir, args.split, tokenizer_fingerprint=tok)
+    ds = ShardDataset(cfg.sharddir, cfg.split, tokenizer_fingerprint=tok)
     if len(ds) == 0:
-        raise ZhBertError(f"{args.sharddir}: split '{args.split}' has no sequences")
-    if args.samples < 1:
-        raise ZhBertError(f"--samples must be >= 1, got {args.samples}")
-    rng = np.random.default_rng(args.seed)
-    idx = np.sort(rng.choice(len(ds), size=min(args.samples, len(ds)), replace=False))
+        raise ZhBertError(f"{cfg.sharddir}: split '{cfg.split}' has no sequences")
+    rng = np.random.default_rng(cfg.seed)
+    idx = np.sort(rng.choice(len(ds), size=min(cfg.samples, len(ds)), replace=False))
     b = ds.batch(idx)
-    if args.masking == "none":
+    if masking is None:
         ids, labels = b["input_ids"], np.full_like(b["input_ids"], -100)
     else:
-        cfg = MaskingConfig(strategy=args.masking, mask_rate=args.mask_rate)
-        ids, labels = mask_batch(b["input_ids"], b["word_start"], cfg, rng, mask_id=ds.mask_id,
+        ids, labels = mask_batch(b["input_ids"], b["word_start"], masking, rng, mask_id=ds.mask_id,
                                  special_ids=ds.special_ids, vocab_size=ds.vocab_size,
-                                 unigram_probs=ds.unigram_probs() if cfg.strategy == "unigram-noise" else None)
+                                 unigram_probs=ds.unigram_probs() if masking.strategy == "unigram-noise" else None)
     for r, i in enumerate(idx.tolist()):
         n = int(b["attention_mask"][r].sum())
         orig = b["input_ids"][r, :n].tolist()
@@ -67,8 +87,8 @@ def main(argv: list[str]) -> int:
         lab = labels[r, :n].tolist()
         ws = b["word_start"][r, :n].astype(bool).tolist()
         tokens = tok.convert_ids_to_tokens(orig)
-        if args.json:
-            obj = {"index": i, "split": args.split, "tokens": tokens, "input_ids": inp, "labels": lab,
+        if cfg.json:
+            obj = {"index": i, "split": cfg.split, "tokens": tokens, "input_ids": inp, "labels": lab,
                    "word_start": ws, "original_ids": orig,
                    "token_type_ids": b["token_type_ids"][r, :n].tolist()}
             if "next_sentence_label" in b:
@@ -79,8 +99,8 @@ def main(argv: list[str]) -> int:
         masked = [f"【{t}→{s}】" if l != -100 else s for t, s, l in zip(tokens, shown, lab)]
         extra = f", nsp/sop label {int(b['next_sentence_label'][r])}" if "next_sentence_label" in b else ""
         n_pred = sum(l != -100 for l in lab)
-        print(f"#{i} ({args.split}, {n} tokens, {n_pred} predicted, masking {args.masking}{extra})")
+        how = masking.strategy if masking else "none"
+        print(f"#{i} ({cfg.split}, {n} tokens, {n_pred} predicted, masking {how}{extra})")
         print(f"  words : {_words(tokens, ws)}")
         print(f"  masked: {_words(masked, ws)}")
         print()
-    return 0

@@ -1,9 +1,9 @@
 """Raw corpus -> clean -> vocab -> shard, cached, so `zh-bert pretrain` goes from text to checkpoint.
 
-The stages are called through their CLIs (`zh_bert.clean.main([...])` etc.), exactly as a user would
-run them, so the one-command path and the step-by-step path cannot drift apart. Outputs live in a cache
-dir keyed by a hash of the input bytes and every setting that changes them; each stage writes its output
-atomically, so an existing output is a complete one and is reused.
+Each stage is called as the function behind its command (`clean`, `build_vocab`, `build_shards`) with the
+config object its CLI builds, so the one-command path and the step-by-step path validate and behave the
+same. Outputs live in a cache dir keyed by a hash of the input bytes and every setting that changes them;
+each stage writes its output atomically, so an existing output is a complete one and is reused.
 """
 
 from __future__ import annotations
@@ -13,7 +13,12 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from zh_bert.clean import CleanJob, clean
+from zh_bert.clean.readers import ReadOptions
+from zh_bert.clean.report import read_report
 from zh_bert.errors import ZhBertError
+from zh_bert.shard import ShardConfig, build_shards
+from zh_bert.vocab.build import VocabConfig, VocabOptions, build_vocab
 
 
 @dataclass
@@ -50,15 +55,6 @@ def cache_key(paths: list[Path], settings: dict) -> str:
     return h.hexdigest()[:16]
 
 
-def _run(stage: str, argv: list[str]) -> None:
-    import importlib
-
-    module = importlib.import_module(f"zh_bert.{stage}")
-    rc = module.main(argv)
-    if rc:
-        raise ZhBertError(f"`zh-bert {stage} {' '.join(argv)}` failed with exit code {rc}")
-
-
 def prepare_data(recipe, log=print) -> PreparedData:
     """SHARDDIR as is, or build one from the raw corpus in `recipe.data` (cached)."""
     paths = [Path(p) for p in recipe.data_paths]
@@ -74,16 +70,14 @@ def prepare_data(recipe, log=print) -> PreparedData:
     docs, tokdir, sharddir = root / "docs.jsonl", root / "tokenizer", root / "shards"
     if not docs.is_file():
         log(f"[data] clean {' '.join(map(str, paths))} -> {docs}")
-        _run("clean", [*map(str, paths), "-o", str(docs), "--doc-sep", recipe.doc_sep])
+        clean(CleanJob(inputs=[str(p) for p in paths], output=str(docs), read=ReadOptions(doc_sep=recipe.doc_sep)))
     if not tokenizer and not (tokdir / "tokenizer_config.json").is_file():
-        size = ["--size", str(recipe.vocab_size)] if recipe.vocab_size else []
         log(f"[data] vocab --kind {recipe.vocab_kind} -> {tokdir}")
-        _run("vocab", [str(docs), "-o", str(tokdir), "--kind", recipe.vocab_kind, *size])
+        build_vocab(VocabConfig(corpus=[str(docs)], output=str(tokdir), quiet=True,
+                                options=VocabOptions(kind=recipe.vocab_kind, size=recipe.vocab_size or None)))
     if not is_sharddir(sharddir):
         tok = str(tokenizer or tokdir)
         log(f"[data] shard --tokenizer {tok} --seq-len {recipe.seq_len} -> {sharddir}")
-        _run("shard", [str(docs), "--tokenizer", tok, "-o", str(sharddir), "--seq-len", str(recipe.seq_len),
-                       "--valid-docs", str(recipe.valid_docs), *(["--pairs", pairs] if pairs else [])])
-    reports = [p for p in (root / "docs.report.json", root / "docs.jsonl.report.json") if p.is_file()]
-    report = json.loads(reports[0].read_text(encoding="utf-8")) if reports else None
-    return PreparedData(sharddir, None if tokenizer else tokdir, report)
+        build_shards(ShardConfig(corpus=[str(docs)], tokenizer=tok, output=str(sharddir), seq_len=recipe.seq_len,
+                                 valid_docs=recipe.valid_docs, pairs=pairs))
+    return PreparedData(sharddir, None if tokenizer else tokdir, read_report(docs))

@@ -8,11 +8,12 @@ tokens is `token_word_starts`, so any tokenizer (char, WordPiece, SentencePiece,
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
 
-from zh_bert.errors import ZhBertError
+from zh_bert.errors import ZhBertError, suggest
 
 SEGMENTERS = ("rjieba", "jieba", "none")
 DEFAULT_SEGMENTER = "rjieba"
@@ -43,20 +44,21 @@ def read_user_dict(path: str | Path) -> list[tuple[str, int | None, str | None]]
     return out
 
 
+def check_segmenter(name: str) -> None:
+    """A ZhBertError naming --segmenter (and the nearest valid name) unless `name` is one of SEGMENTERS."""
+    if name not in SEGMENTERS:
+        raise ZhBertError(f"--segmenter '{name}' is not one of {', '.join(SEGMENTERS)}{suggest(name, SEGMENTERS)}")
+
+
 class Segmenter:
     """`word_start_mask(text)`: (len(text),) bool, True where a word begins. `none`: every character."""
 
     def __init__(self, name: str = DEFAULT_SEGMENTER, user_dict: str | Path | None = None):
-        if name not in SEGMENTERS:
-            from zh_bert.errors import suggest
-
-            raise ZhBertError(f"--segmenter '{name}' is not one of {', '.join(SEGMENTERS)}{suggest(name, SEGMENTERS)}")
+        check_segmenter(name)
         self.name = name
         self._cut = None
         words = read_user_dict(user_dict) if user_dict else []
         if name == "jieba":
-            import logging
-
             import jieba
 
             jieba.setLogLevel(logging.WARNING)

@@ -18,20 +18,27 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import multiprocessing as mp
 import os
-import re
 import sys
 import time
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
+from typing import Iterator, Literal, Optional
 
 import numpy as np
 
+from zh_bert.clean.report import read_report
+from zh_bert.config import build_parser as _build_parser
+from zh_bert.config import config_from_args, option
+from zh_bert.corpus_io import document_text, iter_lines
 from zh_bert.data import FORMAT_VERSION, ids_dtype
 from zh_bert.errors import ZhBertError
 from zh_bert.fileio import atomic_dir
-from zh_bert.segment import DEFAULT_SEGMENTER, SEGMENTERS, Segmenter, token_word_starts
+from zh_bert.segment import DEFAULT_SEGMENTER, SEGMENTERS, Segmenter, check_segmenter, token_word_starts
+from zh_bert.text import BERT_CJK_RANGES, is_bert_punct, sentence_end_offsets
+from zh_bert.tokenizer_files import load_tokenizer, tokenizer_fingerprint
 
 CHUNK_CHARS = 1_000_000  # work unit (~3 MB of Chinese); fixed, so the output is the same for any --workers
 MIN_SEQ_LEN = 8
@@ -39,7 +46,7 @@ DEFAULT_MAX_POSITIONS = 512
 
 # BERT's CJK blocks in the BMP (tokenizers' BertNormalizer.handle_chinese_chars pads these and the
 # supplementary-plane extensions; those are rare, so they take the tokenizer path instead of the table).
-_BERT_CJK = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0xF900, 0xFAFF))
+_BERT_CJK_BMP = tuple((a, b) for a, b in BERT_CJK_RANGES if b < 0x10000)
 _WHITESPACE = " \t\n\r\u3000"
 
 
@@ -64,18 +71,15 @@ def char_lut(backend) -> np.ndarray | None:
     """code point -> token id (>= 0), -1 (tokenize with the real tokenizer), -2 (whitespace: skip).
 
     None when the tokenizer is not BERT-style, i.e. CJK characters are not guaranteed to be isolated."""
-    import unicodedata
-
     spec = json.loads(backend.to_str())
     norm, pre = spec.get("normalizer") or {}, spec.get("pre_tokenizer") or {}
     if not (norm.get("type") == "BertNormalizer" and norm.get("handle_chinese_chars")
             and pre.get("type") == "BertPreTokenizer"):
         return None
-    cands = [cp for a, b in _BERT_CJK for cp in range(a, b + 1)]
-    cands += [cp for cp in range(0x3400) if (33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96
-                                             or 123 <= cp <= 126 or unicodedata.category(chr(cp)).startswith("P"))]
+    cands = [cp for a, b in _BERT_CJK_BMP for cp in range(a, b + 1)]
+    cands += [cp for cp in range(0x3400) if is_bert_punct(chr(cp))]
     cands += [cp for cp in range(0xA000, 0x10000) if not 0xD800 <= cp <= 0xDFFF and not 0xF900 <= cp <= 0xFAFF
-              and unicodedata.category(chr(cp)).startswith("P")]
+              and is_bert_punct(chr(cp))]
     lut = np.full(0x110000, -1, dtype=np.int32)
     for cp in _WHITESPACE:
         lut[ord(cp)] = -2
@@ -99,21 +103,6 @@ class Encoded:
     doc_tok: np.ndarray    # (D+1,) int64
     sent_tok: np.ndarray   # token indices where a sentence starts (only when sentences=True)
     chars: int
-
-
-_SENT_END_RE = None
-
-
-def _sentence_ends():
-    """Positions just after a sentence end, with A's definition of sentence ends (zh_bert.text)."""
-    global _SENT_END_RE
-    if _SENT_END_RE is None:
-        try:
-            from zh_bert.text import CLOSING_QUOTES, SENTENCE_ENDS
-        except ImportError:  # pragma: no cover - text.py is part of the package
-            SENTENCE_ENDS, CLOSING_QUOTES = "。！？；…!?;", "”’」』）"
-        _SENT_END_RE = re.compile(f"[{re.escape(SENTENCE_ENDS)}]+[{re.escape(CLOSING_QUOTES)}]*|\n")
-    return _SENT_END_RE
 
 
 class TextEncoder:
@@ -169,7 +158,7 @@ class TextEncoder:
         ws[first] = True
         sent_tok = np.zeros(0, dtype=np.int64)
         if sentences:
-            ends = np.fromiter((m.end() for m in _sentence_ends().finditer(joined)), dtype=np.int64)
+            ends = np.asarray(sentence_end_offsets(joined), dtype=np.int64)
             sent_tok = np.unique(np.concatenate([np.searchsorted(start, ends), doc_tok]))
         return Encoded(ids, ws, doc_tok, sent_tok, int(lens.sum()))
 
@@ -354,40 +343,28 @@ def build_pairs(enc: Encoded, docs: np.ndarray, seq_len: int, kind: str, sp: Spe
 # ---------------------------------------------------------------------------------------------------
 # reading corpora, workers
 # ---------------------------------------------------------------------------------------------------
-def parse_docs(path: str, first_line: int, lines: list[str]) -> list[str]:
-    """Texts of `zh-bert clean` JSONL lines, with file:line errors."""
-    out = []
-    for k, line in enumerate(lines):
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ZhBertError(f"{path}:{first_line + k}: not JSON ({e.msg}); expected `zh-bert clean` "
-                              f"output: {{\"text\": ..., \"source\": ...}} per line") from None
-        if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
-            raise ZhBertError(f"{path}:{first_line + k}: no \"text\" string; expected `zh-bert clean` output")
-        out.append(obj["text"])
-    return out
+Chunk = tuple[int, str, list[tuple[int, str]], int]  # (chunk index, path, numbered lines, first doc index)
 
 
-def iter_chunks(paths: list[Path]):
-    """(chunk index, path, first line number, non-blank lines, first doc index) in CHUNK_CHARS pieces."""
+def iter_chunks(paths: list[Path]) -> Iterator[Chunk]:
+    """The non-blank lines of every file (each one document) in pieces of about CHUNK_CHARS characters."""
     idx, doc = 0, 0
     for path in paths:
-        lines, size, first = [], 0, 1
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                if not lines:
-                    first = n
-                lines.append(line)
-                size += len(line)
-                if size >= CHUNK_CHARS:
-                    yield idx, str(path), first, lines, doc
-                    idx, doc, lines, size = idx + 1, doc + len(lines), [], 0
+        lines, size = [], 0
+        for n, line in iter_lines(path):
+            lines.append((n, line))
+            size += len(line) + 1
+            if size >= CHUNK_CHARS:
+                yield idx, str(path), lines, doc
+                idx, doc, lines, size = idx + 1, doc + len(lines), [], 0
         if lines:
-            yield idx, str(path), first, lines, doc
+            yield idx, str(path), lines, doc
             idx, doc = idx + 1, doc + len(lines)
+
+
+def parse_docs(path: str, lines: list[tuple[int, str]]) -> list[str]:
+    """Texts of numbered `zh-bert clean` JSONL lines (a broken line is a `path:line:` error)."""
+    return [document_text(line, path, n) for n, line in lines]
 
 
 _WORK: dict = {}  # per worker process: the encoder and settings (set once by the pool initializer)
@@ -397,12 +374,12 @@ def _init_worker(encoder: TextEncoder, settings: dict, valid: np.ndarray) -> Non
     _WORK.update(encoder=encoder, settings=settings, valid=valid)
 
 
-def process_chunk(item) -> dict:
+def process_chunk(item: Chunk) -> dict:
     """One chunk of lines -> per split: packed-ready tokens (or finished pairs) + train unigram counts."""
-    idx, path, first, lines, doc0 = item
+    idx, path, lines, doc0 = item
     enc_, st = _WORK["encoder"], _WORK["settings"]
     try:
-        texts = parse_docs(path, first, lines)
+        texts = parse_docs(path, lines)
     except ZhBertError as e:
         return {"error": str(e)}
     enc = enc_.encode(texts, sentences=bool(st["pairs"]))
@@ -422,6 +399,22 @@ def process_chunk(item) -> dict:
     train_ids = enc.ids[np.repeat(~is_valid, doc_lens)]
     out["unigram"] = np.bincount(train_ids, minlength=st["vocab_size"])
     return out
+
+
+def _map_chunks(paths: list[Path], workers: int, encoder: TextEncoder, settings: dict,
+                valid: np.ndarray) -> Iterator[dict]:
+    """`process_chunk` over every chunk, in order, in `workers` processes (fork: the encoder is shared)."""
+    if workers == 1:
+        _init_worker(encoder, settings, valid)
+        yield from map(process_chunk, iter_chunks(paths))
+        return
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    pool = mp.get_context("fork").Pool(workers, _init_worker, (encoder, settings, valid))
+    try:
+        yield from pool.imap(process_chunk, iter_chunks(paths))
+    finally:
+        pool.terminate()
+        pool.join()
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -474,163 +467,163 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _clean_report(path: Path) -> dict | None:
-    for cand in (Path(str(path) + ".report.json"), path.with_suffix(".report.json")):
-        if cand.is_file():
-            try:
-                return json.loads(cand.read_text(encoding="utf-8"))
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                return None
-    return None
+# ---------------------------------------------------------------------------------------------------
+# the command
+# ---------------------------------------------------------------------------------------------------
+@dataclass
+class ShardConfig:
+    """`zh-bert shard CORPUS.jsonl... --tokenizer TOKDIR -o SHARDDIR [options]` as one value:
+    `build_shards(ShardConfig(...))`."""
+    corpus: list[str] = option(positional=True, metavar="CORPUS.jsonl", help="`zh-bert clean` output file(s)")
+    tokenizer: str = option(metavar="TOKDIR", help="tokenizer dir from `zh-bert vocab`")
+    output: str = option(flags=("-o",), metavar="SHARDDIR", help="output shard dir")
+    seq_len: int = option(128, help="tokens per sequence incl. [CLS]/[SEP]")
+    max_positions: int = option(DEFAULT_MAX_POSITIONS,
+                                help="the model's max_position_embeddings; --seq-len may not exceed it")
+    valid_docs: Optional[int] = option(None, help="documents held out for validation (default: 1%% of documents, "
+                                       "at most 1000)")
+    pairs: Optional[Literal["nsp", "sop"]] = option(None, help="build [CLS] A [SEP] B [SEP] pairs for "
+                                                     "next-sentence / sentence-order prediction")
+    segmenter: str = option(DEFAULT_SEGMENTER, help=f"word boundaries: {'|'.join(SEGMENTERS)}")
+    user_dict: Optional[str] = option(None, metavar="FILE", help="jieba user dictionary (word [freq] [tag])")
+    workers: int = option(min(4, os.cpu_count() or 1), help="worker processes")
+    seed: int = option(0, help="validation split and pair sampling")
+    slow: bool = option(False, help="tokenize everything with the tokenizer (no char lookup)")
+
+    def __post_init__(self):
+        if self.seq_len < MIN_SEQ_LEN:
+            raise ZhBertError(f"--seq-len {self.seq_len} is too short: at least {MIN_SEQ_LEN} tokens")
+        if self.seq_len > self.max_positions:
+            raise ZhBertError(f"--seq-len {self.seq_len} is longer than the model's positions "
+                              f"(--max-positions {self.max_positions})")
+        if self.workers < 1:
+            raise ZhBertError(f"--workers must be >= 1, got {self.workers}")
+        if self.pairs not in (None, "nsp", "sop"):
+            raise ZhBertError(f"--pairs must be nsp or sop, got '{self.pairs}'")
+        if self.valid_docs is not None and self.valid_docs < 0:
+            raise ZhBertError(f"--valid-docs must be >= 0, got {self.valid_docs}")
+        check_segmenter(self.segmenter)
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="zh-bert shard", description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("corpus", nargs="+", metavar="CORPUS.jsonl", help="`zh-bert clean` output file(s)")
-    p.add_argument("--tokenizer", required=True, metavar="TOKDIR", help="tokenizer dir from `zh-bert vocab`")
-    p.add_argument("-o", "--output", required=True, metavar="SHARDDIR")
-    p.add_argument("--seq-len", type=int, default=128, help="tokens per sequence incl. [CLS]/[SEP]")
-    p.add_argument("--max-positions", type=int, default=DEFAULT_MAX_POSITIONS,
-                   help="the model's max_position_embeddings; --seq-len may not exceed it")
-    p.add_argument("--valid-docs", type=int, default=None,
-                   help="documents held out for validation (default: 1%% of documents, at most 1000)")
-    p.add_argument("--pairs", choices=("nsp", "sop"), default=None,
-                   help="build [CLS] A [SEP] B [SEP] pairs for next-sentence / sentence-order prediction")
-    p.add_argument("--segmenter", default=DEFAULT_SEGMENTER, help=f"word boundaries: {'|'.join(SEGMENTERS)}")
-    p.add_argument("--user-dict", default=None, metavar="FILE", help="jieba user dictionary (word [freq] [tag])")
-    p.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1))
-    p.add_argument("--seed", type=int, default=0, help="validation split and pair sampling")
-    p.add_argument("--slow", action="store_true", help="tokenize everything with the tokenizer (no char lookup)")
-    return p
-
-
-def main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
-    t0 = time.perf_counter()
-    if args.seq_len < MIN_SEQ_LEN:
-        raise ZhBertError(f"--seq-len {args.seq_len} is too short: at least {MIN_SEQ_LEN} tokens")
-    if args.seq_len > args.max_positions:
-        raise ZhBertError(f"--seq-len {args.seq_len} is longer than the model's positions "
-                          f"(--max-positions {args.max_positions})")
-    if args.workers < 1:
-        raise ZhBertError(f"--workers must be >= 1, got {args.workers}")
-    paths = [Path(p) for p in args.corpus]
+def _count_docs(paths: list[Path]) -> int:
+    """Documents (non-blank lines) in `paths`; also proves every file is there and is UTF-8 throughout."""
     for p in paths:
         if not p.is_file():
             raise ZhBertError(f"{p}: corpus file not found")
-    segmenter = Segmenter(args.segmenter, args.user_dict)
-    n_docs = 0
-    for p in paths:
-        try:
-            with open(p, encoding="utf-8") as f:
-                n_docs += sum(1 for line in f if line.strip())
-        except UnicodeDecodeError as e:
-            raise ZhBertError(f"{p}: not UTF-8 text ({e.reason} at byte {e.start}); "
-                              f"expected `zh-bert clean` output") from None
+    n_docs = sum(1 for p in paths for _ in iter_lines(p))
     if n_docs == 0:
         raise ZhBertError(f"empty corpus: no documents in {', '.join(map(str, paths))}")
-    n_valid = args.valid_docs if args.valid_docs is not None else (min(1000, n_docs // 100) if n_docs >= 100 else 0)
-    if n_valid < 0 or n_valid >= n_docs:
-        raise ZhBertError(f"--valid-docs {n_valid} must be in [0, {n_docs}) for {n_docs} documents")
+    return n_docs
 
-    from zh_bert.tokenizer_files import load_tokenizer, tokenizer_fingerprint
 
-    tok = load_tokenizer(args.tokenizer)
-    fingerprint = tokenizer_fingerprint(tok)
+def _load_tokenizer(tokdir: str):
+    """(tokenizer, ids of cls/sep/pad/mask/unk); a tokenizer without cls/sep/pad/mask cannot make shards."""
+    tok = load_tokenizer(tokdir)
     sp_ids = {k: getattr(tok, f"{k}_token_id") for k in ("cls", "sep", "pad", "mask", "unk")}
     missing = [k for k, v in sp_ids.items() if v is None and k != "unk"]
     if missing:
-        raise ZhBertError(f"{args.tokenizer}: tokenizer has no {', '.join(m + '_token' for m in missing)}")
-    vocab_size = len(tok)
-    out = Path(args.output)
+        raise ZhBertError(f"{tokdir}: tokenizer has no {', '.join(m + '_token' for m in missing)}")
+    return tok, sp_ids
 
-    hashes = [file_sha256(p) for p in paths]
-    settings_key = {"format_version": FORMAT_VERSION, "inputs": hashes, "tokenizer": fingerprint,
-                    "seq_len": args.seq_len, "pairs": args.pairs, "segmenter": args.segmenter,
-                    "user_dict": file_sha256(Path(args.user_dict)) if args.user_dict else None,
-                    "valid_docs": args.valid_docs, "seed": args.seed, "slow": args.slow}
-    cache_key = hashlib.sha256(json.dumps(settings_key, sort_keys=True).encode()).hexdigest()[:16]
+
+def _cache_key(cfg: ShardConfig, hashes: list[str], fingerprint: str) -> str:
+    """Same inputs, tokenizer and settings -> same key: a rerun with the same key has nothing to do."""
+    settings = {"format_version": FORMAT_VERSION, "inputs": hashes, "tokenizer": fingerprint,
+                "seq_len": cfg.seq_len, "pairs": cfg.pairs, "segmenter": cfg.segmenter,
+                "user_dict": file_sha256(Path(cfg.user_dict)) if cfg.user_dict else None,
+                "valid_docs": cfg.valid_docs, "seed": cfg.seed, "slow": cfg.slow}
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _up_to_date(out: Path, cache_key: str) -> bool:
+    """True when `out` holds shards with this cache key; an existing non-shard output is refused."""
     if (out / "meta.json").is_file():
         try:
             old = json.loads((out / "meta.json").read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError):
             old = {}
-        if old.get("cache_key") == cache_key:
-            print(f"zh-bert shard: {out} is up to date (same inputs and settings, cache key {cache_key})")
-            return 0
-    elif out.exists() and (not out.is_dir() or any(out.iterdir())):
+        return old.get("cache_key") == cache_key
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ZhBertError(f"{out}: exists and is not a shard directory; refusing to overwrite it")
+    return False
 
-    valid = np.sort(np.random.default_rng([args.seed, 1]).choice(n_docs, size=n_valid, replace=False))
 
-    encoder = TextEncoder(tok, segmenter, fast=not args.slow)
+def _encoder(tok, cfg: ShardConfig, paths: list[Path]) -> TextEncoder:
+    """The encoder, with the character lookup only if it reproduces the tokenizer on the corpus's first
+    documents."""
+    encoder = TextEncoder(tok, Segmenter(cfg.segmenter, cfg.user_dict), fast=not cfg.slow)
     if encoder.fast:
-        sample = []
-        for _, path, first, lines, _ in iter_chunks(paths):
-            sample = parse_docs(path, first, lines[:100])
-            break
-        if not encoder.self_check(sample):
+        _, path, lines, _ = next(iter_chunks(paths))
+        if not encoder.self_check(parse_docs(path, lines[:100])):
             print("zh-bert shard: warning: character lookup disagrees with the tokenizer; using the tokenizer "
                   "for everything (slower)", file=sys.stderr)
             encoder.lut = None
-    sp = Specials(cls=sp_ids["cls"], sep=sp_ids["sep"], pad=sp_ids["pad"])
-    settings = {"pairs": args.pairs, "seq_len": args.seq_len, "seed": args.seed, "vocab_size": vocab_size,
+    return encoder
+
+
+def _write_splits(tmp: Path, cfg: ShardConfig, paths: list[Path], encoder: TextEncoder, sp: Specials,
+                  valid: np.ndarray, vocab_size: int) -> tuple[dict, np.ndarray, dict]:
+    """Encode and pack every chunk into tmp/{train,valid}.*; (counts per split, train unigram, text totals)."""
+    settings = {"pairs": cfg.pairs, "seq_len": cfg.seq_len, "seed": cfg.seed, "vocab_size": vocab_size,
                 "specials": {"cls": sp.cls, "sep": sp.sep, "pad": sp.pad}}
     dtype = ids_dtype(vocab_size)
+    writers = {s: SplitWriter(tmp, s, cfg.seq_len, dtype, cfg.pairs, sp) for s in ("train", "valid")}
     totals = {"chars": 0, "bytes": 0, "docs": 0}
     unigram = np.zeros(vocab_size, dtype=np.int64)
-    with atomic_dir(out, overwrite=True) as tmp:
-        writers = {s: SplitWriter(tmp, s, args.seq_len, dtype, args.pairs, sp) for s in ("train", "valid")}
-        if args.workers == 1:
-            _init_worker(encoder, settings, valid)
-            results = map(process_chunk, iter_chunks(paths))
-            pool = None
-        else:
-            import multiprocessing as mp
+    for res in _map_chunks(paths, cfg.workers, encoder, settings, valid):
+        if "error" in res:
+            raise ZhBertError(res["error"])
+        for s in ("train", "valid"):
+            writers[s].add(res[s])
+        unigram += res["unigram"]
+        for k in totals:
+            totals[k] += res[k]
+    counts = {s: w.finish() for s, w in writers.items()}
+    if counts["train"]["sequences"] == 0:
+        raise ZhBertError(f"empty corpus: no tokens in {', '.join(map(str, paths))}"
+                          + (" (documents too short for --pairs)" if cfg.pairs else ""))
+    return counts, unigram, totals
 
-            os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-            pool = mp.get_context("fork").Pool(args.workers, _init_worker, (encoder, settings, valid))
-            results = pool.imap(process_chunk, iter_chunks(paths))
-        try:
-            for res in results:
-                if "error" in res:
-                    raise ZhBertError(res["error"])
-                for s in ("train", "valid"):
-                    writers[s].add(res[s])
-                unigram += res["unigram"]
-                for k in totals:
-                    totals[k] += res[k]
-        finally:
-            if pool is not None:
-                pool.terminate()
-                pool.join()
-        counts = {s: w.finish() for s, w in writers.items()}
-        if counts["train"]["sequences"] == 0:
-            raise ZhBertError(f"empty corpus: no tokens in {', '.join(map(str, paths))}"
-                              + (" (documents too short for --pairs)" if args.pairs else ""))
-        for s in ("cls", "sep", "pad", "mask", "unk"):
-            if sp_ids[s] is not None:
-                unigram[sp_ids[s]] = 0
+
+def build_shards(cfg: ShardConfig) -> Path:
+    """Write the shard dir `cfg.output` (atomically) unless it already holds these shards; returns its path."""
+    t0 = time.perf_counter()
+    paths = [Path(p) for p in cfg.corpus]
+    n_docs = _count_docs(paths)
+    n_valid = cfg.valid_docs if cfg.valid_docs is not None else (min(1000, n_docs // 100) if n_docs >= 100 else 0)
+    if n_valid >= n_docs:
+        raise ZhBertError(f"--valid-docs {n_valid} must be in [0, {n_docs}) for {n_docs} documents")
+    tok, sp_ids = _load_tokenizer(cfg.tokenizer)
+    fingerprint, vocab_size, out = tokenizer_fingerprint(tok), len(tok), Path(cfg.output)
+    hashes = [file_sha256(p) for p in paths]
+    cache_key = _cache_key(cfg, hashes, fingerprint)
+    if _up_to_date(out, cache_key):
+        print(f"zh-bert shard: {out} is up to date (same inputs and settings, cache key {cache_key})")
+        return out
+    valid = np.sort(np.random.default_rng([cfg.seed, 1]).choice(n_docs, size=n_valid, replace=False))
+    encoder = _encoder(tok, cfg, paths)
+    sp = Specials(cls=sp_ids["cls"], sep=sp_ids["sep"], pad=sp_ids["pad"])
+    with atomic_dir(out, overwrite=True) as tmp:
+        counts, unigram, totals = _write_splits(tmp, cfg, paths, encoder, sp, valid, vocab_size)
+        unigram[[i for i in sp_ids.values() if i is not None]] = 0
         unigram[list(tok.all_special_ids)] = 0
         np.save(tmp / "unigram_counts.npy", unigram)
-        kind_file = Path(args.tokenizer) / "zh_bert_vocab.json"
+        kind_file = Path(cfg.tokenizer) / "zh_bert_vocab.json"
         wall = time.perf_counter() - t0
         meta = {
             "format_version": FORMAT_VERSION, "cache_key": cache_key,
-            "tokenizer": str(Path(args.tokenizer).resolve()), "tokenizer_fingerprint": fingerprint,
+            "tokenizer": str(Path(cfg.tokenizer).resolve()), "tokenizer_fingerprint": fingerprint,
             "tokenizer_kind": (json.loads(kind_file.read_text(encoding="utf-8")).get("kind")
                                if kind_file.is_file() else None),
-            "vocab_size": vocab_size, "ids_dtype": dtype.name, "seq_len": args.seq_len, "pairs": args.pairs,
-            "pad_id": sp.pad, "cls_id": sp.cls, "sep_id": sp.sep, "mask_id": sp_ids["mask"],
+            "vocab_size": vocab_size, "ids_dtype": ids_dtype(vocab_size).name, "seq_len": cfg.seq_len,
+            "pairs": cfg.pairs, "pad_id": sp.pad, "cls_id": sp.cls, "sep_id": sp.sep, "mask_id": sp_ids["mask"],
             "unk_id": sp_ids["unk"], "special_ids": sorted(int(i) for i in tok.all_special_ids),
-            "counts": counts, "segmenter": args.segmenter,
-            "user_dict": str(args.user_dict) if args.user_dict else None,
-            "valid_docs": int(n_valid), "seed": args.seed, "char_lookup": encoder.fast,
-            "sources": [{"path": str(p), "sha256": h, "clean_report": _clean_report(p)}
-                        for p, h in zip(paths, hashes)],
+            "counts": counts, "segmenter": cfg.segmenter,
+            "user_dict": str(cfg.user_dict) if cfg.user_dict else None,
+            "valid_docs": int(n_valid), "seed": cfg.seed, "char_lookup": encoder.fast,
+            "sources": [{"path": str(p), "sha256": h, "clean_report": read_report(p)} for p, h in zip(paths, hashes)],
             "text": {"documents": totals["docs"], "chars": totals["chars"], "bytes": totals["bytes"]},
-            "build": {"workers": args.workers, "wall_clock_s": round(wall, 3),
+            "build": {"workers": cfg.workers, "wall_clock_s": round(wall, 3),
                       "mb_per_s": round(totals["bytes"] / 1e6 / max(wall, 1e-9), 2)},
         }
         (tmp / "meta.json").write_text(json.dumps(meta, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
@@ -638,5 +631,14 @@ def main(argv: list[str]) -> int:
     print(f"zh-bert shard: {out}: train {c['train']['sequences']} sequences ({c['train']['documents']} docs, "
           f"{c['train']['tokens']} tokens), valid {c['valid']['sequences']} sequences "
           f"({c['valid']['documents']} docs); {totals['bytes'] / 1e6:.1f} MB of text in {wall:.1f} s "
-          f"({meta['build']['mb_per_s']} MB/s, {args.workers} workers, segmenter {args.segmenter})")
+          f"({meta['build']['mb_per_s']} MB/s, {cfg.workers} workers, segmenter {cfg.segmenter})")
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    return _build_parser("zh-bert shard", __doc__.split("\n")[0], ShardConfig)
+
+
+def main(argv: list[str]) -> int:
+    build_shards(config_from_args(ShardConfig, build_parser().parse_args(argv)))
     return 0

@@ -21,17 +21,22 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Optional
 
-from zh_bert.clean.dedup import DEDUP_MODES, Deduplicator, MinHashConfig, MinHasher, exact_key
+from zh_bert.clean.dedup import DEDUP_MODES, DedupMode, Deduplicator, MinHashConfig, MinHasher, exact_key
 from zh_bert.clean.filters import FilterConfig, quality_reason, remove_boilerplate
-from zh_bert.clean.normalize import CONVERSIONS, PII_MODES, NormalizeConfig, Normalizer
-from zh_bert.clean.readers import DOC_SEPS, FORMATS, Problems, RawDoc, expand_inputs, read_input
-from zh_bert.clean.report import Tally, report_path
+from zh_bert.clean.normalize import NormalizeConfig, Normalizer
+from zh_bert.clean.readers import ReadOptions, expand_inputs, read_input
+from zh_bert.clean.report import Tally, read_report, report_path
+from zh_bert.clean.source import Problems, RawDoc
+from zh_bert.clean.wikitext import wikitext_to_text
+from zh_bert.config import build_parser as _build_parser
+from zh_bert.config import config_from_args, option
 from zh_bert.errors import ZhBertError
 from zh_bert.fileio import atomic_write, write_json
 
-__all__ = ["main", "clean", "report_path", "CleanConfig", "ReadOptions", "DocCleaner"]
+__all__ = ["main", "clean", "build_parser", "report_path", "read_report", "CleanJob", "CleanConfig",
+           "ReadOptions", "DocCleaner"]
 
 BATCH_CHARS = 1 << 18   # ~0.75 MB of Chinese per batch: large enough to amortise pickling
 BATCH_DOCS = 2048
@@ -39,10 +44,33 @@ BATCH_DOCS = 2048
 
 @dataclass
 class CleanConfig:
+    """What happens to each document (sent to every worker process)."""
     normalize: NormalizeConfig = field(default_factory=NormalizeConfig)
     filters: FilterConfig = field(default_factory=FilterConfig)
-    dedup: str = "exact"
+    dedup: DedupMode = option("exact", help="exact: hash of the normalised text; minhash: exact + near duplicates "
+                              "(MinHash LSH over character n-grams)")
     minhash: MinHashConfig = field(default_factory=MinHashConfig)
+
+    def __post_init__(self):
+        if self.dedup not in DEDUP_MODES:
+            raise ZhBertError(f"--dedup must be one of {', '.join(DEDUP_MODES)}, got '{self.dedup}'")
+
+
+@dataclass
+class CleanJob:
+    """`zh-bert clean INPUT... -o OUT.jsonl [options]` as one value: `clean(CleanJob(...))`. Only `config`
+    reaches the worker processes; the rest is the main process's business."""
+    inputs: list[str] = option(positional=True, metavar="INPUT",
+                               help="files or directories (recursive); .gz/.bz2 are decompressed on the fly")
+    output: str = option(flags=("-o",), metavar="OUT.jsonl", help="output JSONL file")
+    read: ReadOptions = field(default_factory=ReadOptions)
+    config: CleanConfig = field(default_factory=CleanConfig)
+    workers: Optional[int] = option(None, help="worker processes (default: number of cores)")
+    quiet: bool = option(False, flags=("-q",), help="no progress bar or summary")
+
+    def __post_init__(self):
+        if self.workers is not None and self.workers < 1:
+            raise ZhBertError(f"--workers must be at least 1, got {self.workers}")
 
 
 @dataclass
@@ -73,8 +101,6 @@ class DocCleaner:
             res.chars_in += len(text)
             res.bytes_in += len(text.encode("utf-8"))
             if doc.markup == "wikitext":
-                from zh_bert.clean.wikitext import wikitext_to_text
-
                 text = wikitext_to_text(text)
             text = self.normalize(text, res.pii)
             if self.cfg.filters.boilerplate:
@@ -187,27 +213,17 @@ class _Progress:
             self.bar.close()
 
 
-@dataclass
-class ReadOptions:
-    fmt: str = "auto"              # --format
-    doc_sep: str = "line"          # --doc-sep
-    field_name: str | None = None  # --field (None: "text", or a known CLUE text field)
-    encoding: str = "auto"         # --encoding
-
-
-def clean(inputs: list[str], out: str | os.PathLike, cfg: CleanConfig, read: ReadOptions | None = None, *,
-          workers: int | None = None, quiet: bool = False) -> dict:
-    """Clean `inputs` into `out` (+ its report); returns the report dict."""
+def clean(job: CleanJob) -> dict:
+    """Clean `job.inputs` into `job.output` (+ its report, see `report_path`); returns the report dict."""
     t0 = time.time()
-    read = read or ReadOptions()
-    out = Path(out)
+    read, cfg, out = job.read, job.config, Path(job.output)
     if out.is_dir():
         raise ZhBertError(f"-o {out}: is a directory; give a file name such as {out}/docs.jsonl")
-    files, skipped = expand_inputs(inputs)
+    files, skipped = expand_inputs(job.inputs)
     if not files:
-        raise ZhBertError(f"no input files found in {', '.join(inputs)}")
-    if not workers:
-        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        raise ZhBertError(f"no input files found in {', '.join(job.inputs)}")
+    workers = job.workers or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                              else os.cpu_count() or 1)
     rpath = report_path(out)
     for p in (out, rpath):
         _remove_stale_temps(p)
@@ -218,15 +234,14 @@ def clean(inputs: list[str], out: str | os.PathLike, cfg: CleanConfig, read: Rea
     def docs() -> Iterator[RawDoc]:
         for f in files:
             n = 0
-            for d in read_input(f, read.fmt, read.doc_sep, read.field_name or "text", read.field_name is not None,
-                                read.encoding, problems):
+            for d in read_input(f, read, problems):
                 n += 1
                 yield d
             per_file[str(f)] = n
 
     tally = Tally()
     dedup = Deduplicator(cfg.dedup, cfg.minhash)
-    progress = _Progress(sum(f.stat().st_size for f in files), quiet)
+    progress = _Progress(sum(f.stat().st_size for f in files), job.quiet)
     try:
         with atomic_write(out) as fout:
             for res in _map_ordered(cfg, _batched(docs()), workers):
@@ -262,92 +277,33 @@ def clean(inputs: list[str], out: str | os.PathLike, cfg: CleanConfig, read: Rea
 
 
 # --- CLI -----------------------------------------------------------------------------------------
+_OPTION_CLASSES = (CleanJob, ReadOptions, NormalizeConfig, FilterConfig, CleanConfig, MinHashConfig)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="zh-bert clean",
-        description="Clean raw Chinese text into deduplicated documents: OUT.jsonl ({\"text\", \"source\"} "
-                    "per line) + OUT.report.json. Streaming and multi-process; output order does not "
-                    "depend on --workers.")
-    p.add_argument("inputs", nargs="+", metavar="INPUT",
-                   help="files or directories (recursive); .gz/.bz2 are decompressed on the fly")
-    p.add_argument("-o", "--output", required=True, metavar="OUT.jsonl", help="output JSONL file")
-    g = p.add_argument_group("reading")
-    g.add_argument("--format", default="auto", choices=FORMATS,
-                   help="input format (default: by extension/content: .jsonl, .json, .xml → mediawiki, "
-                        "<doc ...> → wikiextractor, else text)")
-    g.add_argument("--doc-sep", default="line", choices=DOC_SEPS,
-                   help="text files: one document per line, blank-line separated, or one per file "
-                        "(THUCNews) (default: line)")
-    g.add_argument("--field", default=None, help="JSON field with the text (default: text; CLUE files' "
-                   "content/answer/context/sentence are found automatically when --field is not given)")
-    g.add_argument("--encoding", default="auto",
-                   help="input encoding (default: auto = UTF-8, or GB18030/GBK/Big5 when detected)")
-    g = p.add_argument_group("normalisation (each on by default)")
-    g.add_argument("--convert", default="t2s", choices=CONVERSIONS,
-                   help="OpenCC traditional→simplified conversion (default: t2s)")
-    g.add_argument("--pii", default="mask", choices=PII_MODES,
-                   help="URLs, e-mails, mainland mobile numbers, resident ID numbers: replace by <URL> "
-                        "<EMAIL> <PHONE> <ID>, delete, or keep (default: mask)")
-    g.add_argument("--no-fullwidth", action="store_true", help="keep full-width ASCII letters/digits/space")
-    g.add_argument("--no-control", action="store_true", help="keep control and zero-width characters")
-    g.add_argument("--no-html", action="store_true", help="keep HTML tags and entities")
-    g.add_argument("--no-whitespace", action="store_true",
-                   help="keep whitespace as is (no collapsing, spaces between CJK characters kept)")
-    g = p.add_argument_group("filters")
-    g.add_argument("--min-chars", type=int, default=FilterConfig.min_chars,
-                   help="drop shorter documents, counted after cleaning (default: %(default)s)")
-    g.add_argument("--max-chars", type=int, default=FilterConfig.max_chars,
-                   help="drop longer documents (default: %(default)s)")
-    g.add_argument("--min-cjk-ratio", type=float, default=FilterConfig.min_cjk_ratio,
-                   help="drop documents with a smaller share of Han characters among non-space "
-                        "characters (default: %(default)s)")
-    g.add_argument("--no-repetition", action="store_true", help="turn off the Gopher repetition filters")
-    g.add_argument("--no-boilerplate", action="store_true", help="keep boilerplate lines")
-    g = p.add_argument_group("deduplication")
-    g.add_argument("--dedup", default="exact", choices=DEDUP_MODES,
-                   help="exact: hash of the normalised text; minhash: exact + near duplicates "
-                        "(MinHash LSH over character n-grams) (default: exact)")
-    g.add_argument("--minhash-threshold", type=float, default=MinHashConfig.threshold,
-                   help="estimated Jaccard similarity of character n-gram sets above which a document is a "
-                        "near duplicate of an earlier one (default: %(default)s)")
-    g.add_argument("--minhash-ngram", type=int, default=MinHashConfig.ngram,
-                   help="shingle size in characters (default: %(default)s)")
-    g.add_argument("--minhash-perm", type=int, default=MinHashConfig.num_perm,
-                   help="signature length (default: %(default)s)")
-    p.add_argument("--workers", type=int, default=None, help="worker processes (default: number of cores)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
-    return p
+    return _build_parser(
+        "zh-bert clean",
+        "Clean raw Chinese text into deduplicated documents: OUT.jsonl ({\"text\", \"source\"} per line) + "
+        "OUT.report.json. Streaming and multi-process; output order does not depend on --workers.",
+        *_OPTION_CLASSES)
+
+
+def job_from_args(args: argparse.Namespace) -> CleanJob:
+    """The CleanJob a parsed command line describes (each part validated by its own class)."""
+    job = config_from_args(CleanJob, args)
+    job.read = config_from_args(ReadOptions, args)
+    job.config = config_from_args(CleanConfig, args)
+    job.config.normalize = config_from_args(NormalizeConfig, args)
+    job.config.filters = config_from_args(FilterConfig, args)
+    job.config.minhash = config_from_args(MinHashConfig, args)
+    return job
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.workers is not None and args.workers < 1:
-        raise ZhBertError(f"--workers must be at least 1, got {args.workers}")
-    if not 0 < args.minhash_threshold < 1:
-        raise ZhBertError(f"--minhash-threshold must be between 0 and 1, got {args.minhash_threshold}")
-    if args.minhash_ngram < 1 or args.minhash_perm < 1:
-        raise ZhBertError(f"--minhash-ngram and --minhash-perm must be at least 1, "
-                          f"got {args.minhash_ngram} and {args.minhash_perm}")
-    if not 0 <= args.min_cjk_ratio <= 1:
-        raise ZhBertError(f"--min-cjk-ratio must be between 0 and 1, got {args.min_cjk_ratio}")
-    if args.min_chars < 0 or args.max_chars < max(1, args.min_chars):
-        raise ZhBertError(f"--min-chars/--max-chars: need 0 <= min <= max, got {args.min_chars}/{args.max_chars}")
-    filters = FilterConfig(min_chars=args.min_chars, max_chars=args.max_chars,
-                           min_cjk_ratio=args.min_cjk_ratio, boilerplate=not args.no_boilerplate)
-    if args.no_repetition:
-        filters.max_dup_line_frac = filters.max_dup_line_char_frac = 1.0
-        filters.top_ngram, filters.dup_ngram = {}, {}
-    cfg = CleanConfig(
-        normalize=NormalizeConfig(convert=args.convert, fullwidth=not args.no_fullwidth,
-                                  invisible=not args.no_control, html=not args.no_html,
-                                  whitespace=not args.no_whitespace, pii=args.pii),
-        filters=filters, dedup=args.dedup,
-        minhash=MinHashConfig(num_perm=args.minhash_perm, ngram=args.minhash_ngram,
-                              threshold=args.minhash_threshold))
-    read = ReadOptions(fmt=args.format, doc_sep=args.doc_sep, field_name=args.field, encoding=args.encoding)
-    report = clean(args.inputs, args.output, cfg, read, workers=args.workers, quiet=args.quiet)
-    if not args.quiet and sys.stderr.isatty():
+    job = job_from_args(build_parser().parse_args(argv))
+    report = clean(job)
+    if not job.quiet and sys.stderr.isatty():
         print(f"zh-bert clean: {report['docs_out']:,} of {report['docs_in']:,} documents kept "
               f"({report['bytes_in'] / 1e6:.1f} MB in {report['seconds']:.1f} s, {report['mb_per_s']} MB/s) "
-              f"→ {args.output}; report: {report_path(args.output)}", file=sys.stderr)
+              f"→ {job.output}; report: {report_path(job.output)}", file=sys.stderr)
     return 0

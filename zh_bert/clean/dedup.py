@@ -10,21 +10,34 @@ whatever the number of workers.
 from __future__ import annotations
 
 import hashlib
+import typing
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
 from zh_bert.clean.filters import ngram_hashes
+from zh_bert.config import option
+from zh_bert.errors import ZhBertError
 
-DEDUP_MODES = ("exact", "minhash", "none")
+DedupMode = Literal["exact", "minhash", "none"]
+DEDUP_MODES = typing.get_args(DedupMode)
 
 
 @dataclass
 class MinHashConfig:
-    num_perm: int = 128       # signature length
-    ngram: int = 5            # character shingle size
-    threshold: float = 0.8    # Jaccard similarity above which two documents are near-duplicates
+    num_perm: int = option(128, flags=("--minhash-perm",), metavar="N", help="signature length")
+    ngram: int = option(5, flags=("--minhash-ngram",), metavar="N", help="shingle size in characters")
+    threshold: float = option(0.8, flags=("--minhash-threshold",), metavar="J", help="estimated Jaccard similarity of "
+                              "character n-gram sets above which a document is a near duplicate of an earlier one")
     seed: int = 1
+
+    def __post_init__(self):
+        if not 0 < self.threshold < 1:
+            raise ZhBertError(f"--minhash-threshold must be between 0 and 1, got {self.threshold}")
+        if self.ngram < 1 or self.num_perm < 1:
+            raise ZhBertError(f"--minhash-ngram and --minhash-perm must be at least 1, "
+                              f"got {self.ngram} and {self.num_perm}")
 
 
 def exact_key(text: str) -> bytes:

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from zh_bert.config import option
+from zh_bert.errors import ZhBertError
 from zh_bert.text import cjk_ratio
 
 REASONS = ("empty", "too_short", "too_long", "low_cjk", "dup_lines", "dup_line_chars", "top_ngram",
@@ -23,9 +25,12 @@ REASONS = ("empty", "too_short", "too_long", "low_cjk", "dup_lines", "dup_line_c
 
 @dataclass
 class FilterConfig:
-    min_chars: int = 20                 # fewer characters (after cleaning) → too_short
-    max_chars: int = 500_000            # more → too_long
-    min_cjk_ratio: float = 0.3          # Han characters / non-space characters; below → low_cjk
+    min_chars: int = option(20, help="drop shorter documents, counted after cleaning (→ too_short)")
+    max_chars: int = option(500_000, help="drop longer documents (→ too_long)")
+    min_cjk_ratio: float = option(0.3, help="drop documents with a smaller share of Han characters among "
+                                  "non-space characters (→ low_cjk)")
+    repetition: bool = option(True, help="the Gopher repetition filters (duplicate lines, frequent n-grams)")
+    boilerplate: bool = option(True, help="remove boilerplate lines (share/QR/copyright/navigation)")
     max_dup_line_frac: float = 0.30     # Gopher: duplicate lines / lines
     max_dup_line_char_frac: float = 0.20  # Gopher: characters in duplicate lines / characters
     # Gopher: the most frequent n-gram covers at most this fraction of the characters (n = 2, 3, 4)
@@ -35,7 +40,12 @@ class FilterConfig:
     # repeat; on the bundled sample 10-grams at 0.5 reject 0.5% of documents, all repeated passages.
     dup_ngram: dict = field(default_factory=lambda: {10: 0.50})
     ngram_min_chars: int = 100          # n-gram rules only for documents at least this long (as Gopher's 50 words)
-    boilerplate: bool = True            # remove boilerplate lines (share/QR/copyright/navigation)
+
+    def __post_init__(self):
+        if not 0 <= self.min_cjk_ratio <= 1:
+            raise ZhBertError(f"--min-cjk-ratio must be between 0 and 1, got {self.min_cjk_ratio}")
+        if self.min_chars < 0 or self.max_chars < max(1, self.min_chars):
+            raise ZhBertError(f"--min-chars/--max-chars: need 0 <= min <= max, got {self.min_chars}/{self.max_chars}")
 
 
 # --- boilerplate lines ---------------------------------------------------------------------------
@@ -162,7 +172,7 @@ def basic_reason(text: str, cfg: FilterConfig) -> str | None:
         return "too_long"
     if cjk_ratio(text) < cfg.min_cjk_ratio:
         return "low_cjk"
-    if "\n" in text:
+    if cfg.repetition and "\n" in text:
         lines = text.split("\n")
         seen: set[str] = set()
         dup_lines = dup_chars = 0
@@ -182,7 +192,7 @@ def basic_reason(text: str, cfg: FilterConfig) -> str | None:
 def quality_reason(text: str, cfg: FilterConfig) -> str | None:
     """The first failed filter's reason for a normalised document, or None if it passes."""
     reason = basic_reason(text, cfg)
-    if reason is None and len(text) >= cfg.ngram_min_chars:
+    if reason is None and cfg.repetition and len(text) >= cfg.ngram_min_chars:
         reason = repetition_reason(text, cfg)
     return reason
 

@@ -10,14 +10,20 @@ from __future__ import annotations
 
 import html
 import re
+import typing
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass
+from typing import Literal
 
-from zh_bert.text import _CJK_CLASS
+from zh_bert.config import option
+from zh_bert.errors import ZhBertError
+from zh_bert.text import CJK_CLASS
 
-CONVERSIONS = ("t2s", "tw2s", "hk2s", "none")
-PII_MODES = ("mask", "drop", "keep")
+Conversion = Literal["t2s", "tw2s", "hk2s", "none"]  # OpenCC configs
+PiiMode = Literal["mask", "drop", "keep"]
+CONVERSIONS = typing.get_args(Conversion)
+PII_MODES = typing.get_args(PiiMode)
 # Placeholders survive BERT tokenisation as three known pieces ('<', 'url', '>') instead of [UNK]
 # and cannot be produced by real Chinese text after cleaning (bare '<' + ASCII word + '>' is HTML, removed).
 PII_TOKENS = {"url": "<URL>", "email": "<EMAIL>", "phone": "<PHONE>", "idcard": "<ID>"}
@@ -143,7 +149,7 @@ def mask_pii(text: str, mode: str, counts: Counter | None = None) -> str:
 
 
 # --- whitespace ----------------------------------------------------------------------------------
-_CJK_OR_PUNCT = f"[{_CJK_CLASS}\u3000-\u303f\uff00-\uffef\u2014\u2018\u2019\u201c\u201d\u2026]"
+_CJK_OR_PUNCT = f"[{CJK_CLASS}\u3000-\u303f\uff00-\uffef\u2014\u2018\u2019\u201c\u201d\u2026]"
 _SPACE_BETWEEN_CJK_RE = re.compile(f"(?<={_CJK_OR_PUNCT}) +(?={_CJK_OR_PUNCT})")
 _SPACES_RE = re.compile(r" {2,}")
 
@@ -166,13 +172,21 @@ def collapse_whitespace(text: str) -> str:
 # --- the pipeline --------------------------------------------------------------------------------
 @dataclass
 class NormalizeConfig:
-    convert: str = "t2s"            # OpenCC config: t2s | tw2s | hk2s | none
-    fullwidth: bool = True          # full-width ASCII letters/digits/space → half-width
-    invisible: bool = True          # remove control and zero-width characters
-    html: bool = True               # remove HTML tags, decode entities
-    whitespace: bool = True         # collapse whitespace, remove spaces between CJK characters
-    pii: str = "mask"               # mask | drop | keep
+    """Each step on by default; the fields are `zh-bert clean`'s normalisation options."""
+    convert: Conversion = option("t2s", help="OpenCC traditional→simplified conversion")
+    pii: PiiMode = option("mask", help="URLs, e-mails, mainland mobile numbers, resident ID numbers: replace by "
+                          "<URL> <EMAIL> <PHONE> <ID>, delete, or keep")
+    fullwidth: bool = option(True, help="full-width ASCII letters/digits/space → half-width")
+    invisible: bool = option(True, flags=("--control",), help="remove control and zero-width characters")
+    html: bool = option(True, help="remove HTML tags, decode entities")
+    whitespace: bool = option(True, help="collapse whitespace, remove spaces between CJK characters")
     nfc: bool = True                # Unicode NFC (composes decomposed accents; leaves CJK punctuation alone)
+
+    def __post_init__(self):
+        if self.convert not in CONVERSIONS:
+            raise ZhBertError(f"--convert must be one of {', '.join(CONVERSIONS)}, got '{self.convert}'")
+        if self.pii not in PII_MODES:
+            raise ZhBertError(f"--pii must be one of {', '.join(PII_MODES)}, got '{self.pii}'")
 
 
 class Normalizer:

@@ -7,65 +7,56 @@ except a whole-file `.json` document (SQuAD/DRCD style), which is one JSON value
 
 from __future__ import annotations
 
-import bz2
-import gzip
+import codecs
 import io
 import json
 import os
 import re
-from dataclasses import dataclass, field
+import typing
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Iterator, Literal, Optional
 
+from zh_bert.clean.report import REPORT_SUFFIX
+from zh_bert.clean.source import Problems, RawDoc, inner_name, open_binary
+from zh_bert.clean.wikitext import read_mediawiki
+from zh_bert.config import option
 from zh_bert.errors import ZhBertError
 
-FORMATS = ("auto", "text", "jsonl", "json", "wikiextractor", "mediawiki")
-DOC_SEPS = ("line", "blank", "file")
+Format = Literal["auto", "text", "jsonl", "json", "wikiextractor", "mediawiki"]
+DocSep = Literal["line", "blank", "file"]
+FORMATS = typing.get_args(Format)
+DOC_SEPS = typing.get_args(DocSep)
 # File name endings a directory walk picks up (after removing .gz/.bz2); anything else (README.md,
 # SOURCE.md, scripts) is skipped and listed in the report. Files named on the command line are always read.
 CORPUS_SUFFIXES = ("", ".txt", ".text", ".jsonl", ".json", ".xml")
-MAX_RECORDED = 100  # file:line entries kept per problem kind in the report (counts are always exact)
 
 
 @dataclass
-class RawDoc:
-    text: str
-    source: str
-    markup: str = ""  # "wikitext": converted to plain text in the worker process (it is the slow part)
+class ReadOptions:
+    """How input files are read: `zh-bert clean`'s reading options."""
+    fmt: Format = option("auto", flags=("--format",), help="input format (auto: by extension/content: .jsonl, "
+                         ".json, .xml → mediawiki, <doc ...> → wikiextractor, else text)")
+    doc_sep: DocSep = option("line", help="text files: one document per line, blank-line separated, or one per "
+                             "file (THUCNews)")
+    field_name: Optional[str] = option(None, flags=("--field",), metavar="FIELD", help="JSON field with the text (default: text; "
+                                       "CLUE files' content/answer/context/sentence are found automatically when "
+                                       "--field is not given)")
+    encoding: str = option("auto", help="input encoding (auto = UTF-8, or GB18030/GBK/Big5 when detected)")
 
-
-@dataclass
-class Problems:
-    """Lines the readers could not use, by kind ('undecodable', 'bad_json'), with file:line."""
-    counts: dict = field(default_factory=dict)
-    where: dict = field(default_factory=dict)
-    encodings: dict = field(default_factory=dict)  # path -> encoding used (detected or given)
-
-    def add(self, kind: str, path, line: int, detail: str = "") -> None:
-        self.counts[kind] = self.counts.get(kind, 0) + 1
-        entries = self.where.setdefault(kind, [])
-        if len(entries) < MAX_RECORDED:
-            entries.append(f"{path}:{line}" + (f": {detail}" if detail else ""))
+    def __post_init__(self):
+        if self.fmt not in FORMATS:
+            raise ZhBertError(f"--format {self.fmt}: unknown format; choose one of {', '.join(FORMATS)}")
+        if self.doc_sep not in DOC_SEPS:
+            raise ZhBertError(f"--doc-sep must be one of {', '.join(DOC_SEPS)}, got '{self.doc_sep}'")
+        if self.encoding != "auto":
+            try:
+                codecs.lookup(self.encoding)
+            except LookupError:
+                raise ZhBertError(f"--encoding {self.encoding}: unknown encoding") from None
 
 
 # --- files and encodings -------------------------------------------------------------------------
-def _inner_name(path: Path) -> str:
-    name = path.name.lower()
-    for ext in (".gz", ".bz2"):
-        if name.endswith(ext):
-            return name[: -len(ext)]
-    return name
-
-
-def open_binary(path: Path) -> IO[bytes]:
-    name = path.name.lower()
-    if name.endswith(".gz"):
-        return gzip.open(path, "rb")
-    if name.endswith(".bz2"):
-        return bz2.open(path, "rb")
-    return open(path, "rb")
-
-
 def expand_inputs(inputs: list[str]) -> tuple[list[Path], list[str]]:
     """Files to read, in a deterministic order (directories walked recursively, sorted), plus the files
     a directory walk skipped. A missing input is an error before anything is read or written."""
@@ -77,8 +68,8 @@ def expand_inputs(inputs: list[str]) -> tuple[list[Path], list[str]]:
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
                 for n in sorted(names):
                     f = Path(root) / n
-                    if n.startswith(".") or Path(_inner_name(f)).suffix not in CORPUS_SUFFIXES \
-                            or n.endswith(".report.json"):
+                    if n.startswith(".") or Path(inner_name(f)).suffix not in CORPUS_SUFFIXES \
+                            or n.endswith(REPORT_SUFFIX):
                         skipped.append(str(f))
                     else:
                         files.append(f)
@@ -175,7 +166,7 @@ class _Prepend(io.RawIOBase):
 def detect_format(path: Path, fmt: str) -> str:
     if fmt != "auto":
         return fmt
-    name = _inner_name(path)
+    name = inner_name(path)
     if name.endswith(".jsonl"):
         return "jsonl"
     if name.endswith(".json"):
@@ -319,19 +310,15 @@ def read_wikiextractor(path: Path, encoding: str, problems: Problems) -> Iterato
             buf.append(line)
 
 
-def read_input(path: Path, fmt: str, doc_sep: str, field_name: str, field_given: bool, encoding: str,
-               problems: Problems) -> Iterator[RawDoc]:
-    fmt = detect_format(path, fmt)
+def read_input(path: Path, read: ReadOptions, problems: Problems) -> Iterator[RawDoc]:
+    """The documents of one input file, in the format `read.fmt` names or detects."""
+    fmt, field_name, given = detect_format(path, read.fmt), read.field_name or "text", read.field_name is not None
     if fmt == "text":
-        return read_text(path, doc_sep, encoding, problems)
+        return read_text(path, read.doc_sep, read.encoding, problems)
     if fmt == "jsonl":
-        return read_jsonl(path, field_name, field_given, encoding, problems)
+        return read_jsonl(path, field_name, given, read.encoding, problems)
     if fmt == "json":
-        return read_json(path, field_name, field_given, encoding, problems)
+        return read_json(path, field_name, given, read.encoding, problems)
     if fmt == "wikiextractor":
-        return read_wikiextractor(path, encoding, problems)
-    if fmt == "mediawiki":
-        from zh_bert.clean.wikitext import read_mediawiki
-
-        return read_mediawiki(path)
-    raise ZhBertError(f"--format {fmt}: unknown format; choose one of {', '.join(FORMATS)}")
+        return read_wikiextractor(path, read.encoding, problems)
+    return read_mediawiki(path)

@@ -5,16 +5,34 @@ inputs with their encodings, every option in effect, time)."""
 from __future__ import annotations
 
 import collections
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 
+REPORT_SUFFIX = ".report.json"
+
+
 def report_path(out: str | os.PathLike) -> Path:
-    """OUT.report.json beside OUT.jsonl (docs.jsonl → docs.report.json)."""
+    """Where `zh-bert clean -o OUT` writes its report: OUT.report.json beside OUT.jsonl (docs.jsonl →
+    docs.report.json; an output not ending in .jsonl gets the suffix appended). The only place that
+    knows the name: clean writes it, shard and the pipeline read it through `read_report`."""
     out = Path(out)
     stem = out.name[: -len(".jsonl")] if out.name.endswith(".jsonl") else out.name
-    return out.with_name(stem + ".report.json")
+    return out.with_name(stem + REPORT_SUFFIX)
+
+
+def read_report(out: str | os.PathLike) -> dict | None:
+    """The report `zh-bert clean` wrote beside its output `out`; None when there is none (a corpus not
+    made by clean) or it is unreadable."""
+    path = report_path(out)
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
 
 
 @dataclass

@@ -10,10 +10,11 @@ markup; what it does not know about is removed here: file/category/interlanguage
 from __future__ import annotations
 
 import re
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Iterator
 
-from zh_bert.clean.readers import RawDoc, open_binary
+from zh_bert.clean.source import RawDoc, open_binary
 from zh_bert.errors import ZhBertError
 
 # Namespaces whose links are not text: English names and their zhwiki aliases.
@@ -69,8 +70,6 @@ def wikitext_to_text(wikitext: str) -> str:
 def read_mediawiki(path: Path) -> Iterator[RawDoc]:
     """Articles of a MediaWiki XML dump; a file that is not one (or is cut short) is a ZhBertError naming
     it, raised before or after the articles that could be read."""
-    import xml.etree.ElementTree as ET
-
     import mwxml
 
     with open_binary(path) as f:

@@ -19,19 +19,22 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import heapq
 import io
 import json
 import re
 import time
-import unicodedata
-from dataclasses import dataclass
+import typing
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Iterable, Literal, Optional
 
+from zh_bert.config import option
+from zh_bert.corpus_io import read_documents
 from zh_bert.errors import ZhBertError
-from zh_bert.fileio import read_vocab_txt
+from zh_bert.fileio import atomic_dir, read_vocab_txt
+from zh_bert.text import is_bert_cjk, is_bert_punct, sentence_end_offsets
 
-KINDS = ("char", "wordpiece", "sentencepiece", "word")
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 DEFAULT_SIZE = {"char": 21128, "wordpiece": 21128, "sentencepiece": 21128, "word": 40000}
 MODEL_MAX_LENGTH = 512
@@ -42,15 +45,28 @@ WORD_MAX_CHARS = 512  # longest run between punctuation that `word` still matche
 SPM_THREADS = 8
 
 
+Kind = Literal["char", "wordpiece", "sentencepiece", "word"]
+KINDS = typing.get_args(Kind)
+
+
 @dataclass
 class VocabOptions:
-    kind: str = "char"
-    size: Optional[int] = None  # None: DEFAULT_SIZE[kind]; with --base-vocab: base + every new character
-    min_frequency: int = 1  # characters (and pieces) seen fewer times are left out
-    unused: int = 99  # [unused1..N] slots between [PAD] and [UNK]; 99 gives Google's ids ([UNK]=100, [MASK]=103)
-    base_vocab: Optional[str] = None  # char/word: keep this vocab.txt's ids, append new entries
-    model_type: str = "unigram"  # sentencepiece: unigram | bpe
-    character_coverage: float = 0.9995  # sentencepiece: share of characters covered, the rest -> [UNK]
+    """What the vocabulary is made of; recorded in zh_bert_vocab.json."""
+    kind: Kind = option("char", help="char: one token per CJK character + WordPiece for Latin (bert-base-chinese "
+                        "style); wordpiece: tokenizers WordPiece trainer; sentencepiece: unigram/BPE; word: jieba "
+                        "words + all characters (WoBERT style)")
+    size: Optional[int] = option(None, help="vocabulary size including special tokens (default: "
+                                 + ", ".join(f"{k} {v}" for k, v in DEFAULT_SIZE.items())
+                                 + "; with --base-vocab: base + every new character). char/word stop early when "
+                                   "the corpus has nothing more to add")
+    min_frequency: int = option(1, help="drop characters/pieces seen fewer times (word kind: words need max(2, this))")
+    unused: int = option(99, help="number of [unusedN] slots after [PAD] (99: Google's ids [UNK]=100 [CLS]=101 "
+                         "[SEP]=102 [MASK]=103; 0 gives [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4)")
+    base_vocab: Optional[str] = option(None, metavar="vocab.txt", help="char/word: start from this vocab (e.g. "
+                                       "Google's) and append new entries; no id moves")
+    model_type: Literal["unigram", "bpe"] = option("unigram", help="sentencepiece model type")
+    character_coverage: float = option(0.9995, help="sentencepiece: share of character occurrences covered "
+                                       "(rarer ones -> [UNK])")
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -69,25 +85,25 @@ class VocabOptions:
             raise ZhBertError(f"--character-coverage must be in [0.9, 1], got {self.character_coverage}")
 
 
+@dataclass
+class VocabConfig:
+    """`zh-bert vocab CORPUS... -o TOKDIR [options]` as one value: `build_vocab(VocabConfig(...))`."""
+    corpus: list[str] = option(positional=True, metavar="CORPUS",
+                               help='docs.jsonl ({"text", "source"} per line) or .txt (one document per line)')
+    output: str = option(flags=("-o",), metavar="TOKDIR", help="output tokenizer dir (must not exist)")
+    options: VocabOptions = field(default_factory=VocabOptions)
+    max_docs: Optional[int] = option(None, help="use only the first N documents")
+    force: bool = option(False, help="replace TOKDIR if it exists")
+    quiet: bool = option(False, flags=("-q",), help="no summary line")
+
+    def __post_init__(self):
+        if self.max_docs is not None and self.max_docs < 1:
+            raise ZhBertError(f"--max-docs must be a positive integer, got '{self.max_docs}'")
+
+
 def special_layout(unused: int) -> list[str]:
     """[PAD], [unused1..N], [UNK], [CLS], [SEP], [MASK]: with N=99 exactly Google's ids 0..103."""
     return ["[PAD]"] + [f"[unused{i}]" for i in range(1, unused + 1)] + ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-
-
-def is_cjk(ch: str) -> bool:
-    """The code-point ranges that BERT's tokenizer splits into single characters (`_is_chinese_char`)."""
-    cp = ord(ch)
-    return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0x20000 <= cp <= 0x2A6DF
-            or 0x2A700 <= cp <= 0x2B73F or 0x2B740 <= cp <= 0x2B81F or 0x2B820 <= cp <= 0x2CEAF
-            or 0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F)
-
-
-def is_punct(ch: str) -> bool:
-    """BERT's `_is_punctuation`: ASCII symbols plus every Unicode P* character (split off by BertPreTokenizer)."""
-    cp = ord(ch)
-    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
-        return True
-    return unicodedata.category(ch).startswith("P")
 
 
 def bert_normalizer(split_cjk: bool):
@@ -163,7 +179,7 @@ def wordpiece_word_counts(docs: Iterable[str]) -> collections.Counter:
     chars: set[str] = set()
     for t in texts:
         chars.update(t)
-    single = [c for c in chars if is_cjk(c) or is_punct(c)]
+    single = [c for c in chars if is_bert_cjk(c) or is_bert_punct(c)]
     if single:
         cls = _char_class(single, python=True)
         word = re.compile(f"[{cls}]|[^\\s{cls}]+")
@@ -204,9 +220,14 @@ def train_wordpieces(docs: list[str], vocab_size: int, min_frequency: int, speci
     each other (a few dozen pieces at the cut-off). Only multi-character non-CJK words ever merge, so this
     runs in about a second in Python.
     """
-    import heapq
-
     wc = word_counts if word_counts is not None else wordpiece_word_counts(docs)
+    tokens, words, freqs = _wordpiece_alphabet(wc, specials, limit_alphabet)
+    return _merge_pairs(tokens, words, freqs, vocab_size, min_frequency)
+
+
+def _wordpiece_alphabet(wc: collections.Counter, specials: list[str], limit_alphabet: Optional[int]
+                        ) -> tuple[list[str], list[list[str]], list[int]]:
+    """(specials + characters + '##' continuations, every multi-token word spelled in them, word counts)."""
     alpha: collections.Counter = collections.Counter()
     for w, n in wc.items():
         for ch in w:
@@ -234,6 +255,13 @@ def train_wordpieces(docs: list[str], vocab_size: int, min_frequency: int, speci
         if t not in seen:
             seen.add(t)
             tokens.append(t)
+    return tokens, words, freqs
+
+
+def _merge_pairs(tokens: list[str], words: list[list[str]], freqs: list[int], vocab_size: int,
+                 min_frequency: int) -> list[str]:
+    """Greedy merges of the most frequent adjacent pair (ties by ids) until `vocab_size` tokens; `words`
+    are rewritten in place. A heap with lazy deletion: an entry whose count changed is re-pushed."""
     pairs: collections.Counter = collections.Counter()
     where: dict[tuple[str, str], set[int]] = collections.defaultdict(set)
     for i, toks in enumerate(words):
@@ -258,14 +286,7 @@ def train_wordpieces(docs: list[str], vocab_size: int, min_frequency: int, speci
             tokens.append(piece)
         touched = set()
         for i in where.pop((a, b)):
-            old, new, k = words[i], [], 0
-            while k < len(old):  # non-overlapping, left to right (as the trainer merges)
-                if k + 1 < len(old) and old[k] == a and old[k + 1] == b:
-                    new.append(piece)
-                    k += 2
-                else:
-                    new.append(old[k])
-                    k += 1
+            old, new = words[i], _merge_word(words[i], a, b, piece)
             if len(new) == len(old):
                 continue
             for p in zip(old, old[1:]):
@@ -286,6 +307,19 @@ def train_wordpieces(docs: list[str], vocab_size: int, min_frequency: int, speci
     return tokens
 
 
+def _merge_word(old: list[str], a: str, b: str, piece: str) -> list[str]:
+    """`old` with every (a, b) replaced by `piece`: non-overlapping, left to right (as the trainer merges)."""
+    new, k = [], 0
+    while k < len(old):
+        if k + 1 < len(old) and old[k] == a and old[k + 1] == b:
+            new.append(piece)
+            k += 2
+        else:
+            new.append(old[k])
+            k += 1
+    return new
+
+
 def _extend(tokens: list[str], new: Iterable[str], limit: int) -> list[str]:
     seen = set(tokens)
     out = list(tokens)
@@ -301,7 +335,7 @@ def _extend(tokens: list[str], new: Iterable[str], limit: int) -> list[str]:
 def continuation_counts(norm_docs: list[str], counts: collections.Counter) -> collections.Counter:
     """'##x' for every non-CJK character x seen inside a word (not first): WordPiece needs it to spell out
     any Latin/digit word it has no piece for; without it the whole word becomes [UNK]."""
-    word_chars = [c for c in counts if not (is_cjk(c) or is_punct(c))]
+    word_chars = [c for c in counts if not (is_bert_cjk(c) or is_bert_punct(c))]
     out: collections.Counter = collections.Counter()
     if word_chars:
         run = re.compile(f"[{_char_class(word_chars, python=True)}]{{2,}}")
@@ -375,7 +409,7 @@ def jieba_words(norm_docs: list[str]) -> collections.Counter:
     counts: collections.Counter = collections.Counter()
     for d in norm_docs:
         counts.update(w for w in cut(d) if len(w) > 1)
-    bad = [w for w in counts if any(c.isspace() or is_punct(c) for c in w)]
+    bad = [w for w in counts if any(c.isspace() or is_bert_punct(c) for c in w)]
     for w in bad:
         del counts[w]
     return counts
@@ -483,7 +517,11 @@ def spm_normalizer():
     return normalizers.Sequence([normalizers.NFKC(), bert_normalizer(split_cjk=False)])
 
 
-_SENT_END = re.compile(r"(?<=[。！？；!?;\n])")
+def _sentences_with_spaces(text: str) -> list[str]:
+    """`text` cut after each sentence end, whitespace kept: spm trains on pieces exactly as the tokenizer
+    will see them (a space after '。' is a '▁' it has to learn)."""
+    cuts = [0, *sentence_end_offsets(text), len(text)]
+    return [text[a:b] for a, b in zip(cuts, cuts[1:]) if text[a:b].strip()]
 
 
 def train_sentencepiece(docs: list[str], o: VocabOptions) -> tuple[bytes, dict]:
@@ -491,7 +529,7 @@ def train_sentencepiece(docs: list[str], o: VocabOptions) -> tuple[bytes, dict]:
 
     size = o.size or DEFAULT_SIZE["sentencepiece"]
     norm = spm_normalizer()
-    sentences = [s for d in docs for s in _SENT_END.split(norm.normalize_str(d)) if s.strip()]
+    sentences = [s for d in docs for s in _sentences_with_spaces(norm.normalize_str(d))]
     unused = [f"[unused{i}]" for i in range(1, o.unused + 1)]
     model = io.BytesIO()
     try:
@@ -627,33 +665,29 @@ def verify_tokdir(tokdir: Path, tk, tokens: list[str], sample: list[str]) -> Non
         raise RuntimeError(f"{tokdir}: tokenizer does not load back as built: {'; '.join(problems)}")
 
 
-def build_vocab(corpus: list[str], out: str | Path, o: VocabOptions, force: bool = False,
-                max_docs: Optional[int] = None) -> dict:
-    """Build a TOKDIR at `out` (atomically: nothing appears unless every file was written and verified)."""
-    from zh_bert.fileio import atomic_dir
-    from zh_bert.vocab.corpus import read_docs
-
-    out = Path(out)
-    if out.exists() and not force:
+def build_vocab(config: VocabConfig) -> Path:
+    """Build the TOKDIR `config.output` (atomically: nothing appears unless every file was written and
+    verified); returns its path. Its zh_bert_vocab.json says what was built."""
+    out, o = Path(config.output), config.options
+    if out.exists() and not config.force:
         raise ZhBertError(f"{out}: output directory exists; pass --force to replace it")
     if out.exists() and not out.is_dir():
         raise ZhBertError(f"{out}: exists and is not a directory")
     t0 = time.perf_counter()
-    docs = read_docs(corpus, max_docs)
+    docs = read_documents(config.corpus, config.max_docs)
     tk, tokens, extra, stats = build_tokenizer(docs, o)
-    seconds = round(time.perf_counter() - t0, 3)
     meta = {
         "kind": o.kind, "vocab_size": len(tokens),
         "special_ids": {s: tokens.index(s) for s in SPECIALS},
-        "corpus": [str(p) for p in corpus], "corpus_docs": len(docs), "corpus_chars": sum(map(len, docs)),
-        "options": dataclasses.asdict(o), "build_seconds": seconds,
+        "corpus": [str(p) for p in config.corpus], "corpus_docs": len(docs), "corpus_chars": sum(map(len, docs)),
+        "options": dataclasses.asdict(o), "build_seconds": round(time.perf_counter() - t0, 3),
         "tokenizer_class": tokenizer_config(o.kind)["tokenizer_class"],
         "encoding": ENCODING_NOTE[o.kind], **{k: v for k, v in stats.items() if v is not None},
     }
-    with atomic_dir(out, overwrite=force) as tmp:
+    with atomic_dir(out, overwrite=config.force) as tmp:
         write_tokdir(tmp, tk, tokens, o.kind, extra, meta)
         verify_tokdir(tmp, tk, tokens, docs[:20])
-    return meta
+    return out
 
 
 ENCODING_NOTE = {

@@ -7,7 +7,33 @@ import collections
 import json
 from pathlib import Path
 
+from dataclasses import dataclass
+from typing import Optional
+
+from zh_bert.config import option
+from zh_bert.corpus_io import read_documents
 from zh_bert.errors import ZhBertError
+from zh_bert.tokenizer_files import load_tokenizer
+
+
+@dataclass
+class ReportConfig:
+    """`zh-bert vocab report TOKDIR TEXT... [--compare TOKDIR2]` as one value."""
+    tokdir: str = option(positional=True, metavar="TOKDIR",
+                         help="tokenizer dir (zh-bert vocab output, or a model dir)")
+    text: list[str] = option(positional=True, metavar="TEXT", help=".txt (one document per line) or .jsonl files")
+    compare: list[str] = option(default_factory=list, action="append", metavar="TOKDIR2",
+                                help="another tokenizer dir, printed side by side (repeat to compare more)")
+    max_docs: Optional[int] = option(None, help="use only the first N documents")
+    top_unk: int = option(10, help="how many UNK characters to list")
+    json_path: Optional[str] = option(None, flags=("--json",), metavar="PATH",
+                                      help="also write the report(s) as JSON")
+
+    def __post_init__(self):
+        if self.max_docs is not None and self.max_docs < 1:
+            raise ZhBertError(f"--max-docs must be a positive integer, got '{self.max_docs}'")
+        if self.top_unk < 0:
+            raise ZhBertError(f"--top-unk must be >= 0, got {self.top_unk}")
 
 
 def _encode_batch(tok, texts: list[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
@@ -22,8 +48,6 @@ def _encode_batch(tok, texts: list[str]) -> list[tuple[list[int], list[tuple[int
 
 def vocab_report(tokdir: str | Path, texts: list[str], top_unk: int = 10) -> dict:
     """Statistics of `texts` encoded with the tokenizer in `tokdir` (characters exclude whitespace)."""
-    from zh_bert.tokenizer_files import load_tokenizer
-
     tokdir = Path(tokdir)
     tok = load_tokenizer(tokdir)
     meta_path = tokdir / "zh_bert_vocab.json"
@@ -79,16 +103,7 @@ def format_reports(reports: list[dict]) -> str:
     return "\n".join([head] + ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells])
 
 
-def report_main(args) -> int:
-    from zh_bert.fileio import write_json
-    from zh_bert.vocab.corpus import read_docs
-
-    if args.top_unk < 0:
-        raise ZhBertError(f"--top-unk must be >= 0, got {args.top_unk}")
-    texts = read_docs(args.text, args.max_docs)
-    tokdirs = [args.tokdir] + list(args.compare)
-    reports = [vocab_report(d, texts, args.top_unk) for d in tokdirs]
-    print(format_reports(reports))
-    if args.json:
-        write_json(args.json, reports if args.compare else reports[0])
-    return 0
+def vocab_reports(cfg: ReportConfig) -> list[dict]:
+    """One report per tokenizer dir (`cfg.tokdir`, then every `cfg.compare`), all on the same documents."""
+    texts = read_documents(cfg.text, cfg.max_docs)
+    return [vocab_report(d, texts, cfg.top_unk) for d in [cfg.tokdir, *cfg.compare]]

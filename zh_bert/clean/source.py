@@ -1,0 +1,54 @@
+"""What every input reader shares: the document record, the tally of unusable lines, and opening
+(possibly compressed) files. A module of its own so that the format readers (readers.py, wikitext.py)
+depend on it and not on each other."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+MAX_RECORDED = 100  # file:line entries kept per problem kind in the report (counts are always exact)
+COMPRESSED = (".gz", ".bz2")
+
+
+@dataclass
+class RawDoc:
+    text: str
+    source: str
+    markup: str = ""  # "wikitext": converted to plain text in the worker process (it is the slow part)
+
+
+@dataclass
+class Problems:
+    """Lines the readers could not use, by kind ('undecodable', 'bad_json'), with file:line."""
+    counts: dict = field(default_factory=dict)
+    where: dict = field(default_factory=dict)
+    encodings: dict = field(default_factory=dict)  # path -> encoding used (detected or given)
+
+    def add(self, kind: str, path, line: int, detail: str = "") -> None:
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        entries = self.where.setdefault(kind, [])
+        if len(entries) < MAX_RECORDED:
+            entries.append(f"{path}:{line}" + (f": {detail}" if detail else ""))
+
+
+def inner_name(path: Path) -> str:
+    """The lower-cased file name without a .gz/.bz2 ending (`wiki.xml.bz2` -> `wiki.xml`)."""
+    name = path.name.lower()
+    for ext in COMPRESSED:
+        if name.endswith(ext):
+            return name[: -len(ext)]
+    return name
+
+
+def open_binary(path: Path) -> IO[bytes]:
+    """`path` opened for reading bytes, decompressed on the fly when it ends in .gz or .bz2."""
+    name = path.name.lower()
+    if name.endswith(".gz"):
+        return gzip.open(path, "rb")
+    if name.endswith(".bz2"):
+        return bz2.open(path, "rb")
+    return open(path, "rb")
