@@ -20,7 +20,7 @@ from typing import Any, Mapping, TypeVar
 
 import yaml
 
-from zh_bert.errors import ZhBertError, unknown_key_error
+from zh_bert.errors import ZhBertError, suggest, unknown_key_error
 
 T = TypeVar("T")
 
@@ -177,6 +177,20 @@ def option(default: Any = dataclasses.MISSING, *, help: str = "", flags: tuple[s
     return dataclasses.field(default=default, metadata=meta)
 
 
+class Choice:
+    """argparse `type` for a Literal field: like `choices`, but the error names the nearest valid value."""
+
+    def __init__(self, values: tuple):
+        self.values = values
+
+    def __call__(self, text: str) -> Any:
+        for v in self.values:
+            if str(v) == text:
+                return v
+        raise argparse.ArgumentTypeError(f"invalid choice {text!r}{suggest(text, map(str, self.values))}; "
+                                         f"choose from {', '.join(map(str, self.values))}")
+
+
 def _unwrap_optional(tp: Any) -> Any:
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
@@ -206,13 +220,13 @@ def add_options(parser: argparse.ArgumentParser, cls: type) -> argparse.Argument
         if tp is bool:
             kw["action"] = argparse.BooleanOptionalAction if default else "store_true"
         elif origin is typing.Literal:
-            kw["choices"] = typing.get_args(tp)
-            kw["type"] = type(typing.get_args(tp)[0])
+            kw["type"] = Choice(typing.get_args(tp))
+            kw.setdefault("metavar", "{" + ",".join(map(str, typing.get_args(tp))) + "}")
         elif origin in (list, tuple):
             inner = _unwrap_optional((typing.get_args(tp) or (str,))[0])
             kw["type"] = inner if inner in (int, float) else str
             if typing.get_origin(inner) is typing.Literal:
-                kw["choices"], kw["type"] = typing.get_args(inner), type(typing.get_args(inner)[0])
+                kw["type"] = Choice(typing.get_args(inner))
             kw["nargs"] = "+" if md["positional"] and not has_default else ("*" if md["positional"] else "+")
         elif tp in (int, float, str):
             kw["type"] = tp

@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _build_parser("zh-bert inspect", __doc__.split("\n")[0], InspectConfig, MaskingConfig)
     for action in p._actions:
         if action.dest == "strategy":
-            action.choices, action.metavar = None, "STRATEGY"
+            action.type, action.metavar = str, "STRATEGY"
             action.help = f"{'|'.join(STRATEGIES)}|none (default: {action.default})"
     return p
 
