@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from zh_bert import eval_results
 
 WIDGET_TEXT = "北京是中国的{mask}都。"
@@ -112,8 +114,6 @@ def _datasets(run: dict, run_dir: Path | None) -> list[str]:
     """Corpus names for the card's `datasets`: run.json's, else the recipe's `data` inputs, else shard sources."""
     found = _find(run, "datasets")
     if not found and run_dir and (run_dir / "recipe.yaml").is_file():
-        import yaml
-
         try:
             recipe = yaml.safe_load((run_dir / "recipe.yaml").read_text(encoding="utf-8")) or {}
         except (yaml.YAMLError, OSError):

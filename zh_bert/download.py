@@ -9,8 +9,13 @@ safetensors with `torch.load(weights_only=True)`, which refuses anything that is
 from __future__ import annotations
 
 import fnmatch
+import json
 import os
+import pickle
 import shutil
+import tempfile
+import urllib.error
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -33,10 +38,20 @@ def _matches(name: str, patterns) -> bool:
     return any(fnmatch.fnmatch(name, p) for p in patterns)
 
 
+def _has_safetensors(names) -> bool:
+    return any(_matches(n, SAFETENSORS[:1]) for n in names)
+
+
+def weight_patterns(listing: list[str] | None) -> tuple[str, ...]:
+    """The weight files to fetch: safetensors where the repo has them, else the pickle (converted on
+    arrival); both when the listing is unknown (offline, answered from the cache)."""
+    if listing is None:
+        return SAFETENSORS + PICKLE
+    return SAFETENSORS if _has_safetensors(listing) else PICKLE
+
+
 def convert_pickle(src: Path, dst: Path) -> None:
     """pytorch_model.bin -> model.safetensors, loading with weights_only (no arbitrary code runs)."""
-    import pickle
-
     import torch
     from safetensors.torch import save_file
 
@@ -73,7 +88,7 @@ def assemble(snapshot: Path, out: Path, overwrite: bool = False) -> Path:
     files = {p.name: p for p in snapshot.iterdir() if p.is_file()}
     if "config.json" not in files:
         raise ZhBertError(f"{snapshot}: no config.json: not a transformers model repo")
-    has_st = any(_matches(n, SAFETENSORS[:1]) for n in files)
+    has_st = _has_safetensors(files)
     if not has_st and "pytorch_model.bin" not in files:
         raise ZhBertError(f"{snapshot}: no model weights (model.safetensors or pytorch_model.bin)")
     try:
@@ -103,29 +118,19 @@ def download_hf(repo_id: str, out: Path, *, revision: str | None = None, endpoin
             if not is_transient(e) and not isinstance(e, ConnectionError):
                 raise
             listing = None
-        if listing is not None and not any(_matches(f, SAFETENSORS[:1]) for f in listing) \
-                and "pytorch_model.bin" not in listing:
+        if listing is not None and not _has_safetensors(listing) and "pytorch_model.bin" not in listing:
             raise ZhBertError(f"{repo_id}: the repo has no PyTorch weights (model.safetensors or "
                               f"pytorch_model.bin); files: {', '.join(sorted(listing)[:12])}")
-        if listing is None:
-            weights = SAFETENSORS + PICKLE
-        elif any(_matches(f, SAFETENSORS[:1]) for f in listing):
-            weights = SAFETENSORS
-        else:
-            weights = PICKLE
         snap = snapshot_download(repo_id, revision=revision, endpoint=endpoint, cache_dir=cache_dir,
-                                 allow_patterns=list(NEEDED + weights), local_files_only=listing is None)
+                                 allow_patterns=list(NEEDED + weight_patterns(listing)),
+                                 local_files_only=listing is None)
     return assemble(Path(snap), out, overwrite=overwrite)
 
 
 def download_modelscope(model_id: str, out: Path, *, revision: str | None = None, endpoint: str | None = None,
                         overwrite: bool = False) -> Path:
     """ModelScope through its public HTTP API, with the standard library only (no `modelscope` package)."""
-    import json
-    import tempfile
-    import urllib.error
-    import urllib.parse
-    import urllib.request
+    import urllib.request  # 35 ms of http/ssl imports, for ModelScope only
 
     ep = (endpoint or os.environ.get("MODELSCOPE_DOMAIN") or "https://www.modelscope.cn").rstrip("/")
     if not ep.startswith("http"):
@@ -142,8 +147,8 @@ def download_modelscope(model_id: str, out: Path, *, revision: str | None = None
         names = [f["Path"] for f in data.get("Files", []) if f.get("Type", "blob") == "blob"]
         if not names:
             raise ZhBertError(f"{model_id}: ModelScope ({ep}) lists no files for revision {rev}")
-        has_st = any(_matches(n, SAFETENSORS[:1]) for n in names)
-        wanted = [n for n in names if n in NEEDED or _matches(n, SAFETENSORS if has_st else PICKLE)]
+        weights = weight_patterns(names)
+        wanted = [n for n in names if n in NEEDED or _matches(n, weights)]
         with tempfile.TemporaryDirectory(prefix="zh-bert-ms-") as tmp:
             for name in wanted:
                 with get(base, Revision=rev, FilePath=name) as r, open(Path(tmp) / name, "wb") as f:

@@ -29,7 +29,7 @@ _KNOWN_ERRORS = (
     ("RevisionNotFoundError", "revision not found on {where}"),
     ("OfflineModeIsEnabled", "HF_HUB_OFFLINE=1 is set and the files are not in the local cache; unset it "
                              "or download once while online"),
-    ("LocalEntryNotFoundError", "cannot reach {where} and the files are not in the local cache (" + _MIRROR_HINT + ")"),
+    ("LocalEntryNotFoundError", "cannot reach {where} and the files are not in the local cache ({hint})"),
 )
 _HTTP_STATUS = {
     401: "{where} rejected the token (HTTP 401): set a valid HF_TOKEN or run `hf auth login`",
@@ -69,12 +69,13 @@ def describe(e: BaseException, where: str) -> str | None:
 
     for name, message in _KNOWN_ERRORS:
         if isinstance(e, getattr(E, name)):
-            return message.format(where=where)
+            return message.format(where=where, hint=_MIRROR_HINT)
     if isinstance(e, E.HfHubHTTPError):
         code = status(e)
         if code in _HTTP_STATUS:
             return _HTTP_STATUS[code].format(where=where)
-        return f"{where} answered HTTP {code}: {str(e).strip().split(chr(10))[0]}"
+        first_line = str(e).strip().split("\n")[0]
+        return f"{where} answered HTTP {code}: {first_line}"
     if isinstance(e, transport_errors()):
         return f"cannot reach {where} ({type(e).__name__}): {_MIRROR_HINT}"
     return None
