@@ -146,9 +146,13 @@ def test_secret_in_allowed_file_is_refused(run_dir, tmp_path, hub, online, monke
     shutil.copytree(run_dir, run)
     (run / "recipe.yaml").write_text(f"hub_token: {TOKEN}\n")
     monkeypatch.setenv("HF_TOKEN", TOKEN)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(scratch))
     rc, out, err = publish(capsys, run, "--repo-id", "alice/leaky", "--endpoint", hub.url)
     assert rc == 2 and "recipe.yaml: contains your Hugging Face token" in err
     assert TOKEN not in out + err and "alice/leaky" not in hub.repos
+    assert not list(scratch.iterdir())  # the staged copy holding the token is gone too
 
 
 def test_private_repo(run_dir, hub, online, monkeypatch, capsys, tmp_path):

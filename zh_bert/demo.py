@@ -340,7 +340,7 @@ def default_models(models: list[str]) -> list[str]:
 @dataclass
 class DemoConfig:
     models: list[str] = option(default_factory=list, positional=True, metavar="MODEL",
-                               help=f"model folders, run dirs, or catalog aliases (default: {DEFAULT_RUN})")
+                               help=f"model folders, run dirs, catalog aliases or ORG/NAME repo ids (default: {DEFAULT_RUN})")
     host: str = option("127.0.0.1", help="interface to bind (127.0.0.1: this machine only)")
     port: int = option(7860, help="port to serve on")
     share: bool = option(False, help="also open a public gradio.live link")

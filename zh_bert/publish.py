@@ -170,7 +170,11 @@ def _stage_for(cfg: PublishConfig, src: Checkpoint, token: str | None) -> tuple[
             raise ZhBertError(f"{cfg.output}: already exists; choose a new -o folder") from None
         return Path(cfg.output), names
     where = Path(tempfile.mkdtemp(prefix="zh-bert-publish-")) / cfg.repo_id.split("/")[-1]
-    return where, stage(src, where, cfg.repo_id, cfg.license, token=token)
+    try:
+        return where, stage(src, where, cfg.repo_id, cfg.license, token=token)
+    except BaseException:  # e.g. a file holding the token: leave no copy of it behind
+        shutil.rmtree(where.parent, ignore_errors=True)
+        raise
 
 
 def publish(cfg: PublishConfig) -> str | None:
