@@ -80,7 +80,7 @@ def make_run_dir(root: Path, model_dir: Path) -> Path:
     return run
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def run_dir(tmp_path_factory, tiny_model_dir) -> Path:
     return make_run_dir(tmp_path_factory.mktemp("publish"), tiny_model_dir)
 
