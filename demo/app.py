@@ -1,7 +1,7 @@
 """zh-bert cloze demo: the same app as `zh-bert demo`, runnable as a Hugging Face Space or `python demo/app.py`.
 
-Models: command-line arguments, else $ZH_BERT_MODELS (comma-separated folders or catalog aliases such as
-`uer-tiny`, `bert-base-chinese`), else the README's tiny run (runs/tiny-cpu/final), else `uer-tiny` from the
+Models: command-line arguments, else $ZH_BERT_MODELS (comma-separated model folders, run dirs or catalog aliases
+such as `uer-tiny`, `bert-base-chinese`), else the README's tiny run (runs/tiny-cpu/final), else `uer-tiny` from the
 Hub. On a Space, put the `zh_bert/` package folder next to this file (see demo/README.md).
 """
 
@@ -13,10 +13,11 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]  # zh_bert/ beside app.py (Space) or in the checkout above it
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
-from zh_bert.demo import DEFAULT_RUN, build_app, serve  # noqa: E402
+from zh_bert.demo import DEFAULT_RUN, build_app, default_models, serve  # noqa: E402
+from zh_bert.rundir import is_model_dir  # noqa: E402
 
-models = sys.argv[1:] or [m for m in os.environ.get("ZH_BERT_MODELS", "").split(",") if m] or (
-    [str(DEFAULT_RUN)] if (DEFAULT_RUN / "config.json").is_file() else ["uer-tiny"])
+requested = sys.argv[1:] or [m for m in os.environ.get("ZH_BERT_MODELS", "").split(",") if m]
+models = default_models(requested) if requested or is_model_dir(DEFAULT_RUN) else ["uer-tiny"]
 demo = build_app(models)
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ def tiny_png(w: int = 4, h: int = 3) -> bytes:
 
 
 def make_run_dir(root: Path, model_dir: Path) -> Path:
-    """A run dir as `zh-bert pretrain` writes it (contract 4), plus things that must never be uploaded."""
+    """A run dir as `zh-bert pretrain` writes it, plus things that must never be uploaded."""
     run = root / "run"
     final = run / "final"
     shutil.copytree(model_dir, final)
@@ -80,7 +80,7 @@ def make_run_dir(root: Path, model_dir: Path) -> Path:
     return run
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def run_dir(tmp_path_factory, tiny_model_dir) -> Path:
     return make_run_dir(tmp_path_factory.mktemp("publish"), tiny_model_dir)
 

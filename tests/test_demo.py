@@ -171,3 +171,21 @@ def test_space_app_builds(nudged_tiny, monkeypatch):
     monkeypatch.setenv("ZH_BERT_MODELS", str(nudged_tiny))
     ns = runpy.run_path(str(Path(__file__).parent.parent / "demo" / "app.py"), run_name="space_app")
     assert ns["models"] == [str(nudged_tiny)] and ns["demo"].zh_pool.choices[0] == str(nudged_tiny)
+
+
+def test_model_arguments(nudged_tiny, tmp_path):
+    """A run dir serves its final/; an ORG/NAME that is not a local folder stays a repo id (as the model card's
+    `zh-bert demo ORG/NAME` says); a missing local path is refused by name."""
+    import shutil
+
+    from zh_bert.demo import DemoConfig, model_arg
+    from zh_bert.errors import ZhBertError
+
+    run = tmp_path / "run"
+    shutil.copytree(nudged_tiny, run / "final")
+    assert model_arg(str(run)) == str(run / "final")
+    assert model_arg("zh-org/tiny-zh") == "zh-org/tiny-zh" and model_arg("uer-tiny") == "uer-tiny"
+    with pytest.raises(ZhBertError, match="no such checkpoint"):
+        model_arg(str(tmp_path / "missing"))
+    with pytest.raises(ZhBertError, match="--port: must be between 0 and 65535, got 70000"):
+        DemoConfig(port=70000)

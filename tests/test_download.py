@@ -203,3 +203,31 @@ def test_catalog():
 def test_models_cli_fast_and_offline():
     r = subprocess.run([sys.executable, "-m", "zh_bert", "models"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "hfl/chinese-macbert-base" in r.stdout and "uer/chinese_roberta_L-2_H-128" in r.stdout
+
+
+def test_download_config_validates_like_the_cli():
+    from zh_bert.download import DownloadConfig
+    from zh_bert.errors import ZhBertError
+
+    with pytest.raises(ZhBertError, match="--source: must be 'hf' or 'modelscope', got 's3'"):
+        DownloadConfig(name="uer-tiny", source="s3")
+    assert DownloadConfig(name="uer-tiny").source == "hf"
+
+
+def test_hub_error_messages():
+    """Each Hub failure reads as one line that says what to do; anything else is not swallowed."""
+    from huggingface_hub import errors as E
+
+    from zh_bert.errors import ZhBertError
+    from zh_bert.hub import hub_errors
+
+    for exc, needle in [(E.OfflineModeIsEnabled("offline"), "HF_HUB_OFFLINE=1 is set"),
+                        (ConnectionRefusedError("refused"), "cannot reach mirror.example"),
+                        (TimeoutError(), "try --endpoint or HF_ENDPOINT")]:
+        with pytest.raises(ZhBertError, match=needle) as info:
+            with hub_errors("mirror.example", "org/name"):
+                raise exc
+        assert str(info.value).startswith("org/name: ") and "\n" not in str(info.value)
+    with pytest.raises(KeyError):
+        with hub_errors("mirror.example"):
+            raise KeyError("a bug keeps its traceback")

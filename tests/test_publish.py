@@ -146,9 +146,13 @@ def test_secret_in_allowed_file_is_refused(run_dir, tmp_path, hub, online, monke
     shutil.copytree(run_dir, run)
     (run / "recipe.yaml").write_text(f"hub_token: {TOKEN}\n")
     monkeypatch.setenv("HF_TOKEN", TOKEN)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(scratch))
     rc, out, err = publish(capsys, run, "--repo-id", "alice/leaky", "--endpoint", hub.url)
     assert rc == 2 and "recipe.yaml: contains your Hugging Face token" in err
     assert TOKEN not in out + err and "alice/leaky" not in hub.repos
+    assert not list(scratch.iterdir())  # the staged copy holding the token is gone too
 
 
 def test_private_repo(run_dir, hub, online, monkeypatch, capsys, tmp_path):
@@ -161,3 +165,35 @@ def test_private_repo(run_dir, hub, online, monkeypatch, capsys, tmp_path):
     rc = main(["download", "alice/secret-model", "-o", str(tmp_path / "x"), "--endpoint", hub.url,
                "--cache-dir", str(tmp_path / "c")])
     assert rc == 2 and "repository not found" in capsys.readouterr().err
+
+
+def test_python_api_validates_like_the_cli(run_dir):
+    from zh_bert.errors import ZhBertError
+    from zh_bert.publish import PublishConfig
+
+    with pytest.raises(ZhBertError, match="--repo-id 'no-namespace': expected ORG/NAME"):
+        PublishConfig(source=str(run_dir), repo_id="no-namespace")
+    with pytest.raises(ZhBertError, match="-o/--output is for --dry-run"):
+        PublishConfig(source=str(run_dir), repo_id="a/b", output="staged")
+    assert PublishConfig(source=str(run_dir), repo_id="a/b").license == "apache-2.0"
+
+
+def test_run_dir_resolution(run_dir, tiny_model_dir, tmp_path):
+    """A run dir means its final/; a checkpoint inside a run knows its run; a bare folder has none."""
+    from zh_bert.errors import ZhBertError
+    from zh_bert.rundir import find_run_dir, locate, model_dir
+
+    assert locate(run_dir).model_dir == run_dir / "final" and locate(run_dir).run_dir == run_dir.resolve()
+    step = run_dir / "checkpoints" / "step-0000010"
+    assert locate(step).model_dir == step and locate(step).run_dir == run_dir.resolve()
+    assert find_run_dir(run_dir / "final") == run_dir.resolve()
+    assert locate(tiny_model_dir).run_dir is None
+    with pytest.raises(ZhBertError, match="no such checkpoint"):
+        model_dir(tmp_path / "nope")
+    unfinished = tmp_path / "unfinished"
+    (unfinished / "checkpoints" / "step-0000001").mkdir(parents=True)
+    (unfinished / "recipe.yaml").write_text("seed: 0\n")
+    with pytest.raises(ZhBertError, match="run dir has no final/ model yet; use one of .*checkpoints/step-"):
+        model_dir(unfinished)
+    with pytest.raises(ZhBertError, match="not a checkpoint"):
+        model_dir(tmp_path)

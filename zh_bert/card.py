@@ -7,9 +7,15 @@ anywhere in it (`_find`) and a missing value is left out of the card rather than
 from __future__ import annotations
 
 import json
+import math
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import yaml
+
+from zh_bert import eval_results
 
 WIDGET_TEXT = "北京是中国的{mask}都。"
 
@@ -43,22 +49,15 @@ def count_parameters(model_dir: Path) -> int | None:
             header = json.loads(fh.read(n))
         for k, v in header.items():
             if k != "__metadata__":
-                size = 1
-                for s in v["shape"]:
-                    size *= s
-                total += size
+                total += math.prod(v["shape"])
                 found = True
     return total if found else None
 
 
 def latest_eval_results(entries: list) -> list[dict]:
-    """Newest entry per (task, dataset, metric) wins (entries are appended in time order)."""
-    latest: dict[tuple, dict] = {}
-    for e in entries if isinstance(entries, list) else []:
-        if isinstance(e, dict) and all(k in e for k in ("task_type", "dataset_type", "metric_type", "metric_value")):
-            latest[(e["task_type"], e.get("dataset_type"), e.get("dataset_name"), e["metric_type"],
-                    e.get("metric_name"))] = e
-    return list(latest.values())
+    """The entries the card can show (the keys `EvalResult` requires), newest per identity."""
+    required = ("task_type", "dataset_type", "metric_type", "metric_value")
+    return eval_results.latest([e for e in entries if isinstance(e, dict) and all(k in e for k in required)])
 
 
 def _fmt_int(n) -> str:
@@ -115,8 +114,6 @@ def _datasets(run: dict, run_dir: Path | None) -> list[str]:
     """Corpus names for the card's `datasets`: run.json's, else the recipe's `data` inputs, else shard sources."""
     found = _find(run, "datasets")
     if not found and run_dir and (run_dir / "recipe.yaml").is_file():
-        import yaml
-
         try:
             recipe = yaml.safe_load((run_dir / "recipe.yaml").read_text(encoding="utf-8")) or {}
         except (yaml.YAMLError, OSError):
@@ -163,49 +160,63 @@ def _corpus_lines(data: dict) -> list[str]:
     return lines or [f"{k}: {v}" for k, v in _scalars(data)[:16]]
 
 
-def build_card(model_dir: Path, run_dir: Path | None, repo_id: str, license: str = "apache-2.0",
-               files: list[str] | None = None) -> str:
-    """The full README.md text: YAML metadata block + Markdown body."""
-    from huggingface_hub import EvalResult, ModelCard, ModelCardData
+@dataclass
+class _Facts:
+    """What the card states about the model, gathered once from the model folder and the run dir."""
+    run: dict
+    config: dict
+    mask: str
+    params: int | None
+    vocab_kind: str
+    vocab_size: Any
+    datasets: list[str]
+    evals: list[dict]
 
-    run = read_json(run_dir / "run.json", {}) if run_dir else {}
-    run = run if isinstance(run, dict) else {}
-    config = read_json(model_dir / "config.json", {}) or {}
-    tok_cfg = read_json(model_dir / "tokenizer_config.json", {}) or {}
-    vocab_meta = read_json(model_dir / "zh_bert_vocab.json", {}) or {}
-    mask = tok_cfg.get("mask_token") if isinstance(tok_cfg.get("mask_token"), str) else "[MASK]"
-    name = repo_id.split("/")[-1]
+    @classmethod
+    def gather(cls, model_dir: Path, run_dir: Path | None) -> "_Facts":
+        run = read_json(run_dir / "run.json", {}) if run_dir else {}
+        run = run if isinstance(run, dict) else {}
+        config = read_json(model_dir / "config.json", {}) or {}
+        tok_cfg = read_json(model_dir / "tokenizer_config.json", {}) or {}
+        vocab_meta = read_json(model_dir / "zh_bert_vocab.json", {}) or {}
+        params = _find(run, "parameters", "n_params", "num_parameters", "param_count", "params")
+        vocab_kind = vocab_meta.get("kind") or _find(run, "vocab_kind") or (
+            _find(run.get("vocab", {}), "kind") if isinstance(run.get("vocab"), dict) else None) or "unknown"
+        return cls(run=run, config=config,
+                   mask=tok_cfg.get("mask_token") if isinstance(tok_cfg.get("mask_token"), str) else "[MASK]",
+                   params=params if isinstance(params, int) else count_parameters(model_dir),
+                   vocab_kind=vocab_kind, vocab_size=config.get("vocab_size") or vocab_meta.get("vocab_size"),
+                   datasets=_datasets(run, run_dir),
+                   evals=latest_eval_results(eval_results.load(run_dir) if run_dir else []))
 
-    params = _find(run, "parameters", "n_params", "num_parameters", "param_count", "params")
-    params = params if isinstance(params, int) else count_parameters(model_dir)
-    vocab_kind = vocab_meta.get("kind") or _find(run, "vocab_kind") or (
-        _find(run.get("vocab", {}), "kind") if isinstance(run.get("vocab"), dict) else None) or "unknown"
-    vocab_size = config.get("vocab_size") or vocab_meta.get("vocab_size")
-    preset = _find(run, "preset", "model_preset")
-    objective = _find(run, "objective") or ("MLM + " + config["pairs"] if config.get("pairs") else None)
-    masking = _find(run, "masking")
-    masking_s = (", ".join(f"{k}={v}" for k, v in masking.items()) if isinstance(masking, dict) else masking)
-    steps = _find(run, "steps", "global_step", "step", "max_steps")
-    tokens = _find(run, "tokens_seen", "tokens")
-    wall = _find(run, "wall_clock_s", "wall_clock", "train_time_s")
-    hardware_s = _hardware(_find(run, "hardware"))
-    val_loss = _find(run, "mlm_loss", "val_mlm_loss", "valid_mlm_loss")
-    val_acc = _find(run, "mlm_acc", "val_mlm_acc", "valid_mlm_acc")
-    data = _find(run, "data", "data_summary", "corpus")
+    @property
+    def widget_text(self) -> str:
+        return WIDGET_TEXT.format(mask=self.mask)
 
-    datasets = _datasets(run, run_dir)
-    evals = latest_eval_results(read_json(run_dir / "eval_results.json", []) if run_dir else [])
+
+def _metadata(facts: _Facts, name: str, license: str):
+    """The YAML block the Hub reads: language, licence, tags, datasets, the widget and the model-index."""
+    from huggingface_hub import EvalResult, ModelCardData
+
     eval_results = [EvalResult(task_type=e["task_type"], task_name=e.get("task_name"),
                                dataset_type=e["dataset_type"], dataset_name=e.get("dataset_name") or e["dataset_type"],
                                metric_type=e["metric_type"], metric_name=e.get("metric_name"),
-                               metric_value=e["metric_value"]) for e in evals]
-    card_data = ModelCardData(
+                               metric_value=e["metric_value"]) for e in facts.evals]
+    kind_tag = [f"vocab-{facts.vocab_kind}"] if facts.vocab_kind != "unknown" else []
+    return ModelCardData(
         language="zh", license=license, library_name="transformers", pipeline_tag="fill-mask",
-        tags=["zh-bert", "bert", "fill-mask", "chinese"] + ([f"vocab-{vocab_kind}"] if vocab_kind != "unknown" else []),
-        datasets=datasets or None, model_name=name, eval_results=eval_results or None,
-        widget=[{"text": WIDGET_TEXT.format(mask=mask)}, {"text": f"今天天气很{mask}。"}],
+        tags=["zh-bert", "bert", "fill-mask", "chinese"] + kind_tag,
+        datasets=facts.datasets or None, model_name=name, eval_results=eval_results or None,
+        widget=[{"text": facts.widget_text}, {"text": f"今天天气很{facts.mask}。"}],
     )
 
+
+def _model_section(facts: _Facts, name: str) -> list[str]:
+    run, config = facts.run, facts.config
+    preset = _find(run, "preset", "model_preset")
+    objective = _find(run, "objective") or ("MLM + " + config["pairs"] if config.get("pairs") else None)
+    masking = _find(run, "masking")
+    masking = ", ".join(f"{k}={v}" for k, v in masking.items()) if isinstance(masking, dict) else masking
     arch = (f"{config.get('num_hidden_layers', '?')} layers, hidden {config.get('hidden_size', '?')}, "
             f"{config.get('num_attention_heads', '?')} heads, FFN {config.get('intermediate_size', '?')}")
     lines = [f"# {name}", "",
@@ -214,57 +225,91 @@ def build_card(model_dir: Path, run_dir: Path | None, repo_id: str, license: str
              "## Model", "",
              "| | |", "|---|---|",
              f"| architecture | {config.get('architectures', ['BertForMaskedLM'])[0]} ({arch}) |",
-             f"| parameters | {_fmt_int(params) if params else 'unknown'} |",
-             f"| vocabulary | {vocab_kind}, {_fmt_int(vocab_size)} entries |",
+             f"| parameters | {_fmt_int(facts.params) if facts.params else 'unknown'} |",
+             f"| vocabulary | {facts.vocab_kind}, {_fmt_int(facts.vocab_size)} entries |",
              f"| max sequence length | {config.get('max_position_embeddings', '?')} |"]
     if objective:
         lines.append(f"| objective | {objective} |")
-    if masking_s:
-        lines.append(f"| masking | {masking_s} |")
+    if masking:
+        lines.append(f"| masking | {masking} |")
     if _find(run, "attention_init") == "neighbour":
         lines.append("| initialisation | neighbour attention (layer-0 heads started on the previous/next token; "
                      "weights are stock BERT) |")
-    lines += ["", "## Training", "", "| | |", "|---|---|"]
-    for label, value in (("steps", _fmt_int(steps) if steps is not None else None),
-                         ("tokens seen", _fmt_int(tokens) if tokens is not None else None),
-                         ("wall-clock", _fmt_duration(wall) if wall is not None else None),
-                         ("hardware", hardware_s),
-                         ("final validation MLM loss", f"{val_loss:.4f}" if isinstance(val_loss, (int, float)) else val_loss),
-                         ("final validation MLM accuracy", f"{val_acc:.4f}" if isinstance(val_acc, (int, float)) else val_acc)):
-        lines.append(f"| {label} | {value if value is not None else 'not recorded'} |")
-    lines += ["", "## Corpus and cleaning", ""]
+    return lines
+
+
+def _training_section(run: dict) -> list[str]:
+    def number(*names: str, fmt) -> str | None:
+        value = _find(run, *names)
+        return fmt(value) if value is not None else None
+
+    def figure(*names: str):
+        value = _find(run, *names)
+        return f"{value:.4f}" if isinstance(value, (int, float)) else value
+
+    rows = (("steps", number("steps", "global_step", "step", "max_steps", fmt=_fmt_int)),
+            ("tokens seen", number("tokens_seen", "tokens", fmt=_fmt_int)),
+            ("wall-clock", number("wall_clock_s", "wall_clock", "train_time_s", fmt=_fmt_duration)),
+            ("hardware", _hardware(_find(run, "hardware"))),
+            ("final validation MLM loss", figure("mlm_loss", "val_mlm_loss", "valid_mlm_loss")),
+            ("final validation MLM accuracy", figure("mlm_acc", "val_mlm_acc", "valid_mlm_acc")))
+    return ["", "## Training", "", "| | |", "|---|---|"] + [
+        f"| {label} | {value if value is not None else 'not recorded'} |" for label, value in rows]
+
+
+def _corpus_section(facts: _Facts, files: list[str]) -> list[str]:
+    lines = ["", "## Corpus and cleaning", ""]
+    data = _find(facts.run, "data", "data_summary", "corpus")
     summary = _corpus_lines(data) if isinstance(data, dict) else []
-    if datasets:
-        lines.append(f"Sources: {', '.join(datasets)}.")
-        lines.append("")
+    if facts.datasets:
+        lines += [f"Sources: {', '.join(facts.datasets)}.", ""]
     if summary:
         lines += [f"- {line}" for line in summary]
-    elif not datasets:
+    elif not facts.datasets:
         lines.append("No data summary was recorded with this checkpoint.")
-    if files:
-        extra = [f for f in ("recipe.yaml", "metrics.jsonl", "curves.png", "run.json", "eval_results.json") if f in files]
-        if extra:
-            lines += ["", "The files " + ", ".join(f"`{f}`" for f in extra) +
-                      " in this repo record the exact recipe, the training curves and the run summary."]
-        if "curves.png" in files:
-            lines += ["", "![training curves](curves.png)"]
-    if evals:
-        lines += ["", "## Evaluation", "", "| task | dataset | metric | value |", "|---|---|---|---|"]
-        lines += [f"| {e.get('task_name') or e['task_type']} | {e.get('dataset_name') or e['dataset_type']} | "
-                  f"{e.get('metric_name') or e['metric_type']} | {e['metric_value']} |" for e in evals]
-    lines += ["", "## How to use", "", "```python",
-              "from transformers import pipeline", "",
-              f'fill = pipeline("fill-mask", model="{repo_id}")',
-              f'print(fill("{WIDGET_TEXT.format(mask=mask)}"))', "```", "",
-              "It is a stock `BertForMaskedLM` folder (safetensors, `tokenizer.json` and `vocab.txt`): "
-              "`AutoModelForMaskedLM`, `AutoTokenizer` and `BertTokenizer` load it in transformers 4.x and 5.x. "
-              "Fine-tune it like any BERT checkpoint, continue pretraining it with zh-bert, or try it in the "
-              f"browser with `zh-bert demo {repo_id}`.", "",
-              "## Limitations", "",
-              "- Trained on the corpus above only: it reflects that text's topics, register and biases, and knows "
-              "nothing after it was collected.",
-              "- A masked LM: it fills blanks and provides features for fine-tuning; it does not generate free text.",
-              f"- {'Small model and short training: expect far lower accuracy than released base-size models. ' if (params or 0) < 50_000_000 else ''}"
-              "Evaluate it on your task before relying on it.",
-              "- Simplified Chinese; traditional characters are handled only as far as the corpus contained them.", ""]
-    return ModelCard(f"---\n{card_data.to_yaml()}\n---\n\n" + "\n".join(lines)).content
+    extra = [f for f in ("recipe.yaml", "metrics.jsonl", "curves.png", "run.json", "eval_results.json") if f in files]
+    if extra:
+        lines += ["", "The files " + ", ".join(f"`{f}`" for f in extra) +
+                  " in this repo record the exact recipe, the training curves and the run summary."]
+    if "curves.png" in files:
+        lines += ["", "![training curves](curves.png)"]
+    return lines
+
+
+def _evaluation_section(evals: list[dict]) -> list[str]:
+    if not evals:
+        return []
+    return ["", "## Evaluation", "", "| task | dataset | metric | value |", "|---|---|---|---|"] + [
+        f"| {e.get('task_name') or e['task_type']} | {e.get('dataset_name') or e['dataset_type']} | "
+        f"{e.get('metric_name') or e['metric_type']} | {e['metric_value']} |" for e in evals]
+
+
+def _usage_and_limits(facts: _Facts, repo_id: str) -> list[str]:
+    small = (facts.params or 0) < 50_000_000
+    return ["", "## How to use", "", "```python",
+            "from transformers import pipeline", "",
+            f'fill = pipeline("fill-mask", model="{repo_id}")',
+            f'print(fill("{facts.widget_text}"))', "```", "",
+            "It is a stock `BertForMaskedLM` folder (safetensors, `tokenizer.json` and `vocab.txt`): "
+            "`AutoModelForMaskedLM`, `AutoTokenizer` and `BertTokenizer` load it in transformers 4.x and 5.x. "
+            "Fine-tune it like any BERT checkpoint, continue pretraining it with zh-bert, or try it in the "
+            f"browser with `zh-bert demo {repo_id}`.", "",
+            "## Limitations", "",
+            "- Trained on the corpus above only: it reflects that text's topics, register and biases, and knows "
+            "nothing after it was collected.",
+            "- A masked LM: it fills blanks and provides features for fine-tuning; it does not generate free text.",
+            f"- {'Small model and short training: expect far lower accuracy than released base-size models. ' if small else ''}"
+            "Evaluate it on your task before relying on it.",
+            "- Simplified Chinese; traditional characters are handled only as far as the corpus contained them.", ""]
+
+
+def build_card(model_dir: Path, run_dir: Path | None, repo_id: str, license: str = "apache-2.0",
+               files: list[str] | None = None) -> str:
+    """The full README.md text: YAML metadata block + Markdown body, one section per function."""
+    from huggingface_hub import ModelCard
+
+    facts = _Facts.gather(model_dir, run_dir)
+    name = repo_id.split("/")[-1]
+    body = (_model_section(facts, name) + _training_section(facts.run) + _corpus_section(facts, files or [])
+            + _evaluation_section(facts.evals) + _usage_and_limits(facts, repo_id))
+    return ModelCard(f"---\n{_metadata(facts, name, license).to_yaml()}\n---\n\n" + "\n".join(body)).content

@@ -8,11 +8,13 @@ consistent. Facts (repo ids, licences, papers) were checked against the models' 
 
 from __future__ import annotations
 
-import argparse
-import os
+import json
 from dataclasses import dataclass
 
+from zh_bert import config
+from zh_bert.config import option
 from zh_bert.errors import ZhBertError, suggest
+from zh_bert.hub import endpoint_and_host, hub_errors
 
 PAPERS = {
     "bert": "Devlin et al. 2019, BERT (arXiv:1810.04805)",
@@ -120,31 +122,39 @@ def community_models(endpoint: str | None = None, limit: int = 50) -> list[dict]
     """Hub models tagged `zh-bert` (the tag `zh-bert publish` puts on every card)."""
     from huggingface_hub import HfApi
 
-    from zh_bert.download import hub_errors
-
-    with hub_errors(endpoint or "the Hub"):
+    endpoint, where = endpoint_and_host(endpoint)
+    with hub_errors(where):
         api = HfApi(endpoint=endpoint)
         return [{"repo_id": m.id, "downloads": m.downloads, "likes": m.likes,
                  "last_modified": str(m.last_modified or "")}
                 for m in api.list_models(filter="zh-bert", limit=limit, sort="downloads")]
 
 
-def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="zh-bert models", description=__doc__.split("\n")[0])
-    p.add_argument("--community", action="store_true", help="also list Hub models tagged 'zh-bert'")
-    p.add_argument("--endpoint", default=None, help="Hub endpoint or mirror (default: $HF_ENDPOINT or huggingface.co)")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    args = p.parse_args(argv)
-    community = community_models(args.endpoint or os.environ.get("HF_ENDPOINT")) if args.community else None
-    if args.json:
-        import json
+@dataclass
+class ModelsConfig:
+    community: bool = option(False, help="also list Hub models tagged 'zh-bert'")
+    endpoint: str | None = option(None, help="Hub endpoint or mirror (default: $HF_ENDPOINT or huggingface.co)")
+    json: bool = option(False, help="machine-readable output")
 
-        out = {"catalog": [{"alias": e.alias, "repo_id": e.repo_id, "params": e.params, "layers": e.layers,
-                            "hidden": e.hidden, "vocab": e.vocab, "licence": e.licence,
-                            "paper": PAPERS[e.paper], "note": e.note} for e in CATALOG]}
-        if community is not None:
-            out["community"] = community
-        print(json.dumps(out, ensure_ascii=False, indent=2))
+
+def build_parser():
+    return config.build_parser("zh-bert models", __doc__.split("\n")[0], ModelsConfig)
+
+
+def _as_json(community: list[dict] | None) -> str:
+    out: dict = {"catalog": [{"alias": e.alias, "repo_id": e.repo_id, "params": e.params, "layers": e.layers,
+                              "hidden": e.hidden, "vocab": e.vocab, "licence": e.licence,
+                              "paper": PAPERS[e.paper], "note": e.note} for e in CATALOG]}
+    if community is not None:
+        out["community"] = community
+    return json.dumps(out, ensure_ascii=False, indent=2)
+
+
+def main(argv: list[str]) -> int:
+    cfg = config.config_from_args(ModelsConfig, build_parser().parse_args(argv))
+    community = community_models(cfg.endpoint) if cfg.community else None
+    if cfg.json:
+        print(_as_json(community))
         return 0
     print(format_table())
     if community is not None:

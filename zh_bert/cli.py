@@ -1,33 +1,38 @@
 """`zh-bert COMMAND ...`: dispatch to the stage module named after the command.
 
-Each stage module exposes `main(argv: list[str]) -> int` and builds its own argparse parser, so
-`zh-bert clean --help` imports only the cleaner (not torch, not gradio) and starts fast.
+Each stage module exposes `build_parser()` (derived from its config dataclasses) and
+`main(argv: list[str]) -> int`; only the named module is imported, so `zh-bert clean --help` loads the
+cleaner (not torch, not gradio) and starts fast.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 from zh_bert import __version__
-from zh_bert.errors import ZhBertError
+from zh_bert.errors import ZhBertError, suggest
 
-# command -> (module, one-line help). Order = pipeline order.
+# One row per command, in pipeline order: name, module, one-line help.
+_TABLE = """
+clean     zh_bert.clean           raw Chinese text -> cleaned, deduplicated documents (jsonl)
+vocab     zh_bert.vocab           cleaned docs -> tokenizer dir (char|wordpiece|sentencepiece|word); 'vocab report'
+shard     zh_bert.shard           cleaned docs + tokenizer -> packed token shards with jieba word boundaries
+inspect   zh_bert.inspect_shards  print shard sequences with masking and word boundaries visible
+pretrain  zh_bert.pretrain        train a masked LM from a recipe (Accelerate), with exact resume
+plan      zh_bert.plan            memory/time plan for a model on a GPU (1080ti, k80, p100, ...)
+eval      zh_bert.evaluate        evaluate a checkpoint: 'eval mlm' or 'eval cloze'
+finetune  zh_bert.finetune        fine-tune a checkpoint on sentence classification (chnsenticorp, tnews, tsv)
+ablate    zh_bert.ablate          run a grid of pretraining runs that differ in one setting
+publish   zh_bert.publish         upload a run/checkpoint to the Hugging Face Hub with a model card
+download  zh_bert.download        download a released Chinese checkpoint (alias or repo id)
+models    zh_bert.catalog         list released Chinese masked-LM checkpoints
+demo      zh_bert.demo            Gradio fill-in-the-blank (cloze) demo in the browser
+"""
+#: command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "clean": ("zh_bert.clean", "raw Chinese text -> cleaned, deduplicated documents (jsonl)"),
-    "vocab": ("zh_bert.vocab", "cleaned docs -> tokenizer dir (char|wordpiece|sentencepiece|word); 'vocab report'"),
-    "shard": ("zh_bert.shard", "cleaned docs + tokenizer -> packed token shards with jieba word boundaries"),
-    "inspect": ("zh_bert.inspect_shards", "print shard sequences with masking and word boundaries visible"),
-    "pretrain": ("zh_bert.pretrain", "train a masked LM from a recipe (Accelerate), with exact resume"),
-    "plan": ("zh_bert.plan", "memory/time plan for a model on a GPU (1080ti, k80, p100, ...)"),
-    "eval": ("zh_bert.evaluate", "evaluate a checkpoint: 'eval mlm' or 'eval cloze'"),
-    "finetune": ("zh_bert.finetune", "fine-tune a checkpoint on sentence classification (chnsenticorp, tnews, tsv)"),
-    "ablate": ("zh_bert.ablate", "run a grid of pretraining runs that differ in one setting"),
-    "publish": ("zh_bert.publish", "upload a run/checkpoint to the Hugging Face Hub with a model card"),
-    "download": ("zh_bert.download", "download a released Chinese checkpoint (alias or repo id)"),
-    "models": ("zh_bert.catalog", "list released Chinese masked-LM checkpoints"),
-    "demo": ("zh_bert.demo", "Gradio fill-in-the-blank (cloze) demo in the browser"),
-}
+    name: (module, help_) for name, module, help_ in (row.split(None, 2) for row in _TABLE.strip().splitlines())}
 
 
 def _usage() -> str:
@@ -48,8 +53,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
-        from zh_bert.errors import suggest
-
         print(f"zh-bert: unknown command '{name}'{suggest(name, COMMANDS)}\n\n{_usage()}", file=sys.stderr)
         return 2
     try:
@@ -62,8 +65,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"zh-bert {name}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `zh-bert models | head`: the reader left; not an error worth a traceback
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
 

@@ -9,7 +9,6 @@ word comes out whole instead of as two independently likely characters.
 
 from __future__ import annotations
 
-import argparse
 import html
 import math
 import os
@@ -17,7 +16,12 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from zh_bert import config, rundir
+from zh_bert.catalog import CATALOG, resolve
+from zh_bert.config import option
+from zh_bert.download import default_out, download_hf
 from zh_bert.errors import ZhBertError
+from zh_bert.tokenizer_files import load_tokenizer
 
 MAX_CHARS = 256        # longer input is refused with a message (also bounds latency)
 MAX_BLANKS = 8
@@ -193,19 +197,16 @@ class ModelPool:
 
 
 def load_model(name: str):
-    """(model, tokenizer) from a local folder, or a catalog alias / repo id downloaded into models/."""
+    """(model, tokenizer) from a local model folder or run dir, or a catalog alias / repo id downloaded
+    into models/ on first use."""
     from transformers import AutoModelForMaskedLM
 
-    from zh_bert.tokenizer_files import load_tokenizer
-
-    path = Path(name)
-    if not (path / "config.json").is_file():
-        from zh_bert.catalog import resolve
-        from zh_bert.download import default_out, download_hf
-
+    if Path(name).exists():
+        path = rundir.model_dir(name)
+    else:
         repo_id, entry = resolve(name)
         path = default_out(entry.alias if entry else repo_id)
-        if not (path / "config.json").is_file():
+        if not rundir.is_model_dir(path):
             download_hf(repo_id, path)
     tok = load_tokenizer(path)
     model = AutoModelForMaskedLM.from_pretrained(str(path)).eval()
@@ -213,12 +214,10 @@ def load_model(name: str):
 
 
 def local_checkpoints(root: Path = Path("runs")) -> list[str]:
-    return sorted(str(p.parent) for p in root.glob("*/final/config.json")) if root.is_dir() else []
+    return [str(p) for p in rundir.finished_runs(root)]
 
 
 def model_choices(models: list[str]) -> list[str]:
-    from zh_bert.catalog import CATALOG
-
     return list(dict.fromkeys(models + local_checkpoints() + [e.alias for e in CATALOG]))
 
 
@@ -322,35 +321,51 @@ def serve(app, host: str = "127.0.0.1", port: int | None = 7860, share: bool = F
     return app.launch(server_name=host, server_port=port, share=share, css=CSS, **kw)
 
 
+def model_arg(name: str) -> str:
+    """A MODEL argument as the page lists it: a local run dir becomes its final/ folder; a name that does
+    not exist locally stays a catalog alias or ORG/NAME repo id, unless it can only be a path."""
+    if Path(name).exists() or name.startswith((".", os.sep)) or name.count("/") > 1:
+        return str(rundir.model_dir(name))
+    return name
+
+
 def default_models(models: list[str]) -> list[str]:
     if models:
-        for m in models:
-            if os.sep in m or m.startswith(".") or Path(m).exists():
-                if not (Path(m) / "config.json").is_file():
-                    raise ZhBertError(f"{m}: not a model folder (no config.json)")
-        return models
-    if (DEFAULT_RUN / "config.json").is_file():
+        return [model_arg(m) for m in models]
+    if rundir.is_model_dir(DEFAULT_RUN):
         return [str(DEFAULT_RUN)]
     raise ZhBertError(NO_MODEL.format(path=DEFAULT_RUN))
 
 
+@dataclass
+class DemoConfig:
+    models: list[str] = option(default_factory=list, positional=True, metavar="MODEL",
+                               help=f"model folders, run dirs, catalog aliases or ORG/NAME repo ids (default: {DEFAULT_RUN})")
+    host: str = option("127.0.0.1", help="interface to bind (127.0.0.1: this machine only)")
+    port: int = option(7860, help="port to serve on")
+    share: bool = option(False, help="also open a public gradio.live link")
+    threads: int = option(0, help="torch threads for inference (0: torch's default; 1 is fastest for small "
+                                  "models on a busy CPU)")
+
+    def __post_init__(self):
+        if not 0 <= self.port <= 65535:
+            raise ZhBertError(f"--port: must be between 0 and 65535, got {self.port}")
+        if self.threads < 0:
+            raise ZhBertError(f"--threads: must be >= 0 (0: torch's default), got {self.threads}")
+
+
+def build_parser():
+    return config.build_parser("zh-bert demo", __doc__.split("\n")[0], DemoConfig)
+
+
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="zh-bert demo", description=__doc__.split("\n")[0])
-    p.add_argument("models", nargs="*", metavar="MODEL",
-                   help=f"model folders, run dirs' final/, or catalog aliases (default: {DEFAULT_RUN})")
-    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=7860)
-    p.add_argument("--share", action="store_true", help="also open a public gradio.live link")
-    p.add_argument("--threads", type=int, default=0,
-                   help="torch threads for inference (0: torch's default; 1 is fastest for small models on a busy CPU)")
-    args = p.parse_args(argv)
-    if args.threads:
+    cfg = config.config_from_args(DemoConfig, build_parser().parse_args(argv))
+    if cfg.threads:
         import torch
 
-        torch.set_num_threads(args.threads)
-    models = default_models([str(Path(m) / "final") if (Path(m) / "final" / "config.json").is_file() else m
-                             for m in args.models])
+        torch.set_num_threads(cfg.threads)
+    models = default_models(cfg.models)
     app = build_app(models)
     app.zh_pool.get(models[0])  # load (or fail) before serving
-    serve(app, args.host, args.port, args.share)
+    serve(app, cfg.host, cfg.port, cfg.share)
     return 0

@@ -12,6 +12,8 @@ from pathlib import Path
 
 from zh_bert.errors import ZhBertError
 from zh_bert.fileio import write_json
+from zh_bert.rundir import find_run_dir
+from zh_bert.rundir import model_dir as resolve_checkpoint  # noqa: F401  (evaluate, finetune)
 
 FILENAME = "eval_results.json"
 KEYS = ("task_type", "task_name", "dataset_type", "dataset_name", "metric_type", "metric_name", "metric_value")
@@ -22,15 +24,6 @@ def entry(task_type: str, task_name: str, dataset_type: str, dataset_name: str, 
           metric_name: str, metric_value: float) -> dict:
     return dict(zip(KEYS, (task_type, task_name, dataset_type, dataset_name, metric_type, metric_name,
                            round(float(metric_value), 6))))
-
-
-def find_run_dir(ckpt: str | Path) -> Path | None:
-    """The run dir that holds `ckpt`: the dir itself, `RUN/final` or `RUN/checkpoints/step-N`; None otherwise."""
-    p = Path(ckpt).resolve()
-    for cand in (p, p.parent, p.parent.parent):
-        if (cand / "run.json").is_file() or (cand / "recipe.yaml").is_file():
-            return cand
-    return None
 
 
 def load(run_dir: str | Path) -> list[dict]:
@@ -46,19 +39,16 @@ def load(run_dir: str | Path) -> list[dict]:
     return data
 
 
+def latest(entries: list[dict]) -> list[dict]:
+    """The newest entry per identity (entries are in time order), each where its identity first appeared."""
+    by_identity = {tuple(e.get(k) for k in _IDENTITY): e for e in entries}  # re-assigning keeps the place
+    return list(by_identity.values())
+
+
 def record(run_dir: str | Path, entries: list[dict]) -> Path:
     """Merge `entries` into RUN/eval_results.json (atomic write); same identity -> replaced, kept in place."""
     path = Path(run_dir) / FILENAME
-    merged = load(run_dir)
-    index = {tuple(d.get(k) for k in _IDENTITY): i for i, d in enumerate(merged)}
-    for e in entries:
-        key = tuple(e[k] for k in _IDENTITY)
-        if key in index:
-            merged[index[key]] = e
-        else:
-            index[key] = len(merged)
-            merged.append(e)
-    write_json(path, merged)
+    write_json(path, latest(load(run_dir) + list(entries)))
     return path
 
 
@@ -67,13 +57,3 @@ def record_for_checkpoint(ckpt: str | Path, entries: list[dict]) -> Path | None:
     run_dir = find_run_dir(ckpt)
     return record(run_dir, entries) if run_dir else None
 
-
-def resolve_checkpoint(ckpt: str | Path) -> Path:
-    """A model folder (has config.json): `ckpt` itself, or `ckpt/final` when given a run dir."""
-    p = Path(ckpt)
-    if not p.exists():
-        raise ZhBertError(f"{p}: no such checkpoint")
-    for cand in (p, p / "final"):
-        if (cand / "config.json").is_file():
-            return cand
-    raise ZhBertError(f"{p}: not a checkpoint (no config.json) nor a run dir with final/")

@@ -10,74 +10,52 @@ written: staged text files are even checked for it.
 
 from __future__ import annotations
 
-import argparse
-import os
+import fnmatch
+import re
 import shutil
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from zh_bert import config
+from zh_bert.card import build_card
+from zh_bert.config import option
 from zh_bert.errors import ZhBertError
+from zh_bert.fileio import atomic_dir
+from zh_bert.hub import endpoint_and_host, hub_errors, with_retries
+from zh_bert.rundir import FINAL, Checkpoint, locate
+from zh_bert.tokenizer_files import TOKENIZER_FILES
 
 #: from the model folder (out_dir/final or a checkpoint or any stock BERT folder)
-MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors", "model.safetensors.index.json",
-               "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt",
-               "added_tokens.json", "spiece.model", "zh_bert_vocab.json")
+MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors",
+               "model.safetensors.index.json") + TOKENIZER_FILES
 MODEL_PATTERNS = ("model-*-of-*.safetensors",)
-#: from the run dir (contract 4)
+#: from the run dir
 RUN_FILES = ("recipe.yaml", "metrics.jsonl", "curves.png", "run.json", "eval_results.json")
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt",
-                   "added_tokens.json", "spiece.model", "zh_bert_vocab.json")
 MAX_TEXT_SCAN = 64 << 20
 RETRY_BACKOFF_S = 2.0   # first wait; doubles per retry
 
 
-@dataclass
-class Source:
-    model_dir: Path
-    run_dir: Path | None
-
-
-def locate(path: str | Path) -> Source:
-    """A run dir (has final/), a checkpoint inside one, or a bare model folder."""
-    path = Path(path)
-    if not path.exists():
-        raise ZhBertError(f"{path}: no such run dir or checkpoint")
-    if (path / "final" / "config.json").is_file():
-        return Source(path / "final", path)
-    if (path / "config.json").is_file():
-        for up in (path.parent, path.parent.parent):  # run/final, run/checkpoints/step-N
-            if (up / "run.json").is_file() or (up / "recipe.yaml").is_file():
-                return Source(path, up)
-        return Source(path, None)
-    if (path / "run.json").is_file():
-        raise ZhBertError(f"{path}: run dir has no final/ checkpoint yet; publish one of "
-                          f"{path / 'checkpoints'}/step-* instead")
-    raise ZhBertError(f"{path}: not a run dir or model folder (no final/config.json or config.json)")
-
-
 def _allowed(name: str) -> bool:
-    import fnmatch
-
     return name in MODEL_FILES or any(fnmatch.fnmatch(name, p) for p in MODEL_PATTERNS)
 
 
-def select_files(src: Source) -> tuple[dict[str, Path], list[str]]:
+def select_files(src: Checkpoint) -> tuple[dict[str, Path], list[str]]:
     """(repo path -> local file, skipped names). Only regular files (no symlinks) on the allow-list."""
     chosen: dict[str, Path] = {}
     skipped: list[str] = []
+    model = src.model_dir.resolve()
     dirs = [(src.model_dir, _allowed, True)]
-    if src.run_dir and src.run_dir != src.model_dir:
+    if src.run_dir and src.run_dir != model:
         dirs.append((src.run_dir, lambda n: n in RUN_FILES, True))
-        final = src.run_dir / "final"
-        if final.is_dir() and final != src.model_dir:  # intermediate checkpoints may hold only weights
+        final = src.run_dir / FINAL
+        if final.is_dir() and final != model:  # intermediate checkpoints may hold only weights
             dirs.append((final, lambda n: n in TOKENIZER_FILES, False))
     for d, ok, report in dirs:
         for p in sorted(d.iterdir()):
             if p.is_file() and not p.is_symlink() and ok(p.name) and p.name not in chosen:
                 chosen[p.name] = p
-            elif report and p.name not in chosen and p != src.model_dir and p.name != "final":
+            elif report and p.name not in chosen and p != model and p.name != FINAL:
                 skipped.append(str(p.relative_to(d)) + ("/" if p.is_dir() else ""))
     if "config.json" not in chosen:
         raise ZhBertError(f"{src.model_dir}: no config.json")
@@ -99,10 +77,8 @@ def _check_no_secret(stage: Path, token: str | None) -> None:
             raise ZhBertError(f"{p.name}: contains your Hugging Face token; refusing to upload it")
 
 
-def stage(src: Source, dest: Path, repo_id: str, license: str, token: str | None = None) -> list[str]:
+def stage(src: Checkpoint, dest: Path, repo_id: str, license: str, token: str | None = None) -> list[str]:
     """Copy the allow-listed files and write README.md into `dest` (which must be empty/new)."""
-    from zh_bert.card import build_card
-
     files, _ = select_files(src)
     dest.mkdir(parents=True, exist_ok=True)
     for name, path in files.items():
@@ -113,11 +89,21 @@ def stage(src: Source, dest: Path, repo_id: str, license: str, token: str | None
     return sorted(p.name for p in dest.iterdir())
 
 
-def _check_repo_id(repo_id: str) -> None:
-    import re
-
+def check_repo_id(repo_id: str) -> None:
     if not re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", repo_id) or ".." in repo_id or repo_id.endswith("."):
         raise ZhBertError(f"--repo-id '{repo_id}': expected ORG/NAME (letters, digits, '-', '_', '.')")
+
+
+def _check_namespace(api, repo_id: str) -> None:
+    """Refuse before any write when the token cannot own `repo_id` (a clearer message than the server's 403)."""
+    me = api.whoami()
+    name = me.get("name")
+    owners = {name} | {o.get("name") for o in me.get("orgs", []) if isinstance(o, dict)}
+    namespace = repo_id.split("/")[0]
+    if namespace not in owners:
+        orgs = ", ".join(sorted(o for o in owners if o != name)) or "none"
+        raise ZhBertError(f"{repo_id}: namespace '{namespace}' is not yours: the token belongs to '{name}' "
+                          f"(orgs: {orgs})")
 
 
 def upload(stage_dir: Path, repo_id: str, *, token: str, endpoint: str | None, private: bool,
@@ -125,93 +111,98 @@ def upload(stage_dir: Path, repo_id: str, *, token: str, endpoint: str | None, p
     """create repo (if missing) -> branch (if asked) -> one commit; returns the commit URL."""
     from huggingface_hub import HfApi
 
-    from zh_bert.download import hub_errors, is_transient
-
-    endpoint = endpoint or os.environ.get("HF_ENDPOINT") or None
-    where = endpoint or "huggingface.co"
+    endpoint, where = endpoint_and_host(endpoint)
     api = HfApi(endpoint=endpoint, token=token)
+
+    def commit() -> str:
+        api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
+        if revision and revision != "main":
+            api.create_branch(repo_id, branch=revision, exist_ok=True)
+        info = api.upload_folder(folder_path=str(stage_dir), repo_id=repo_id, revision=revision,
+                                 commit_message=message)
+        return str(getattr(info, "commit_url", info))
+
     with hub_errors(where, repo_id):
-        me = api.whoami()
-        owners = {me.get("name")} | {o.get("name") for o in me.get("orgs", []) if isinstance(o, dict)}
-        namespace = repo_id.split("/")[0]
-        if namespace not in owners:
-            raise ZhBertError(f"{repo_id}: namespace '{namespace}' is not yours: the token belongs to "
-                              f"'{me.get('name')}' (orgs: {', '.join(sorted(o for o in owners if o != me.get('name'))) or 'none'})")
-        for attempt in range(retries):
-            try:
-                api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
-                if revision and revision != "main":
-                    api.create_branch(repo_id, branch=revision, exist_ok=True)
-                info = api.upload_folder(folder_path=str(stage_dir), repo_id=repo_id, revision=revision,
-                                         commit_message=message)
-                return str(getattr(info, "commit_url", info))
-            except Exception as e:
-                if attempt + 1 < retries and is_transient(e):
-                    wait = RETRY_BACKOFF_S * 2 ** attempt
-                    print(f"zh-bert publish: transient error ({type(e).__name__}), retrying in {wait} s")
-                    time.sleep(wait)
-                    continue
-                raise
-    raise AssertionError("unreachable")
+        _check_namespace(api, repo_id)
+        return with_retries(commit, attempts=retries, backoff_s=RETRY_BACKOFF_S,
+                            log=lambda m: print(f"zh-bert publish: {m}"))
 
 
-def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="zh-bert publish", description=__doc__.split("\n")[0])
-    p.add_argument("source", metavar="RUN_OR_CKPT", help="run dir (uses final/), checkpoint or model folder")
-    p.add_argument("--repo-id", required=True, help="ORG/NAME on the Hub")
-    p.add_argument("--private", action="store_true", help="create the repo private")
-    p.add_argument("--revision", default=None, help="branch to commit to (created from main), e.g. step-10000")
-    p.add_argument("--endpoint", default=None, help="Hub endpoint (default: $HF_ENDPOINT or huggingface.co)")
-    p.add_argument("--dry-run", action="store_true", help="stage and show what would be uploaded; upload nothing")
-    p.add_argument("-o", "--output", default=None, help="with --dry-run: write the staged repo folder here")
-    p.add_argument("--license", default="apache-2.0", help="licence id for the card (default apache-2.0)")
-    p.add_argument("-m", "--message", default=None, help="commit message")
-    args = p.parse_args(argv)
-    _check_repo_id(args.repo_id)
-    if args.output and not args.dry_run:
-        raise ZhBertError("-o/--output is for --dry-run (the staged folder); drop it or add --dry-run")
-    src = locate(args.source)
-    select_files(src)  # fail on bad input before asking for a token
+@dataclass
+class PublishConfig:
+    source: str = option(positional=True, metavar="RUN_OR_CKPT",
+                         help="run dir (uses final/), checkpoint or model folder")
+    repo_id: str = option(help="ORG/NAME on the Hub")
+    private: bool = option(False, help="create the repo private")
+    revision: str | None = option(None, help="branch to commit to (created from main), e.g. step-10000")
+    endpoint: str | None = option(None, help="Hub endpoint (default: $HF_ENDPOINT or huggingface.co)")
+    dry_run: bool = option(False, help="stage and show what would be uploaded; upload nothing")
+    output: str | None = option(None, flags=("-o",), help="with --dry-run: write the staged repo folder here")
+    license: str = option("apache-2.0", help="licence id for the card")
+    message: str | None = option(None, flags=("-m",), help="commit message")
 
-    token = None
-    if not args.dry_run:
-        from huggingface_hub import get_token
+    def __post_init__(self):
+        check_repo_id(self.repo_id)
+        if self.output and not self.dry_run:
+            raise ZhBertError("-o/--output is for --dry-run (the staged folder); drop it or add --dry-run")
 
-        token = get_token()
-        if not token:
-            raise ZhBertError("no Hugging Face token: set HF_TOKEN or run `hf auth login` (or use --dry-run)")
 
-    from zh_bert.fileio import atomic_dir
+def build_parser():
+    return config.build_parser("zh-bert publish", __doc__.split("\n")[0], PublishConfig)
 
-    if args.dry_run and args.output:
+
+def _token() -> str:
+    from huggingface_hub import get_token
+
+    token = get_token()
+    if not token:
+        raise ZhBertError("no Hugging Face token: set HF_TOKEN or run `hf auth login` (or use --dry-run)")
+    return token
+
+
+def _stage_for(cfg: PublishConfig, src: Checkpoint, token: str | None) -> tuple[Path, list[str]]:
+    """(staged folder, its file names): in -o for a kept dry run, else in a temporary folder."""
+    if cfg.dry_run and cfg.output:
         try:
-            with atomic_dir(args.output) as tmp:
-                names = stage(src, tmp, args.repo_id, args.license)
+            with atomic_dir(cfg.output) as tmp:
+                names = stage(src, tmp, cfg.repo_id, cfg.license)
         except FileExistsError:
-            raise ZhBertError(f"{args.output}: already exists; choose a new -o folder") from None
-        where = Path(args.output)
-    else:
-        tmp_root = Path(tempfile.mkdtemp(prefix="zh-bert-publish-"))
-        where = tmp_root / args.repo_id.split("/")[-1]
-        names = stage(src, where, args.repo_id, args.license, token=token)
-    _, skipped = select_files(src)
+            raise ZhBertError(f"{cfg.output}: already exists; choose a new -o folder") from None
+        return Path(cfg.output), names
+    where = Path(tempfile.mkdtemp(prefix="zh-bert-publish-")) / cfg.repo_id.split("/")[-1]
+    try:
+        return where, stage(src, where, cfg.repo_id, cfg.license, token=token)
+    except BaseException:  # e.g. a file holding the token: leave no copy of it behind
+        shutil.rmtree(where.parent, ignore_errors=True)
+        raise
+
+
+def publish(cfg: PublishConfig) -> str | None:
+    """Stage, show, and (unless --dry-run) upload; returns the commit URL, None for a dry run."""
+    src = locate(cfg.source)
+    _, skipped = select_files(src)  # fail on bad input before asking for a token
+    token = None if cfg.dry_run else _token()
+    where, names = _stage_for(cfg, src, token)
     total = sum((where / n).stat().st_size for n in names)
-    print(f"{'would upload' if args.dry_run else 'uploading'} {len(names)} files ({total:,} bytes) "
-          f"to {args.repo_id}{'@' + args.revision if args.revision else ''}:")
+    print(f"{'would upload' if cfg.dry_run else 'uploading'} {len(names)} files ({total:,} bytes) "
+          f"to {cfg.repo_id}{'@' + cfg.revision if cfg.revision else ''}:")
     for n in names:
         print(f"  {n}")
     if skipped:
         print(f"not on the allow-list, left out: {', '.join(skipped)}")
-    if args.dry_run:
-        if args.output:
-            print(f"staged in {where}")
-        else:
-            shutil.rmtree(where.parent, ignore_errors=True)
-        return 0
+    if cfg.dry_run and cfg.output:
+        print(f"staged in {where}")
+        return None
+    message = cfg.message or f"zh-bert publish {src.model_dir.resolve().name}"
     try:
-        url = upload(where, args.repo_id, token=token, endpoint=args.endpoint, private=args.private,
-                     revision=args.revision, message=args.message or f"zh-bert publish {src.model_dir.name}")
+        return None if cfg.dry_run else upload(where, cfg.repo_id, token=token, endpoint=cfg.endpoint,
+                                               private=cfg.private, revision=cfg.revision, message=message)
     finally:
         shutil.rmtree(where.parent, ignore_errors=True)
-    print(f"published: {url}")
+
+
+def main(argv: list[str]) -> int:
+    url = publish(config.config_from_args(PublishConfig, build_parser().parse_args(argv)))
+    if url:
+        print(f"published: {url}")
     return 0

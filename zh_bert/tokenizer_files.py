@@ -12,6 +12,10 @@ from pathlib import Path
 
 from zh_bert.errors import ZhBertError
 
+#: every file a tokenizer may need, across vocab kinds and transformers 4.x/5.x (vocab.txt for BertTokenizer)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt",
+                   "added_tokens.json", "spiece.model", "zh_bert_vocab.json")
+
 
 def load_tokenizer(tokdir: str | Path):
     """AutoTokenizer from a tokenizer dir (or a model dir that has tokenizer files), with clear errors."""

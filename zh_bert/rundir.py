@@ -1,0 +1,65 @@
+"""The run-dir layout, resolved in one place.
+
+`zh-bert pretrain` writes `RUN/run.json` and `RUN/recipe.yaml`, the finished model in `RUN/final/` and
+resumable checkpoints in `RUN/checkpoints/step-N/`. `eval`, `finetune`, `publish` and `demo` accept a run dir,
+a checkpoint inside one, or any model folder (has config.json); resolving it here makes them accept the same
+paths, refuse the same way, and agree on which run (so which `eval_results.json`) a checkpoint belongs to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from zh_bert.errors import ZhBertError
+
+FINAL = "final"
+CHECKPOINTS = "checkpoints"
+MARKERS = ("run.json", "recipe.yaml")  # written at the top of every run dir
+
+
+def is_model_dir(path: str | Path) -> bool:
+    return (Path(path) / "config.json").is_file()
+
+
+def is_run_dir(path: str | Path) -> bool:
+    path = Path(path)
+    return any((path / m).is_file() for m in MARKERS) or is_model_dir(path / FINAL)
+
+
+def find_run_dir(path: str | Path) -> Path | None:
+    """The run dir (absolute) holding `path`: the dir itself, `RUN/final` or `RUN/checkpoints/step-N`;
+    None for a folder outside any run."""
+    p = Path(path).resolve()
+    return next((cand for cand in (p, p.parent, p.parent.parent) if is_run_dir(cand)), None)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A model folder to load and the run dir it belongs to (None for a bare model folder)."""
+    model_dir: Path
+    run_dir: Path | None
+
+
+def locate(path: str | Path) -> Checkpoint:
+    """A model folder (`path` itself, or `path/final` for a run dir) and its run dir; ZhBertError otherwise."""
+    p = Path(path)
+    if not p.exists():
+        raise ZhBertError(f"{p}: no such checkpoint or run dir")
+    for cand in (p, p / FINAL):
+        if is_model_dir(cand):
+            return Checkpoint(cand, find_run_dir(cand))
+    if is_run_dir(p):
+        raise ZhBertError(f"{p}: run dir has no {FINAL}/ model yet; use one of {p / CHECKPOINTS}/step-* instead")
+    raise ZhBertError(f"{p}: not a checkpoint (no config.json) nor a run dir with {FINAL}/")
+
+
+def model_dir(path: str | Path) -> Path:
+    """The folder `from_pretrained` loads for a run dir, checkpoint or model folder."""
+    return locate(path).model_dir
+
+
+def finished_runs(root: str | Path) -> list[Path]:
+    """The `final/` model folders of the runs directly under `root` (e.g. runs/*/final)."""
+    root = Path(root)
+    return sorted(p.parent for p in root.glob(f"*/{FINAL}/config.json")) if root.is_dir() else []
