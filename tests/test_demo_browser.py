@@ -8,7 +8,6 @@ import shutil
 
 import pytest
 
-from _demo_helpers import demo_url, nudged_tiny  # noqa: F401  (fixtures)
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",

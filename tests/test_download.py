@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from _hub_helpers import TOKEN, hub, online, run_dir, top5  # noqa: F401  (fixtures)
+from _hub_helpers import TOKEN, top5
 from hub_server import free_port, serving
 from zh_bert.cli import main
 

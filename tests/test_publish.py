@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from _hub_helpers import OTHER_TOKEN, SECRET, TOKEN, hub, online, run_dir  # noqa: F401  (fixtures)
+from _hub_helpers import OTHER_TOKEN, SECRET, TOKEN
 from hub_server import free_port
 from zh_bert.cli import main
 from zh_bert.publish import MODEL_FILES, RUN_FILES
