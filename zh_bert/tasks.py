@@ -16,6 +16,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Iterator
 
 from zh_bert.errors import ZhBertError
 from zh_bert.fileio import read_text
@@ -154,16 +155,26 @@ def task_data_dir(name: str) -> Path:
                       f"--task tsv:TRAIN,DEV[,TEST]")
 
 
-def _read_jsonl(path: Path, text_key: str, label_key: str) -> list[Example]:
-    out = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").split("\n"), 1):
+def read_jsonl(path: str | Path) -> Iterator[tuple[str, Any]]:
+    """("file:line", parsed value) for each non-blank line of a JSON-lines file; a line that is not JSON
+    is a ZhBertError naming its file:line."""
+    for n, line in enumerate(read_text(path).split("\n"), 1):
         if not line.strip():
             continue
         try:
             obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ZhBertError(f"{path}:{n}: not JSON ({e.msg} at column {e.colno})") from None
+        yield f"{path}:{n}", obj
+
+
+def _read_examples(path: Path, text_key: str, label_key: str) -> list[Example]:
+    out = []
+    for where, obj in read_jsonl(path):
+        try:
             out.append(Example(str(obj[text_key]).strip(), str(obj[label_key])))
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
-            raise ZhBertError(f"{path}:{n}: bad record ({type(e).__name__}: {e})") from None
+        except (KeyError, TypeError) as e:
+            raise ZhBertError(f"{where}: bad record ({type(e).__name__}: {e})") from None
     return out
 
 
@@ -215,7 +226,7 @@ def load_task(spec: str, columns: str | None = None) -> TaskData:
                                          for s in ("train", "dev", "test")))
     if spec == "tnews":
         d = task_data_dir("tnews")
-        return _finish("tnews", *(_read_jsonl(d / f, "sentence", "label_desc")
+        return _finish("tnews", *(_read_examples(d / f, "sentence", "label_desc")
                                   for f in ("train_few_all.json", "dev_few_all.json", "test_public.json")))
     from zh_bert.errors import suggest
 
