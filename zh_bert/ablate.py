@@ -7,10 +7,12 @@ sees the same token budget (same steps × global batch × seq_len). Every run is
   `heldout_docs` documents of each corpus file), masked once from a fixed seed with a fixed strategy, so
   all runs are scored on the same blanks (comparable unless the vocabulary itself differs);
 - the run's own validation MLM accuracy (from run.json: its own masking, its own shard's held-out docs);
-- downstream accuracy: `zh-bert finetune` on `finetune` (default ChnSentiCorp), mean ± std over seeds.
+- downstream accuracy: `zh-bert finetune` on `finetune` (default ChnSentiCorp), mean ± std over seeds,
+  with the `finetune_*` settings of the spec.
 
 Outputs in `out_dir`: `results.md` (table + the exact command + caveats), `results.png`, `results.json`,
-and one run dir per setting under `runs/` (finished runs and their evals are reused on a re-run).
+and one run dir per setting under `runs/`. A re-run reuses finished runs, and their evals as long as the
+eval settings (`eval_settings`: the held-out eval and the whole fine-tuning spec) are unchanged.
 The pseudo-key `corpus_fraction` trains on the first fraction of every corpus file's training documents.
 """
 

@@ -1,9 +1,9 @@
 """`zh-bert eval mlm|cloze CKPT ...`: masked-LM figures that compare checkpoints fairly.
 
-`eval mlm` packs held-out text into `[CLS] ... [SEP]` sequences (documents joined by [SEP], as the shards
-are) and masks them once with `zh_bert.masking.mask_batch` from a fixed seed, over the whole set at once,
-so the masked positions depend only on (text, tokenizer, seed, strategy) — not on batch size or model —
-and two checkpoints with the same tokenizer are scored on exactly the same blanks.
+`eval mlm` packs held-out text with the shard packer itself (rows `[CLS] doc [SEP] doc ... [SEP]`, exactly
+like the training rows) and masks them once with `zh_bert.masking.mask_batch` from a fixed seed, over the
+whole set at once, so the masked positions depend only on (text, tokenizer, seed, masking) — not on batch
+size or model — and two checkpoints with the same tokenizer are scored on exactly the same blanks.
 
 `eval cloze` fills each blank with every candidate: the blank becomes as many [MASK]s as the candidate has
 tokens, and the candidate's score is the sum (or mean) of its tokens' log-probabilities, all predicted at

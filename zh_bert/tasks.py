@@ -57,7 +57,7 @@ class Columns:
     text_b: int | None = None
 
 
-def parse_columns(spec: str, header: list[str] | None) -> Columns:
+def parse_columns(spec: str) -> Columns:
     """`--columns label,text` / `text,label` / `label,text_a,text_b` (names or 0-based indices)."""
     parts = [p.strip() for p in spec.split(",") if p.strip()]
     if all(p.isdigit() for p in parts):
@@ -124,7 +124,7 @@ def read_tsv(path: str | Path, columns: str | None = None) -> list[Example]:
         if len(r) != ncol:
             raise ZhBertError(f"{path}:{n}: expected {ncol} tab-separated fields, found {len(r)}"
                               f"{' (a tab inside the text?)' if len(r) > ncol else ' (missing tab?)'}")
-    cols = parse_columns(columns, header) if columns else _detect_columns(header, [r for _, r in rows[:200]], path)
+    cols = parse_columns(columns) if columns else _detect_columns(header, [r for _, r in rows[:200]], path)
     if max(c for c in (cols.label, cols.text_a, cols.text_b) if c is not None) >= ncol:
         raise ZhBertError(f"{path}: --columns {columns} names a column beyond the {ncol} in the file")
     out = []
