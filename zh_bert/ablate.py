@@ -226,8 +226,9 @@ def run_one(spec: AblationSpec, run: Run, base: dict, out: Path, data_files: lis
            "vocab_size": (summary.get("vocab") or {}).get("vocab_size")}
     evals_path = run_dir / "ablate_evals.json"
     evals = json.loads(evals_path.read_text(encoding="utf-8")) if evals_path.is_file() else {}
-    if evals.get("settings") != eval_settings(spec, heldout):
-        evals = {"settings": eval_settings(spec, heldout), **run_evals(spec, run, run_dir, heldout, log)}
+    want = eval_settings(spec, heldout)
+    if evals.get("settings") != want:
+        evals = {"settings": want, **run_evals(spec, run, run_dir, heldout, log)}
         write_json(evals_path, evals)
     row.update({k: v for k, v in evals.items() if k != "settings"})
     return row
@@ -424,11 +425,11 @@ def _prepare_data(spec: AblationSpec, spec_path: Path, base_recipe, runs: list[R
 
 
 def main(argv: list[str]) -> int:
+    args = config_from_args(AblateArgs, build_parser().parse_args(argv))
     from transformers.utils import logging as hf_logging
 
     from zh_bert.recipe import load_recipe
 
-    args = config_from_args(AblateArgs, build_parser().parse_args(argv))
     hf_logging.set_verbosity_error()  # "newly initialised classifier" reports are expected for every run
     hf_logging.disable_progress_bar()
     spec_path = Path(args.spec)

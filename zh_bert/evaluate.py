@@ -151,7 +151,7 @@ def eval_mlm(model, tok, docs: list[str], cfg: MlmEvalConfig) -> dict:
     out = {"mlm_loss": loss, "mlm_acc": top1 / n, "mlm_top5": top5 / n, "perplexity": math.exp(min(loss, 700)),
             "n_masked": n, "n_sequences": int(len(ids)), "n_tokens": int((ids != tok.pad_token_id).sum()),
             "seed": cfg.seed, "masking": cfg.masking.strategy, "mask_rate": cfg.masking.mask_rate,
-           "seq_len": cfg.seq_len}
+            "seq_len": cfg.seq_len}
     if cfg.order_check:
         # Same blanks, same tokens, random order within each sequence (padding stays at the end). A model
         # that only counts which characters are around (bag of words) scores the same; one that reads its
