@@ -86,6 +86,10 @@ def test_ablate_spec_errors(tmp_path, capsys):
     lr = write_yaml(tmp_path / "lr.yaml", {"name": "x", "grid": {"masking": ["token", "wwm"]}, "finetune_lr": 5})
     with pytest.raises(ZhBertError, match=r"lr.yaml: finetune_lr must be in \(0, 1\), got 5"):
         load_spec(lr)
+    from zh_bert.ablate import AblationSpec
+
+    with pytest.raises(ZhBertError, match="'eval_masking' must be one of"):
+        AblationSpec(name="x", grid={"masking": ["token", "wwm"]}, eval_masking="words")   # the Python API too
     frac = write_yaml(tmp_path / "f.yaml", {"name": "x", "grid": {"corpus_fraction": [0.5, 1.5]}})
     with pytest.raises(ZhBertError, match="not in"):
         plan_runs(load_spec(frac))

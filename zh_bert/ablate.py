@@ -26,10 +26,19 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal, Optional
 
+import yaml
+
 from zh_bert.config import build_parser as derive_parser, config_from_args, from_dict, load_yaml, option, parse_set
+from zh_bert.corpus_io import read_documents
 from zh_bert.errors import ZhBertError, unknown_key_error
-from zh_bert.finetune import FinetuneConfig
+from zh_bert.eval_results import entry, record
+from zh_bert.evaluate import MlmEvalConfig, eval_mlm, load_mlm
 from zh_bert.fileio import atomic_write, write_json
+from zh_bert.finetune import FinetuneConfig, eval_entries, run as run_finetune
+from zh_bert.masking import STRATEGIES, MaskingConfig
+from zh_bert.pipeline import _input_files, is_sharddir
+from zh_bert.recipe import load_recipe
+from zh_bert.tasks import load_task
 
 FLAT = "finetune_"                                  # spec files spell the fine-tuning settings finetune_<key>
 SPEC_FINETUNE = {"lr": 2e-3, "pooling": "mean"}     # tiny models need large lrs; MLM-only checkpoints, mean pooling
@@ -78,6 +87,8 @@ class AblationSpec:
         for name in ("heldout_docs", "eval_max_seqs"):
             if getattr(self, name) < 0:
                 raise ZhBertError(f"'{name}' must be >= 0, got {getattr(self, name)}")
+        if self.eval_masking not in STRATEGIES:
+            raise ZhBertError(f"'eval_masking' must be one of {', '.join(STRATEGIES)}, got {self.eval_masking!r}")
         plan_runs(self)   # every grid value makes a run: refused now, not after the first pretraining
 
 
@@ -183,8 +194,6 @@ def carve_corpus(files: list[Path], out: Path, heldout_docs: int, fractions: set
 
 def _check_same_recipe(run_dir: Path, recipe) -> None:
     """A run dir from other settings is refused, never silently reused or mixed into the table."""
-    import yaml
-
     path = run_dir / "recipe.yaml"
     if not path.is_file():
         return
@@ -198,8 +207,6 @@ def _check_same_recipe(run_dir: Path, recipe) -> None:
 def run_one(spec: AblationSpec, run: Run, base: dict, out: Path, data_files: list[str] | None,
             heldout: Path | None, cli_set: dict, log=print) -> dict:
     """Pretrain (or reuse a finished run), then the evals (or reuse them); returns the table row."""
-    from zh_bert.recipe import load_recipe
-
     run_dir = out / "runs" / _slug(run.label)
     overrides = {**base, **spec.set, **run.overrides, **cli_set, "out_dir": str(run_dir),
                  "data_cache": str(out / "data")}
@@ -246,11 +253,8 @@ SUMMARY_KEYS = ("dev_acc", "dev_acc_std", "test_acc", "test_acc_std", "test_macr
 
 def _finetune(spec: AblationSpec, model_dir: Path, random_init: bool = False) -> dict:
     """`zh-bert finetune` of `model_dir` with the spec's settings, seeds 1..N; the summary dict."""
-    from zh_bert import finetune as ft
-    from zh_bert.tasks import load_task
-
     cfg = replace(spec.finetune.config, random_init=random_init)
-    return ft.run(model_dir, load_task(spec.finetune.task), cfg, spec.finetune.seed_list(), log=lambda m: None)
+    return run_finetune(model_dir, load_task(spec.finetune.task), cfg, spec.finetune.seed_list(), log=lambda m: None)
 
 
 def random_init_row(spec: AblationSpec, first: dict, out: Path, log=print) -> dict:
@@ -268,15 +272,9 @@ def random_init_row(spec: AblationSpec, first: dict, out: Path, log=print) -> di
 
 
 def run_evals(spec: AblationSpec, run: Run, run_dir: Path, heldout: Path | None, log=print) -> dict:
-    from zh_bert.eval_results import entry, record
-
     out: dict[str, Any] = {}
     entries = []
     if heldout is not None:
-        from zh_bert.corpus_io import read_documents
-        from zh_bert.evaluate import MlmEvalConfig, eval_mlm, load_mlm
-        from zh_bert.masking import MaskingConfig
-
         model, tok, _ = load_mlm(run_dir / "final")
         cfg = MlmEvalConfig(seed=spec.eval_seed, masking=MaskingConfig(strategy=spec.eval_masking),
                             max_seqs=spec.eval_max_seqs, seq_len=min(128, model.config.max_position_embeddings),
@@ -291,8 +289,6 @@ def run_evals(spec: AblationSpec, run: Run, run_dir: Path, heldout: Path | None,
         entries.append(entry("fill-mask", task, "text", heldout.name, "accuracy", "MLM accuracy", res["mlm_acc"]))
         del model
     if spec.finetune.task:
-        from zh_bert.finetune import eval_entries
-
         s = _finetune(spec, run_dir / "final")
         log(f"[{run.label}] finetune {spec.finetune.task}: dev {s['dev_acc']:.4f} ± {s.get('dev_acc_std', 0):.4f}"
             + (f", test {s['test_acc']:.4f} ± {s.get('test_acc_std', 0):.4f}" if s.get("test_acc") is not None else ""))
@@ -318,15 +314,15 @@ def _gain(g) -> str:
 
 def write_results(spec: AblationSpec, rows: list[dict], out: Path, command: str, elapsed: float,
                   shared: dict | None = None) -> None:
-    key, ft = next(iter(spec.grid)), spec.finetune
-    task = ft.task or "–"
+    key, fs = next(iter(spec.grid)), spec.finetune
+    task = fs.task or "–"
     lines = [f"# Ablation: {spec.name}", ""]
     if spec.question:
         lines += [spec.question.strip(), ""]
     lines += [f"Command: `{command}` (this invocation {elapsed / 60:.1f} min; finished runs and evals of earlier "
               f"invocations are reused)", "",
               f"| {key} | val MLM acc (own masking) | held-out MLM acc ({spec.eval_masking}, seed {spec.eval_seed}) "
-              f"| order gain | {task} dev acc (mean ± std, {ft.seeds} seeds) | {task} test acc | tokens | "
+              f"| order gain | {task} dev acc (mean ± std, {fs.seeds} seeds) | {task} test acc | tokens | "
               "wall-clock |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['value']} | {_pm(r.get('val_mlm_acc'), None)} | {_pm(r.get('heldout_mlm_acc'), None)} | "
@@ -339,9 +335,9 @@ def write_results(spec: AblationSpec, rows: list[dict], out: Path, command: str,
               "training only (data preparation is shared and cached). "
               f"Same token budget for every run{f' ({budget})' if budget else ''}. Held-out text: the last "
               f"{spec.heldout_docs} documents of each corpus file, removed from training for every run. "
-              f"Downstream: `zh-bert finetune` ({ft.config.epochs} epochs, lr {ft.config.lr}, "
-              f"--pooling {ft.config.pooling}, --precision {ft.config.precision}, seq-len {ft.config.seq_len}"
-              f"{f', {ft.config.max_train} train examples' if ft.config.max_train else ''}"
+              f"Downstream: `zh-bert finetune` ({fs.config.epochs} epochs, lr {fs.config.lr}, "
+              f"--pooling {fs.config.pooling}, --precision {fs.config.precision}, seq-len {fs.config.seq_len}"
+              f"{f', {fs.config.max_train} train examples' if fs.config.max_train else ''}"
               f"), std is the sample std over seeds."]
     if len(vocab_sizes) > 1:
         lines += ["", f"Vocabularies differ between runs ({sorted(vocab_sizes)}): MLM accuracies "
@@ -411,8 +407,6 @@ def _select(runs: list[Run], only: list[str]) -> list[Run]:
 
 def _prepare_data(spec: AblationSpec, spec_path: Path, base_recipe, runs: list[Run], out: Path):
     """(training files per corpus fraction, held-out text) carved from a raw corpus; ({}, None) for a SHARDDIR."""
-    from zh_bert.pipeline import _input_files, is_sharddir
-
     if len(base_recipe.data_paths) == 1 and is_sharddir(base_recipe.data_paths[0]):
         if any(r.fraction < 1 for r in runs) or spec.heldout_docs:
             raise ZhBertError(f"{spec_path}: the base recipe's data is a SHARDDIR; corpus_fraction and "
@@ -427,8 +421,6 @@ def _prepare_data(spec: AblationSpec, spec_path: Path, base_recipe, runs: list[R
 def main(argv: list[str]) -> int:
     args = config_from_args(AblateArgs, build_parser().parse_args(argv))
     from transformers.utils import logging as hf_logging
-
-    from zh_bert.recipe import load_recipe
 
     hf_logging.set_verbosity_error()  # "newly initialised classifier" reports are expected for every run
     hf_logging.disable_progress_bar()

@@ -31,6 +31,7 @@ from zh_bert.masking import MaskingConfig, mask_batch
 from zh_bert.segment import SEGMENTERS, Segmenter
 from zh_bert.shard import Specials, TextEncoder, pack_sequences
 from zh_bert.tasks import read_jsonl
+from zh_bert.tokenizer_files import load_tokenizer
 
 
 # --------------------------------------------------------------------------- model
@@ -39,8 +40,6 @@ def load_mlm(ckpt):
     """(model in eval mode, tokenizer, model dir) for a checkpoint folder or run dir."""
     from transformers import AutoModelForMaskedLM
     from transformers.utils import logging as hf_logging
-
-    from zh_bert.tokenizer_files import load_tokenizer
 
     ckpt_dir = resolve_checkpoint(ckpt)
     tok = load_tokenizer(ckpt_dir)

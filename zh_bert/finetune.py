@@ -26,6 +26,7 @@ from zh_bert.errors import ZhBertError
 from zh_bert.eval_results import entry, record_for_checkpoint, resolve_checkpoint
 from zh_bert.evaluate import CheckpointArgs, at_least
 from zh_bert.tasks import DATASET_NAMES, TaskData, load_task
+from zh_bert.tokenizer_files import load_tokenizer
 
 
 @dataclass
@@ -180,8 +181,7 @@ def train_one(ckpt_dir: Path, task: TaskData, cfg: FinetuneConfig, seed: int, to
     import torch
     from transformers import get_linear_schedule_with_warmup
 
-    from zh_bert.model import decay_groups
-    from zh_bert.tokenizer_files import load_tokenizer
+    from zh_bert.model import decay_groups   # torch: imported when training, not for --help
 
     tok = tok or load_tokenizer(ckpt_dir)
     label_index = {l: i for i, l in enumerate(task.labels)}
@@ -258,8 +258,6 @@ def summarize(runs: list[dict]) -> dict:
 
 def run(ckpt: str | Path, task: TaskData, cfg: FinetuneConfig, seeds: list[int], log=print) -> dict:
     """Fine-tune once per seed; the summary dict is what the JSON line and ablate use."""
-    from zh_bert.tokenizer_files import load_tokenizer
-
     ckpt_dir = resolve_checkpoint(ckpt)
     tok = load_tokenizer(ckpt_dir)
     runs = []

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from zh_bert.errors import ZhBertError
+from zh_bert.errors import ZhBertError, suggest
 from zh_bert.fileio import read_text
 
 TASKS = ("chnsenticorp", "tnews")
@@ -228,8 +228,6 @@ def load_task(spec: str, columns: str | None = None) -> TaskData:
         d = task_data_dir("tnews")
         return _finish("tnews", *(_read_examples(d / f, "sentence", "label_desc")
                                   for f in ("train_few_all.json", "dev_few_all.json", "test_public.json")))
-    from zh_bert.errors import suggest
-
     raise ZhBertError(f"--task {spec}: unknown task{suggest(spec, TASKS)}; use {', '.join(TASKS)} or "
                       f"tsv:TRAIN,DEV[,TEST]")
 
