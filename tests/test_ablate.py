@@ -7,10 +7,12 @@ import json
 import pytest
 import yaml
 
-from conftest import DATA, SAMPLE, read_lines
-from zh_bert import cli
+from conftest import REPO, SAMPLE, read_lines
+from zh_bert import ablate, cli
 from zh_bert.ablate import load_spec, plan_runs
 from zh_bert.errors import ZhBertError
+
+CHNSENTI = REPO / "corpora" / "tasks" / "chnsenticorp"
 
 
 def write_yaml(path, obj):
@@ -22,7 +24,7 @@ def write_yaml(path, obj):
 def smoke_spec(tmp_path):
     corpus = tmp_path / "wiki.txt"
     corpus.write_text("\n".join(read_lines(SAMPLE / "zhwiki_sampled.txt", 160)) + "\n", encoding="utf-8")
-    rows = [l.split("\t", 1) for l in read_lines(DATA / "chnsenticorp" / "train.tsv")[1:]]
+    rows = [l.split("\t", 1) for l in read_lines(CHNSENTI / "train.tsv")[1:]]
     pos, neg = [r for r in rows if r[0] == "1"], [r for r in rows if r[0] == "0"]
     (tmp_path / "train.tsv").write_text("".join(f"{l}\t{t}\n" for l, t in pos[:24] + neg[:24]), encoding="utf-8")
     (tmp_path / "dev.tsv").write_text("".join(f"{l}\t{t}\n" for l, t in pos[24:34] + neg[24:34]), encoding="utf-8")
@@ -77,11 +79,50 @@ def test_ablate_spec_errors(tmp_path, capsys):
     assert cli.main(["ablate", str(typo)]) == 2
     assert "unknown key 'finetune_sed' (did you mean 'finetune_seeds'?)" in capsys.readouterr().err
     pool = write_yaml(tmp_path / "p.yaml", {"name": "x", "grid": {"masking": ["token", "wwm"]}, "finetune_pooling": "avg"})
-    with pytest.raises(ZhBertError, match="'finetune_pooling' must be one of 'mean', 'cls', got 'avg'"):
+    with pytest.raises(ZhBertError, match="'finetune_pooling' must be one of 'cls', 'mean', got 'avg'"):
         load_spec(pool)   # refused before any run starts, not after the first pretraining
+    assert cli.main(["ablate", str(pool), "--set", "finetune_pooling=mean", "--set", "finetune_precision=fp16"]) == 2
+    assert "'finetune_precision' must be one of 'fp32', 'bf16', got 'fp16'" in capsys.readouterr().err
+    lr = write_yaml(tmp_path / "lr.yaml", {"name": "x", "grid": {"masking": ["token", "wwm"]}, "finetune_lr": 5})
+    with pytest.raises(ZhBertError, match=r"lr.yaml: finetune_lr must be in \(0, 1\), got 5"):
+        load_spec(lr)
+    from zh_bert.ablate import AblationSpec
+
+    with pytest.raises(ZhBertError, match="'eval_masking' must be one of"):
+        AblationSpec(name="x", grid={"masking": ["token", "wwm"]}, eval_masking="words")   # the Python API too
     frac = write_yaml(tmp_path / "f.yaml", {"name": "x", "grid": {"corpus_fraction": [0.5, 1.5]}})
     with pytest.raises(ZhBertError, match="not in"):
         plan_runs(load_spec(frac))
+
+
+def test_eval_cache_is_keyed_on_the_whole_finetune_spec(tmp_path, monkeypatch):
+    """Changing only finetune_precision re-runs a run's evaluations (and the random-init baseline); the same
+    spec again reuses them."""
+    corpus = tmp_path / "wiki.txt"
+    corpus.write_text("\n".join(read_lines(SAMPLE / "zhwiki_sampled.txt", 20)) + "\n", encoding="utf-8")
+    spec_path = write_yaml(tmp_path / "g.yaml", {"name": "x", "grid": {"masking": ["token", "wwm"]}, "heldout_docs": 0})
+    out = tmp_path / "out"
+    run = plan_runs(load_spec(spec_path))[0]
+    run_dir = out / "runs" / run.label
+    (run_dir / "final").mkdir(parents=True)
+    (run_dir / "final" / "config.json").write_text("{}", encoding="utf-8")
+    (run_dir / "run.json").write_text('{"status": "finished"}', encoding="utf-8")   # reused, never trained here
+    evals, baselines = [], []
+    monkeypatch.setattr(ablate, "run_evals", lambda spec, *a, **k: evals.append(spec.finetune.config.precision) or {})
+    monkeypatch.setattr(ablate, "_finetune", lambda spec, *a, **k: baselines.append(1) or {"dev_acc": 0.5})
+
+    def evaluate(**overrides):
+        spec = load_spec(spec_path, overrides)
+        row = ablate.run_one(spec, run, {"data": [str(corpus)]}, out, None, None, {}, log=lambda m: None)
+        ablate.random_init_row(spec, row, out, log=lambda m: None)
+
+    evaluate()
+    evaluate()
+    assert evals == ["fp32"] and len(baselines) == 1                    # identical spec: cache hit
+    evaluate(finetune_precision="bf16")
+    assert evals == ["fp32", "bf16"] and len(baselines) == 2            # only the precision changed: re-run
+    evaluate(finetune_precision="bf16")
+    assert len(evals) == 2 and len(baselines) == 2
 
 
 def test_bundled_ablation_recipes_parse():

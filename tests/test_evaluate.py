@@ -203,6 +203,58 @@ def test_eval_mlm_bad_input(tiny_model_dir, tmp_path, capsys):
     assert rc == 2 and f"{bad}:2:" in err
 
 
+def test_eval_packs_rows_exactly_as_the_shards(sample_docs, sample_jsonl, google_tokdir, tmp_path):
+    """`encode_and_pack` and a SHARDDIR built by `zh-bert shard` from the same documents hold identical rows:
+    `[CLS] doc [SEP] doc ... [SEP]`, full rows, only the last one padded."""
+    from zh_bert.data import ShardDataset
+    from zh_bert.evaluate import encode_and_pack
+    from zh_bert.shard import main as shard_main
+    from zh_bert.tokenizer_files import load_tokenizer
+
+    sharddir = tmp_path / "shards"
+    assert shard_main([str(sample_jsonl), "--tokenizer", str(google_tokdir), "-o", str(sharddir), "--seq-len", "64",
+                       "--valid-docs", "0", "--workers", "1"]) == 0
+    shards = ShardDataset(sharddir, "train")
+    tok = load_tokenizer(google_tokdir)
+    ids, ws = encode_and_pack(sample_docs, tok, 64)
+    assert ids.shape == (shards.n, 64) and shards.n > 100
+    np.testing.assert_array_equal(ids, np.asarray(shards.ids, dtype=np.int64))
+    np.testing.assert_array_equal(ws, np.asarray(shards.word_start, dtype=bool))
+    assert (ids[:, 0] == tok.cls_token_id).all()
+    assert (ids[np.arange(len(ids)), shards.lengths - 1] == tok.sep_token_id).all()   # every row closes with [SEP]
+    assert (ids[:-1] != tok.pad_token_id).all() and (ids[-1, shards.lengths[-1]:] == tok.pad_token_id).all()
+
+
+def test_eval_mlm_masking_options(tiny_model_dir, heldout, capsys):
+    """--masking/--mask-rate are MaskingConfig's options; the results name the masking that was used."""
+    base = ["eval", "mlm", str(tiny_model_dir), "--text", str(heldout), "--no-record", "--masking", "token"]
+    _, a, _ = run_cli(base, capsys)
+    _, b, _ = run_cli(base + ["--mask-rate", "0.3"], capsys)
+    assert (a["masking"], a["mask_rate"], b["masking"], b["mask_rate"]) == ("token", 0.15, "token", 0.3)
+    assert 1.7 < b["n_masked"] / a["n_masked"] < 2.3
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--batch-size", "0"], "--batch-size must be >= 1, got 0"),
+    (["--seq-len", "4"], "--seq-len must be >= 8, got 4"),
+    (["--mask-rate", "1.5"], "mask_rate must be in (0, 1), got 1.5"),
+])
+def test_eval_mlm_refuses_bad_options(tiny_model_dir, heldout, capsys, argv, message):
+    rc, res, err = run_cli(["eval", "mlm", str(tiny_model_dir), "--text", str(heldout)] + argv, capsys)
+    assert rc == 2 and res is None and message in err
+
+
+def test_eval_configs_validate_like_the_cli():
+    from zh_bert.errors import ZhBertError
+    from zh_bert.evaluate import ClozeEvalConfig, MlmEvalConfig
+
+    with pytest.raises(ZhBertError, match="--batch-size must be >= 1"):
+        MlmEvalConfig(batch_size=0)
+    with pytest.raises(ZhBertError, match="--batch-size must be >= 1"):
+        ClozeEvalConfig(data="x.jsonl", batch_size=0)
+    assert MlmEvalConfig(mask_rate=0.3).masking.mask_rate == 0.3   # shorthand for masking.mask_rate
+
+
 # --------------------------------------------------------------------------- eval_results.json
 
 def test_eval_results_newest_wins(tmp_path):

@@ -7,13 +7,13 @@ import json
 import numpy as np
 import pytest
 
-from conftest import DATA
+from conftest import REPO
 from zh_bert import cli
 from zh_bert.errors import ZhBertError
 from zh_bert.finetune import eval_entries, macro_f1, summarize
 from zh_bert.tasks import load_task, read_tsv
 
-CHNSENTI = DATA / "chnsenticorp"
+CHNSENTI = REPO / "corpora" / "tasks" / "chnsenticorp"
 
 
 def chnsenti_rows(split: str, n: int) -> list[tuple[str, str]]:
@@ -111,3 +111,23 @@ def test_metrics_and_seed_summary():
     entries = eval_entries({"task": "chnsenticorp", "seeds": [1, 2, 3], **s}, "chnsenticorp")
     assert {e["metric_name"] for e in entries} == {"dev accuracy", "test accuracy", "test macro-F1"}
     assert all(e["dataset_name"] == "ChnSentiCorp" for e in entries)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--batch-size", "0"], "--batch-size must be >= 1, got 0"),
+    (["--seeds", "0"], "--seeds must be >= 1, got 0"),
+    (["--warmup", "1.5"], "--warmup is a fraction"),
+])
+def test_finetune_refuses_bad_options(tiny_model_dir, capsys, argv, message):
+    rc = cli.main(["finetune", str(tiny_model_dir), "--task", "chnsenticorp"] + argv)
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and err.count("\n") == 1
+
+
+def test_finetune_config_validates_like_the_cli():
+    from zh_bert.finetune import FinetuneConfig
+
+    with pytest.raises(ZhBertError, match="--precision must be fp32 or bf16"):
+        FinetuneConfig(precision="fp16")
+    with pytest.raises(ZhBertError, match="--epochs must be >= 1"):
+        FinetuneConfig(epochs=0)

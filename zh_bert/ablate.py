@@ -7,25 +7,59 @@ sees the same token budget (same steps × global batch × seq_len). Every run is
   `heldout_docs` documents of each corpus file), masked once from a fixed seed with a fixed strategy, so
   all runs are scored on the same blanks (comparable unless the vocabulary itself differs);
 - the run's own validation MLM accuracy (from run.json: its own masking, its own shard's held-out docs);
-- downstream accuracy: `zh-bert finetune` on `finetune` (default ChnSentiCorp), mean ± std over seeds.
+- downstream accuracy: `zh-bert finetune` on `finetune` (default ChnSentiCorp), mean ± std over seeds,
+  with the `finetune_*` settings of the spec.
 
 Outputs in `out_dir`: `results.md` (table + the exact command + caveats), `results.png`, `results.json`,
-and one run dir per setting under `runs/` (finished runs and their evals are reused on a re-run).
+and one run dir per setting under `runs/`. A re-run reuses finished runs, and their evals as long as the
+eval settings (`eval_settings`: the held-out eval and the whole fine-tuning spec) are unchanged.
 The pseudo-key `corpus_fraction` trains on the first fraction of every corpus file's training documents.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import re
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from zh_bert.errors import ZhBertError
+import yaml
+
+from zh_bert.config import build_parser as derive_parser, config_from_args, from_dict, load_yaml, option, parse_set
+from zh_bert.corpus_io import read_documents
+from zh_bert.errors import ZhBertError, unknown_key_error
+from zh_bert.eval_results import entry, record
+from zh_bert.evaluate import MlmEvalConfig, eval_mlm, load_mlm
+from zh_bert.fileio import atomic_write, write_json
+from zh_bert.finetune import FinetuneConfig, eval_entries, run as run_finetune
+from zh_bert.masking import STRATEGIES, MaskingConfig
+from zh_bert.pipeline import _input_files, is_sharddir
+from zh_bert.recipe import load_recipe
+from zh_bert.tasks import load_task
+
+FLAT = "finetune_"                                  # spec files spell the fine-tuning settings finetune_<key>
+SPEC_FINETUNE = {"lr": 2e-3, "pooling": "mean"}     # tiny models need large lrs; MLM-only checkpoints, mean pooling
+CONFIG_KEYS = tuple(f.name for f in fields(FinetuneConfig) if f.name != "random_init")  # the baseline's job
+
+
+@dataclass
+class FinetuneSpec:
+    """How every run is fine-tuned downstream. Its whole value is the cache key of a run's evaluations, so
+    changing any part of it (the precision too) re-runs them. Spec files write `finetune: TASK` and
+    `finetune_<key>: value` for `seeds` and every FinetuneConfig setting (finetune_lr, finetune_precision...)."""
+    task: Optional[str] = "chnsenticorp"       # `zh-bert finetune --task`; null = no fine-tuning
+    seeds: int = 3                             # seeds 1..N; the table shows mean ± sample std
+    config: FinetuneConfig = field(default_factory=lambda: FinetuneConfig(**SPEC_FINETUNE))
+
+    def __post_init__(self):
+        if self.seeds < 1:
+            raise ZhBertError(f"'finetune_seeds' must be >= 1, got {self.seeds}")
+
+    def seed_list(self) -> list[int]:
+        return list(range(1, self.seeds + 1))
 
 
 @dataclass
@@ -37,18 +71,25 @@ class AblationSpec:
     out_dir: Optional[str] = None               # default runs/ablations/NAME
     set: dict[str, Any] = field(default_factory=dict)   # overrides shared by every run (the budget)
     heldout_docs: int = 100                     # last N documents of each corpus file: held out for eval mlm
-    eval_masking: str = "token"                 # strategy of the held-out MLM eval (same for every run)
+    eval_masking: Literal["token", "wwm", "ngram", "unigram-noise"] = "token"  # the held-out MLM eval's masking
     eval_seed: int = 0
     eval_max_seqs: int = 200                    # packed held-out sequences scored (0 = all)
-    finetune: Optional[str] = "chnsenticorp"    # task for `zh-bert finetune`; null = skip
-    finetune_seeds: int = 3
-    finetune_epochs: int = 3
-    finetune_lr: float = 2e-3                  # tiny models need large fine-tuning lrs
-    finetune_seq_len: int = 128
-    finetune_max_train: int = 0                 # 0 = the whole (deduplicated) train split
-    finetune_precision: Literal["fp32", "bf16"] = "fp32"
-    finetune_pooling: Literal["mean", "cls"] = "mean"  # mean | cls: MLM-only checkpoints never train [CLS]/the pooler
+    finetune: FinetuneSpec = field(default_factory=FinetuneSpec)
     random_init_baseline: bool = True           # also fine-tune the same architecture from random weights
+
+    def __post_init__(self):
+        if not isinstance(self.grid, dict) or len(self.grid) != 1:
+            raise ZhBertError(f"'grid' must have exactly one key (the setting that varies), "
+                              f"got {list(self.grid) if isinstance(self.grid, dict) else self.grid!r}")
+        key, values = next(iter(self.grid.items()))
+        if not isinstance(values, list) or len(values) < 2:
+            raise ZhBertError(f"grid.{key} must be a list of at least two values")
+        for name in ("heldout_docs", "eval_max_seqs"):
+            if getattr(self, name) < 0:
+                raise ZhBertError(f"'{name}' must be >= 0, got {getattr(self, name)}")
+        if self.eval_masking not in STRATEGIES:
+            raise ZhBertError(f"'eval_masking' must be one of {', '.join(STRATEGIES)}, got {self.eval_masking!r}")
+        plan_runs(self)   # every grid value makes a run: refused now, not after the first pretraining
 
 
 @dataclass
@@ -59,19 +100,40 @@ class Run:
     fraction: float = 1.0      # corpus_fraction
 
 
-def load_spec(path: str | Path, overrides: dict | None = None) -> AblationSpec:
-    from zh_bert.config import from_dict, load_yaml
+def spec_keys() -> list[str]:
+    """Every key a spec file (or `ablate --set`) may use."""
+    return [f.name for f in fields(AblationSpec)] + [FLAT + k for k in ("seeds",) + CONFIG_KEYS]
 
-    spec = from_dict(AblationSpec, {**load_yaml(path), **(overrides or {})}, where=str(path))
-    if not isinstance(spec.grid, dict) or len(spec.grid) != 1:
-        raise ZhBertError(f"{path}: 'grid' must have exactly one key (the setting that varies), "
-                          f"got {list(spec.grid) if isinstance(spec.grid, dict) else spec.grid!r}")
-    key, values = next(iter(spec.grid.items()))
-    if not isinstance(values, list) or len(values) < 2:
-        raise ZhBertError(f"{path}: grid.{key} must be a list of at least two values")
-    if spec.finetune_seeds < 1:
-        raise ZhBertError(f"{path}: 'finetune_seeds' must be >= 1")
-    return spec
+
+def _finetune_spec(data: dict, where: str) -> FinetuneSpec:
+    """`finetune: TASK` + the flat `finetune_<key>` entries of `data` (removed from it) -> FinetuneSpec."""
+    given = {k[len(FLAT):]: data.pop(k) for k in [k for k in data if k.startswith(FLAT)]}
+    top = {"task": data.pop("finetune")} if "finetune" in data else {}
+    if "seeds" in given:
+        top["seeds"] = given.pop("seeds")
+    try:
+        config = from_dict(FinetuneConfig, {**SPEC_FINETUNE, **given}, where)
+        return from_dict(FinetuneSpec, {**top, "config": config}, where)
+    except ZhBertError as e:   # FinetuneConfig names 'lr' / --lr; the spec file says finetune_lr
+        msg = str(e)
+        for k in given:
+            msg = msg.replace(f"'{k}'", f"'{FLAT}{k}'").replace(f"--{k.replace('_', '-')} ", f"{FLAT}{k} ")
+        raise ZhBertError(msg if msg.startswith(where) else f"{where}: {msg}") from None
+
+
+def load_spec(path: str | Path, overrides: dict | None = None) -> AblationSpec:
+    """The spec file with `overrides` (spec keys given to `--set`), validated whole before any run."""
+    where = str(path)
+    data = {str(k): v for k, v in {**load_yaml(path), **(overrides or {})}.items()}
+    valid = spec_keys()
+    for key in data:
+        if key not in valid:
+            raise unknown_key_error(key, valid, where)
+    data["finetune"] = _finetune_spec(data, where)
+    try:
+        return from_dict(AblationSpec, data, where)
+    except ZhBertError as e:
+        raise ZhBertError(str(e) if str(e).startswith(where) else f"{where}: {e}") from None
 
 
 def _slug(s: str) -> str:
@@ -118,15 +180,11 @@ def carve_corpus(files: list[Path], out: Path, heldout_docs: int, fractions: set
         for f in fractions:
             dst = out / f"train-{int(round(f * 100))}" / f"{i:02d}-{path.name}"
             if not dst.is_file():
-                from zh_bert.fileio import atomic_write
-
                 with atomic_write(dst) as fh:
                     fh.write(sep.join(keep[:max(1, int(len(keep) * f))]) + "\n")
             train[f].append(str(dst))
     held_path = out / "heldout.txt"
     if heldout and not held_path.is_file():
-        from zh_bert.fileio import atomic_write
-
         with atomic_write(held_path) as fh:
             fh.write("\n".join(heldout) + "\n")
     return train, held_path
@@ -136,8 +194,6 @@ def carve_corpus(files: list[Path], out: Path, heldout_docs: int, fractions: set
 
 def _check_same_recipe(run_dir: Path, recipe) -> None:
     """A run dir from other settings is refused, never silently reused or mixed into the table."""
-    import yaml
-
     path = run_dir / "recipe.yaml"
     if not path.is_file():
         return
@@ -151,8 +207,6 @@ def _check_same_recipe(run_dir: Path, recipe) -> None:
 def run_one(spec: AblationSpec, run: Run, base: dict, out: Path, data_files: list[str] | None,
             heldout: Path | None, cli_set: dict, log=print) -> dict:
     """Pretrain (or reuse a finished run), then the evals (or reuse them); returns the table row."""
-    from zh_bert.recipe import load_recipe
-
     run_dir = out / "runs" / _slug(run.label)
     overrides = {**base, **spec.set, **run.overrides, **cli_set, "out_dir": str(run_dir),
                  "data_cache": str(out / "data")}
@@ -179,62 +233,52 @@ def run_one(spec: AblationSpec, run: Run, base: dict, out: Path, data_files: lis
            "vocab_size": (summary.get("vocab") or {}).get("vocab_size")}
     evals_path = run_dir / "ablate_evals.json"
     evals = json.loads(evals_path.read_text(encoding="utf-8")) if evals_path.is_file() else {}
-    want = {"heldout": str(heldout) if heldout else None, "eval_masking": spec.eval_masking,
-            "eval_seed": spec.eval_seed, "eval_max_seqs": spec.eval_max_seqs, "order_check": True,
-            "finetune": spec.finetune,
-            "finetune_seeds": spec.finetune_seeds, "finetune_epochs": spec.finetune_epochs,
-            "finetune_lr": spec.finetune_lr, "finetune_max_train": spec.finetune_max_train,
-            "finetune_seq_len": spec.finetune_seq_len, "finetune_pooling": spec.finetune_pooling}
+    want = eval_settings(spec, heldout)
     if evals.get("settings") != want:
         evals = {"settings": want, **run_evals(spec, run, run_dir, heldout, log)}
-        from zh_bert.fileio import write_json
-
         write_json(evals_path, evals)
     row.update({k: v for k, v in evals.items() if k != "settings"})
     return row
 
 
-def finetune_config(spec: AblationSpec, random_init: bool = False):
-    from zh_bert import finetune as ft
+def eval_settings(spec: AblationSpec, heldout: Path | None) -> dict:
+    """What a run's cached evaluations depend on: a change to any of it re-runs them."""
+    return {"heldout": str(heldout) if heldout else None, "eval_masking": spec.eval_masking,
+            "eval_seed": spec.eval_seed, "eval_max_seqs": spec.eval_max_seqs, "order_check": True,
+            "finetune": asdict(spec.finetune)}
 
-    return ft.FinetuneConfig(epochs=spec.finetune_epochs, lr=spec.finetune_lr, seq_len=spec.finetune_seq_len,
-                             max_train=spec.finetune_max_train, precision=spec.finetune_precision,
-                             pooling=spec.finetune_pooling, random_init=random_init)
+
+SUMMARY_KEYS = ("dev_acc", "dev_acc_std", "test_acc", "test_acc_std", "test_macro_f1", "test_macro_f1_std")
+
+
+def _finetune(spec: AblationSpec, model_dir: Path, random_init: bool = False) -> dict:
+    """`zh-bert finetune` of `model_dir` with the spec's settings, seeds 1..N; the summary dict."""
+    cfg = replace(spec.finetune.config, random_init=random_init)
+    return run_finetune(model_dir, load_task(spec.finetune.task), cfg, spec.finetune.seed_list(), log=lambda m: None)
 
 
 def random_init_row(spec: AblationSpec, first: dict, out: Path, log=print) -> dict:
     """The first run's architecture fine-tuned from random weights: what pretraining has to beat."""
-    from zh_bert import finetune as ft
-    from zh_bert.tasks import load_task
-
     path = out / "random_init_baseline.json"
-    want = {"run_dir": first["run_dir"], **{k: v for k, v in asdict(spec).items() if k.startswith("finetune")}}
+    want = {"run_dir": first["run_dir"], "finetune": asdict(spec.finetune)}
     cached = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
     if cached.get("settings") != want:
-        log(f"[random init] finetune {spec.finetune} from random weights ({first['label']}'s architecture)")
-        s = ft.run(Path(first["run_dir"]) / "final", load_task(spec.finetune), finetune_config(spec, True),
-                   list(range(1, spec.finetune_seeds + 1)), log=lambda m: None)
-        cached = {"settings": want, **{k: s.get(k) for k in ("dev_acc", "dev_acc_std", "test_acc", "test_acc_std",
-                                                              "test_macro_f1", "test_macro_f1_std")}}
-        from zh_bert.fileio import write_json
-
+        log(f"[random init] finetune {spec.finetune.task} from random weights ({first['label']}'s architecture)")
+        s = _finetune(spec, Path(first["run_dir"]) / "final", random_init=True)
+        cached = {"settings": want, **{k: s.get(k) for k in SUMMARY_KEYS}}
         write_json(path, cached)
     return {"label": "random init", "value": f"random init ({first['value']} arch.), no pretraining", "tokens": 0,
             "train_s": 0, **{k: v for k, v in cached.items() if k != "settings"}}
 
 
 def run_evals(spec: AblationSpec, run: Run, run_dir: Path, heldout: Path | None, log=print) -> dict:
-    from zh_bert.eval_results import entry, record
-
     out: dict[str, Any] = {}
     entries = []
     if heldout is not None:
-        from zh_bert.corpus_io import read_documents
-        from zh_bert.evaluate import MlmEvalConfig, eval_mlm, load_mlm
-
         model, tok, _ = load_mlm(run_dir / "final")
-        cfg = MlmEvalConfig(seed=spec.eval_seed, masking=spec.eval_masking, max_seqs=spec.eval_max_seqs,
-                            seq_len=min(128, model.config.max_position_embeddings), order_check=True)
+        cfg = MlmEvalConfig(seed=spec.eval_seed, masking=MaskingConfig(strategy=spec.eval_masking),
+                            max_seqs=spec.eval_max_seqs, seq_len=min(128, model.config.max_position_embeddings),
+                            order_check=True)
         res = eval_mlm(model, tok, read_documents([str(heldout)]), cfg)
         log(f"[{run.label}] held-out MLM ({spec.eval_masking}, seed {spec.eval_seed}): acc {res['mlm_acc']:.4f} "
             f"top-5 {res['mlm_top5']:.4f} loss {res['mlm_loss']:.4f}; context shuffled: acc {res['mlm_acc_shuffled']:.4f}")
@@ -244,20 +288,13 @@ def run_evals(spec: AblationSpec, run: Run, run_dir: Path, heldout: Path | None,
         task = f"Masked LM ({spec.eval_masking} masking, seed {spec.eval_seed})"
         entries.append(entry("fill-mask", task, "text", heldout.name, "accuracy", "MLM accuracy", res["mlm_acc"]))
         del model
-    if spec.finetune:
-        from zh_bert import finetune as ft
-        from zh_bert.tasks import load_task
-
-        task = load_task(spec.finetune)
-        cfg = finetune_config(spec)
-        seeds = list(range(1, spec.finetune_seeds + 1))
-        s = ft.run(run_dir / "final", task, cfg, seeds, log=lambda m: None)
-        log(f"[{run.label}] finetune {spec.finetune}: dev {s['dev_acc']:.4f} ± {s.get('dev_acc_std', 0):.4f}"
+    if spec.finetune.task:
+        s = _finetune(spec, run_dir / "final")
+        log(f"[{run.label}] finetune {spec.finetune.task}: dev {s['dev_acc']:.4f} ± {s.get('dev_acc_std', 0):.4f}"
             + (f", test {s['test_acc']:.4f} ± {s.get('test_acc_std', 0):.4f}" if s.get("test_acc") is not None else ""))
-        out.update({k: s.get(k) for k in ("dev_acc", "dev_acc_std", "test_acc", "test_acc_std", "test_macro_f1",
-                                          "test_macro_f1_std")})
-        out["finetune_seeds"] = seeds
-        entries += ft.eval_entries(s, spec.finetune)
+        out.update({k: s.get(k) for k in SUMMARY_KEYS})
+        out["finetune_seeds"] = s["seeds"]
+        entries += eval_entries(s, spec.finetune.task)
     if entries:
         record(run_dir, entries)
     return out
@@ -277,17 +314,15 @@ def _gain(g) -> str:
 
 def write_results(spec: AblationSpec, rows: list[dict], out: Path, command: str, elapsed: float,
                   shared: dict | None = None) -> None:
-    from zh_bert.fileio import atomic_write, write_json
-
-    key = next(iter(spec.grid))
-    task = spec.finetune or "–"
+    key, fs = next(iter(spec.grid)), spec.finetune
+    task = fs.task or "–"
     lines = [f"# Ablation: {spec.name}", ""]
     if spec.question:
         lines += [spec.question.strip(), ""]
     lines += [f"Command: `{command}` (this invocation {elapsed / 60:.1f} min; finished runs and evals of earlier "
               f"invocations are reused)", "",
               f"| {key} | val MLM acc (own masking) | held-out MLM acc ({spec.eval_masking}, seed {spec.eval_seed}) "
-              f"| order gain | {task} dev acc (mean ± std, {spec.finetune_seeds} seeds) | {task} test acc | tokens | "
+              f"| order gain | {task} dev acc (mean ± std, {fs.seeds} seeds) | {task} test acc | tokens | "
               "wall-clock |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['value']} | {_pm(r.get('val_mlm_acc'), None)} | {_pm(r.get('heldout_mlm_acc'), None)} | "
@@ -300,9 +335,9 @@ def write_results(spec: AblationSpec, rows: list[dict], out: Path, command: str,
               "training only (data preparation is shared and cached). "
               f"Same token budget for every run{f' ({budget})' if budget else ''}. Held-out text: the last "
               f"{spec.heldout_docs} documents of each corpus file, removed from training for every run. "
-              f"Downstream: `zh-bert finetune` ({spec.finetune_epochs} epochs, lr {spec.finetune_lr}, "
-              f"--pooling {spec.finetune_pooling}, seq-len "
-              f"{spec.finetune_seq_len}{f', {spec.finetune_max_train} train examples' if spec.finetune_max_train else ''}"
+              f"Downstream: `zh-bert finetune` ({fs.config.epochs} epochs, lr {fs.config.lr}, "
+              f"--pooling {fs.config.pooling}, --precision {fs.config.precision}, seq-len {fs.config.seq_len}"
+              f"{f', {fs.config.max_train} train examples' if fs.config.max_train else ''}"
               f"), std is the sample std over seeds."]
     if len(vocab_sizes) > 1:
         lines += ["", f"Vocabularies differ between runs ({sorted(vocab_sizes)}): MLM accuracies "
@@ -319,13 +354,11 @@ def plot_results(spec: AblationSpec, rows: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from zh_bert.fileio import atomic_write
-
     labels = [str(r["value"]) for r in rows]
     panels = [("heldout_mlm_acc", None, f"held-out MLM acc ({spec.eval_masking})"),
               ("val_mlm_acc", None, "val MLM acc (own masking)"),
-              ("dev_acc", "dev_acc_std", f"{spec.finetune} dev acc (± std)"),
-              ("test_acc", "test_acc_std", f"{spec.finetune} test acc (± std)")]
+              ("dev_acc", "dev_acc_std", f"{spec.finetune.task} dev acc (± std)"),
+              ("test_acc", "test_acc_std", f"{spec.finetune.task} test acc (± std)")]
     panels = [p for p in panels if any(r.get(p[0]) is not None for r in rows)]
     fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.4), squeeze=False)
     for ax, (key, std, title) in zip(axes[0], panels):
@@ -347,79 +380,76 @@ def plot_results(spec: AblationSpec, rows: list[dict], path: Path) -> None:
 
 # --------------------------------------------------------------------------- CLI
 
+@dataclass
+class AblateArgs:
+    spec: str = option(positional=True, metavar="recipes/ablations/NAME.yaml", help="the ablation spec")
+    set: list[str] = option(default_factory=list, action="append", metavar="KEY=VALUE",
+                            help="override for every run: a recipe key (e.g. max_steps=100) or a key of the "
+                                 "ablation spec (e.g. finetune_max_train=1000)")
+    out_dir: Optional[str] = option(None, help="override the spec's out_dir")
+    only: list[str] = option(default_factory=list, action="append", metavar="LABEL",
+                             help="run only these settings")
+    dry_run: bool = option(False, help="print the runs and their overrides, run nothing")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="zh-bert ablate", description=__doc__.split("\n\n")[0])
-    p.add_argument("spec", metavar="recipes/ablations/NAME.yaml")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override for every run: a recipe key (e.g. max_steps=100) or a key of the ablation "
-                        "spec (e.g. finetune_max_train=1000)")
-    p.add_argument("--out-dir", help="override the spec's out_dir")
-    p.add_argument("--only", action="append", default=[], metavar="LABEL", help="run only these settings")
-    p.add_argument("--dry-run", action="store_true", help="print the runs and their overrides, run nothing")
-    return p
+    return derive_parser("zh-bert ablate", __doc__.split("\n\n")[0], AblateArgs)
+
+
+def _select(runs: list[Run], only: list[str]) -> list[Run]:
+    if not only:
+        return runs
+    unknown = set(only) - {r.label for r in runs} - {str(r.value) for r in runs}
+    if unknown:
+        raise ZhBertError(f"--only {sorted(unknown)}: not in the grid ({', '.join(r.label for r in runs)})")
+    return [r for r in runs if r.label in only or str(r.value) in only]
+
+
+def _prepare_data(spec: AblationSpec, spec_path: Path, base_recipe, runs: list[Run], out: Path):
+    """(training files per corpus fraction, held-out text) carved from a raw corpus; ({}, None) for a SHARDDIR."""
+    if len(base_recipe.data_paths) == 1 and is_sharddir(base_recipe.data_paths[0]):
+        if any(r.fraction < 1 for r in runs) or spec.heldout_docs:
+            raise ZhBertError(f"{spec_path}: the base recipe's data is a SHARDDIR; corpus_fraction and "
+                              f"heldout_docs need a raw corpus (set heldout_docs: 0 to skip the held-out eval)")
+        return {}, None
+    files = _input_files([Path(p) for p in base_recipe.data_paths])
+    by_fraction, heldout = carve_corpus(files, out / "corpus", spec.heldout_docs, {r.fraction for r in runs},
+                                        base_recipe.doc_sep)
+    return by_fraction, heldout if spec.heldout_docs else None
 
 
 def main(argv: list[str]) -> int:
-    import sys
-
-    from zh_bert.config import parse_set
-
-    args = build_parser().parse_args(argv)
+    args = config_from_args(AblateArgs, build_parser().parse_args(argv))
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()  # "newly initialised classifier" reports are expected for every run
     hf_logging.disable_progress_bar()
     spec_path = Path(args.spec)
-    spec = load_spec(spec_path)
     cli_set = parse_set(args.set)
-    spec_keys = {f.name for f in dataclasses.fields(AblationSpec)} - {"name", "grid", "set", "base", "out_dir"}
-    if any(k in spec_keys for k in cli_set):
-        spec = load_spec(spec_path, {k: cli_set.pop(k) for k in list(cli_set) if k in spec_keys})
+    overridable = set(spec_keys()) - {"name", "grid", "set", "base", "out_dir"}
+    spec = load_spec(spec_path, {k: cli_set.pop(k) for k in list(cli_set) if k in overridable})
     base = (spec_path.parent / spec.base) if not Path(spec.base).is_absolute() else Path(spec.base)
     if not base.is_file():
         raise ZhBertError(f"{spec_path}: base recipe {base} not found")
     out = Path(args.out_dir or spec.out_dir or f"runs/ablations/{spec.name}")
-    runs = plan_runs(spec)
-    if args.only:
-        unknown = set(args.only) - {r.label for r in runs} - {str(r.value) for r in runs}
-        if unknown:
-            raise ZhBertError(f"--only {sorted(unknown)}: not in the grid ({', '.join(r.label for r in runs)})")
-        runs = [r for r in runs if r.label in args.only or str(r.value) in args.only]
-
-    from zh_bert.pipeline import is_sharddir
-    from zh_bert.recipe import load_recipe
-
-    from zh_bert.config import load_yaml
-
+    runs = _select(plan_runs(spec), args.only)
     load_recipe(base)             # errors in the base recipe name its file
     base_data = load_yaml(base)   # read once: every run derives from this snapshot, even if the file changes
     base_recipe = load_recipe(None, {**base_data, **spec.set, **cli_set})
-    raw = not (len(base_recipe.data_paths) == 1 and is_sharddir(base_recipe.data_paths[0]))
-    if not raw and (any(r.fraction < 1 for r in runs) or spec.heldout_docs):
-        raise ZhBertError(f"{spec_path}: the base recipe's data is a SHARDDIR; corpus_fraction and heldout_docs "
-                          f"need a raw corpus (set heldout_docs: 0 to skip the held-out eval)")
-    data_by_fraction, heldout = {}, None
-    if raw:
-        from zh_bert.pipeline import _input_files
-
-        files = _input_files([Path(p) for p in base_recipe.data_paths])
-        data_by_fraction, heldout = carve_corpus(files, out / "corpus", spec.heldout_docs,
-                                                 {r.fraction for r in runs}, base_recipe.doc_sep)
-        if not spec.heldout_docs:
-            heldout = None
+    data_by_fraction, heldout = _prepare_data(spec, spec_path, base_recipe, runs, out)
     for r in runs:
         print(f"{r.label}: pretrain {base} --set " + " ".join(f"{k}={v}" for k, v in
                                                            {**spec.set, **r.overrides, **cli_set}.items()), flush=True)
     if args.dry_run:
         return 0
-    command = "zh-bert ablate " + " ".join(argv)
+    log = lambda m: print(m, flush=True)  # noqa: E731
     t0 = time.time()
-    rows = [run_one(spec, r, base_data, out, data_by_fraction.get(r.fraction) if raw else None, heldout, cli_set,
-                    log=lambda m: print(m, flush=True)) for r in runs]
-    if spec.finetune and spec.random_init_baseline and rows:
-        rows.append(random_init_row(spec, rows[0], out, log=lambda m: print(m, flush=True)))
-    write_results(spec, rows, out, command, time.time() - t0, shared={**spec.set, **cli_set})
+    rows = [run_one(spec, r, base_data, out, data_by_fraction.get(r.fraction), heldout, cli_set, log=log)
+            for r in runs]
+    if spec.finetune.task and spec.random_init_baseline and rows:
+        rows.append(random_init_row(spec, rows[0], out, log=log))
+    write_results(spec, rows, out, "zh-bert ablate " + " ".join(argv), time.time() - t0,
+                  shared={**spec.set, **cli_set})
     print((out / "results.md").read_text(encoding="utf-8"), flush=True)
     print(json.dumps({"results": str(out / "results.md"), "rows": rows}, ensure_ascii=False), flush=True)
-    sys.stdout.flush()
     return 0

@@ -1,9 +1,9 @@
 """`zh-bert eval mlm|cloze CKPT ...`: masked-LM figures that compare checkpoints fairly.
 
-`eval mlm` packs held-out text into `[CLS] ... [SEP]` sequences (documents joined by [SEP], as the shards
-are) and masks them once with `zh_bert.masking.mask_batch` from a fixed seed, over the whole set at once,
-so the masked positions depend only on (text, tokenizer, seed, strategy) — not on batch size or model —
-and two checkpoints with the same tokenizer are scored on exactly the same blanks.
+`eval mlm` packs held-out text with the shard packer itself (rows `[CLS] doc [SEP] doc ... [SEP]`, exactly
+like the training rows) and masks them once with `zh_bert.masking.mask_batch` from a fixed seed, over the
+whole set at once, so the masked positions depend only on (text, tokenizer, seed, masking) — not on batch
+size or model — and two checkpoints with the same tokenizer are scored on exactly the same blanks.
 
 `eval cloze` fills each blank with every candidate: the blank becomes as many [MASK]s as the candidate has
 tokens, and the candidate's score is the sum (or mean) of its tokens' log-probabilities, all predicted at
@@ -13,17 +13,25 @@ once. Candidates with the same token count share one forward pass (ChID's are al
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass, field
 from pathlib import Path
+from typing import Literal, Optional
 
 import numpy as np
 
-from zh_bert.errors import ZhBertError
+from zh_bert.config import build_parser as derive_parser, config_from_args, option
 from zh_bert.corpus_io import read_documents
-from zh_bert.fileio import read_text
+from zh_bert.errors import ZhBertError
+from zh_bert.eval_results import entry, record_for_checkpoint, resolve_checkpoint
+from zh_bert.masking import MaskingConfig, mask_batch
+from zh_bert.segment import SEGMENTERS, Segmenter
+from zh_bert.shard import Specials, TextEncoder, pack_sequences
+from zh_bert.tasks import read_jsonl
+from zh_bert.tokenizer_files import load_tokenizer
 
 
 # --------------------------------------------------------------------------- model
@@ -32,9 +40,6 @@ def load_mlm(ckpt):
     """(model in eval mode, tokenizer, model dir) for a checkpoint folder or run dir."""
     from transformers import AutoModelForMaskedLM
     from transformers.utils import logging as hf_logging
-
-    from zh_bert.eval_results import resolve_checkpoint
-    from zh_bert.tokenizer_files import load_tokenizer
 
     ckpt_dir = resolve_checkpoint(ckpt)
     tok = load_tokenizer(ckpt_dir)
@@ -65,53 +70,65 @@ def masked_logits(model, batch: dict, positions):
         return model(**batch).logits[positions].float()
 
 
+# --------------------------------------------------------------------------- options shared by the commands
+
+def at_least(cfg, minimum: int, *names: str) -> None:
+    """Refuse a numeric setting below `minimum`, naming it as the flag the user typed (--batch-size)."""
+    for name in names:
+        value = getattr(cfg, name)
+        if value < minimum:
+            raise ZhBertError(f"--{name.replace('_', '-')} must be >= {minimum}, got {value}")
+
+
+@dataclass
+class CheckpointArgs:
+    """The model a command evaluates or fine-tunes, and whether its figures go into RUN/eval_results.json."""
+    ckpt: str = option(positional=True, metavar="CKPT", help="model folder, or a run dir (uses RUN/final)")
+    no_record: bool = option(False, help="do not write RUN/eval_results.json")
+
+
 # --------------------------------------------------------------------------- eval mlm
 
-
 def encode_and_pack(docs: list[str], tok, seq_len: int, segmenter: str = "rjieba") -> tuple[np.ndarray, np.ndarray]:
-    """(N, seq_len) ids and word starts: `[CLS] doc [SEP] doc [SEP] ...` cut into full rows, last row padded."""
-    from zh_bert.segment import Segmenter, token_word_starts
-
-    seg = Segmenter(segmenter)
-    enc = tok(docs, add_special_tokens=False, return_offsets_mapping=True)
-    ids, starts = [], []
-    for text, doc_ids, offsets in zip(docs, enc["input_ids"], enc["offset_mapping"]):
-        if not doc_ids:
-            continue
-        off = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
-        ws = token_word_starts(seg.word_start_mask(text), off[:, 0], off[:, 1])
-        ids.extend(doc_ids + [tok.sep_token_id])
-        starts.extend(ws.tolist() + [True])
-    if not ids:
+    """(N, seq_len) ids and word starts, packed by the shard packer itself: full rows `[CLS] doc [SEP] doc
+    ... [SEP]`, the last one padded. Held-out text then looks to the model exactly like its training rows."""
+    encoder = TextEncoder(tok, Segmenter(segmenter))
+    if not encoder.self_check(docs[:100]):   # as `zh-bert shard` does: never trade exact ids for speed
+        encoder.lut = None
+    packed = pack_sequences(encoder.encode(docs), seq_len,
+                            Specials(cls=tok.cls_token_id, sep=tok.sep_token_id, pad=tok.pad_token_id))
+    if not len(packed["ids"]):
         raise ZhBertError("the text tokenizes to nothing")
-    body = seq_len - 1
-    n = math.ceil(len(ids) / body)
-    out_ids = np.full((n, seq_len), tok.pad_token_id, dtype=np.int64)
-    out_ws = np.ones((n, seq_len), dtype=bool)
-    out_ids[:, 0] = tok.cls_token_id
-    for r in range(n):
-        chunk = ids[r * body:(r + 1) * body]
-        out_ids[r, 1:1 + len(chunk)] = chunk
-        out_ws[r, 1:1 + len(chunk)] = starts[r * body:(r + 1) * body]
-    return out_ids, out_ws
+    return packed["ids"], packed["word_start"]
 
 
 @dataclass
 class MlmEvalConfig:
-    seed: int = 0
-    masking: str = "wwm"
-    mask_rate: float = 0.15
-    seq_len: int = 128
-    batch_size: int = 32
-    max_seqs: int = 0        # 0 = all packed sequences
-    segmenter: str = "rjieba"
-    order_check: bool = False  # also score with each sequence's tokens shuffled: does the model use word order?
+    """Settings of `eval mlm`. `masking` holds the masking options (--masking, --mask-rate, ...);
+    `mask_rate=` is accepted as a shorthand for `masking.mask_rate`."""
+    seed: int = option(0, help="masking seed (same seed = same blanks)")
+    seq_len: int = option(128, help="tokens per packed sequence, [CLS] and [SEP] included")
+    batch_size: int = option(32, help="sequences per forward pass (does not change the figures)")
+    max_seqs: int = option(0, help="evaluate the first N packed sequences (0: all)")
+    segmenter: Literal["rjieba", "jieba", "none"] = option("rjieba", help="word boundaries for wwm/ngram")
+    order_check: bool = option(False, help="also score the same blanks with each sequence's tokens shuffled; "
+                                           "reports mlm_acc_shuffled and order_gain (≈0: the model ignores "
+                                           "word order)")
+    masking: MaskingConfig = field(default_factory=MaskingConfig)
+    mask_rate: InitVar[Optional[float]] = None
+
+    def __post_init__(self, mask_rate: Optional[float]):
+        if mask_rate is not None:
+            self.masking = dataclasses.replace(self.masking, mask_rate=mask_rate)
+        at_least(self, 1, "batch_size")
+        at_least(self, 8, "seq_len")
+        at_least(self, 0, "max_seqs")
+        if self.segmenter not in SEGMENTERS:
+            raise ZhBertError(f"--segmenter must be one of {', '.join(SEGMENTERS)}, got {self.segmenter!r}")
 
 
 def eval_mlm(model, tok, docs: list[str], cfg: MlmEvalConfig) -> dict:
     """Masked-LM loss / accuracy / top-5 on `docs`, masked deterministically from cfg.seed."""
-    from zh_bert.masking import MaskingConfig, mask_batch
-
     max_pos = getattr(model.config, "max_position_embeddings", 512)
     if not 8 <= cfg.seq_len <= max_pos:
         raise ZhBertError(f"--seq-len {cfg.seq_len}: must be between 8 and the model's {max_pos} positions")
@@ -120,12 +137,11 @@ def eval_mlm(model, tok, docs: list[str], cfg: MlmEvalConfig) -> dict:
         ids, ws = ids[:cfg.max_seqs], ws[:cfg.max_seqs]
     vocab_size = model.config.vocab_size
     unigram = None
-    if cfg.masking == "unigram-noise":
+    if cfg.masking.strategy == "unigram-noise":
         unigram = np.bincount(ids.ravel(), minlength=vocab_size).astype(np.float64)
         unigram[list(tok.all_special_ids)] = 0
         unigram /= unigram.sum()
-    masked, labels = mask_batch(ids, ws, MaskingConfig(strategy=cfg.masking, mask_rate=cfg.mask_rate),
-                                np.random.default_rng(cfg.seed), mask_id=tok.mask_token_id,
+    masked, labels = mask_batch(ids, ws, cfg.masking, np.random.default_rng(cfg.seed), mask_id=tok.mask_token_id,
                                 special_ids=tok.all_special_ids, vocab_size=vocab_size, unigram_probs=unigram)
     loss_sum, top1, top5, n = _score(model, tok, masked, labels, ids, cfg.batch_size)
     if n == 0:
@@ -133,7 +149,8 @@ def eval_mlm(model, tok, docs: list[str], cfg: MlmEvalConfig) -> dict:
     loss = loss_sum / n
     out = {"mlm_loss": loss, "mlm_acc": top1 / n, "mlm_top5": top5 / n, "perplexity": math.exp(min(loss, 700)),
             "n_masked": n, "n_sequences": int(len(ids)), "n_tokens": int((ids != tok.pad_token_id).sum()),
-            "seed": cfg.seed, "masking": cfg.masking, "mask_rate": cfg.mask_rate, "seq_len": cfg.seq_len}
+            "seed": cfg.seed, "masking": cfg.masking.strategy, "mask_rate": cfg.masking.mask_rate,
+            "seq_len": cfg.seq_len}
     if cfg.order_check:
         # Same blanks, same tokens, random order within each sequence (padding stays at the end). A model
         # that only counts which characters are around (bag of words) scores the same; one that reads its
@@ -227,18 +244,7 @@ def _item(obj, where: str, mask_token: str) -> ClozeItem:
 
 
 def read_cloze(path: str | Path, mask_token: str = "[MASK]") -> list[ClozeItem]:
-    path = Path(path)
-    if not path.is_file():
-        raise ZhBertError(f"{path}: no such file")
-    items = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").split("\n"), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ZhBertError(f"{path}:{n}: not JSON ({e.msg} at column {e.colno})") from None
-        items.append(_item(obj, f"{path}:{n}", mask_token))
+    items = [_item(obj, where, mask_token) for where, obj in read_jsonl(path)]
     if not items:
         raise ZhBertError(f"{path}: no cloze items")
     return items
@@ -325,78 +331,78 @@ def eval_cloze(model, tok, items: list[ClozeItem], score: str = "sum", seq_len: 
 
 # --------------------------------------------------------------------------- CLI
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="zh-bert eval", description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(dest="what", required=True, metavar="{mlm,cloze}")
-    m = sub.add_parser("mlm", help="masked-LM loss, perplexity, top-1/top-5 accuracy on held-out text",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    d = MlmEvalConfig()
-    m.add_argument("ckpt", metavar="CKPT", help="model folder, or a run dir (uses RUN/final)")
-    m.add_argument("--text", nargs="+", required=True, metavar="FILE",
-                   help="held-out text: `zh-bert clean` JSONL or plain text, one document per line")
-    m.add_argument("--seed", type=int, default=d.seed, help="masking seed (same seed = same blanks)")
-    from zh_bert.masking import STRATEGIES
+@dataclass
+class MlmText:
+    text: list[str] = option(metavar="FILE", help="held-out text: `zh-bert clean` JSONL or plain text, "
+                                                  "one document per line")
 
-    m.add_argument("--masking", choices=STRATEGIES, default=d.masking)
-    m.add_argument("--mask-rate", type=float, default=d.mask_rate)
-    m.add_argument("--seq-len", type=int, default=d.seq_len)
-    m.add_argument("--batch-size", type=int, default=d.batch_size)
-    m.add_argument("--max-seqs", type=int, default=d.max_seqs, help="evaluate the first N packed sequences (0: all)")
-    m.add_argument("--segmenter", default=d.segmenter, help="word boundaries for wwm/ngram: rjieba|jieba|none")
-    m.add_argument("--order-check", action="store_true",
-                   help="also score the same blanks with each sequence's tokens shuffled; reports mlm_acc_shuffled "
-                        "and order_gain (≈0: the model ignores word order)")
-    c = sub.add_parser("cloze", help="multiple-choice cloze (ChID #idiom# or [MASK] sentences)",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    c.add_argument("ckpt", metavar="CKPT", help="model folder, or a run dir (uses RUN/final)")
-    c.add_argument("--data", required=True, metavar="FILE",
-                   help='JSON lines: {"content": "..#idiom#..", "candidates": [..], "answer": i} or '
-                        '{"text": "..[MASK]..", "answer": "..", "candidates": [..] (optional)}')
-    c.add_argument("--score", choices=("sum", "mean"), default="sum",
-                   help="rank candidates by summed or mean token log-probability")
-    c.add_argument("--seq-len", type=int, default=256)
-    c.add_argument("--batch-size", type=int, default=32)
-    c.add_argument("--show", type=int, default=5, help="print the first N predictions")
-    for s in (m, c):
-        s.add_argument("--no-record", action="store_true", help="do not write RUN/eval_results.json")
-    return p
+
+@dataclass
+class ClozeEvalConfig:
+    """Settings of `eval cloze`."""
+    data: str = option(metavar="FILE", help='JSON lines: {"content": "..#idiom#..", "candidates": [..], '
+                                            '"answer": i} or {"text": "..[MASK]..", "answer": "..", '
+                                            '"candidates": [..] (optional)}')
+    score: Literal["sum", "mean"] = option("sum", help="rank candidates by summed or mean token log-probability")
+    seq_len: int = option(256, help="longest input; the window is centred on the blank")
+    batch_size: int = option(32, help="inputs per forward pass")
+    show: int = option(5, help="print the first N predictions")
+
+    def __post_init__(self):
+        if self.score not in ("sum", "mean"):
+            raise ZhBertError(f"--score must be sum or mean, got {self.score!r}")
+        at_least(self, 1, "batch_size")
+        at_least(self, 3, "seq_len")
+        at_least(self, 0, "show")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    return derive_parser("zh-bert eval", __doc__.split("\n\n")[0], subcommands={
+        "mlm": ("masked-LM loss, perplexity, top-1/top-5 accuracy on held-out text",
+                (CheckpointArgs, MlmText, MlmEvalConfig, MaskingConfig)),
+        "cloze": ("multiple-choice cloze (ChID #idiom# or [MASK] sentences)", (CheckpointArgs, ClozeEvalConfig))})
+
+
+def _main_mlm(ckpt: str, args: argparse.Namespace) -> tuple[dict, list[dict]]:
+    cfg = dataclasses.replace(config_from_args(MlmEvalConfig, args), masking=config_from_args(MaskingConfig, args))
+    text = config_from_args(MlmText, args).text
+    docs = read_documents(text)
+    model, tok, ckpt_dir = load_mlm(ckpt)
+    res = eval_mlm(model, tok, docs, cfg)
+    res["checkpoint"] = str(ckpt_dir)
+    print(f"{ckpt_dir}: {res['n_sequences']} sequences, {res['n_masked']} masked tokens ({res['masking']}, "
+          f"seed {cfg.seed}): loss {res['mlm_loss']:.4f}, perplexity {res['perplexity']:.2f}, "
+          f"acc {res['mlm_acc']:.4f}, top-5 {res['mlm_top5']:.4f}", flush=True)
+    if cfg.order_check:
+        print(f"context shuffled: acc {res['mlm_acc_shuffled']:.4f} (order gain {res['order_gain'] * 100:+.1f} "
+              f"points), loss {res['mlm_loss_shuffled']:.4f}", flush=True)
+    name = ", ".join(Path(t).name for t in text)
+    task = f"Masked LM ({res['masking']} masking, seed {cfg.seed})"
+    return res, [entry("fill-mask", task, "text", name, "accuracy", "MLM accuracy", res["mlm_acc"]),
+                 entry("fill-mask", task, "text", name, "accuracy", "MLM top-5 accuracy", res["mlm_top5"]),
+                 entry("fill-mask", task, "text", name, "perplexity", "perplexity", res["perplexity"])]
+
+
+def _main_cloze(ckpt: str, args: argparse.Namespace) -> tuple[dict, list[dict]]:
+    cfg = config_from_args(ClozeEvalConfig, args)
+    items = read_cloze(cfg.data)
+    model, tok, ckpt_dir = load_mlm(ckpt)
+    res, preds = eval_cloze(model, tok, items, cfg.score, cfg.seq_len, cfg.batch_size)
+    res["checkpoint"] = str(ckpt_dir)
+    for p in preds[:cfg.show]:
+        print(f"{p['where']}: {'✓' if p['correct'] else '✗'} predicted {p['prediction']!r}, answer {p['answer']!r}")
+    print(f"{ckpt_dir}: cloze accuracy {res['accuracy']:.4f} on {res['n']} items "
+          f"(sum {res['accuracy_sum']:.4f}, mean {res['accuracy_mean']:.4f})", flush=True)
+    return res, [entry("fill-mask", f"Cloze ({cfg.score} log-prob)", "cloze", Path(cfg.data).name, "accuracy",
+                       "cloze accuracy", res["accuracy"])]
 
 
 def main(argv: list[str]) -> int:
-    from zh_bert.eval_results import entry, record_for_checkpoint
-
     args = build_parser().parse_args(argv)
-    if args.what == "mlm":
-        cfg = MlmEvalConfig(seed=args.seed, masking=args.masking, mask_rate=args.mask_rate, seq_len=args.seq_len,
-                            batch_size=args.batch_size, max_seqs=args.max_seqs, segmenter=args.segmenter,
-                            order_check=args.order_check)
-        docs = read_documents(args.text)
-        model, tok, ckpt_dir = load_mlm(args.ckpt)
-        res = eval_mlm(model, tok, docs, cfg)
-        print(f"{ckpt_dir}: {res['n_sequences']} sequences, {res['n_masked']} masked tokens ({cfg.masking}, "
-              f"seed {cfg.seed}): loss {res['mlm_loss']:.4f}, perplexity {res['perplexity']:.2f}, "
-              f"acc {res['mlm_acc']:.4f}, top-5 {res['mlm_top5']:.4f}", flush=True)
-        if cfg.order_check:
-            print(f"context shuffled: acc {res['mlm_acc_shuffled']:.4f} (order gain {res['order_gain'] * 100:+.1f} "
-                  f"points), loss {res['mlm_loss_shuffled']:.4f}", flush=True)
-        name = ", ".join(Path(t).name for t in args.text)
-        task = f"Masked LM ({cfg.masking} masking, seed {cfg.seed})"
-        entries = [entry("fill-mask", task, "text", name, "accuracy", "MLM accuracy", res["mlm_acc"]),
-                   entry("fill-mask", task, "text", name, "accuracy", "MLM top-5 accuracy", res["mlm_top5"]),
-                   entry("fill-mask", task, "text", name, "perplexity", "perplexity", res["perplexity"])]
-    else:
-        items = read_cloze(args.data)
-        model, tok, ckpt_dir = load_mlm(args.ckpt)
-        res, preds = eval_cloze(model, tok, items, args.score, args.seq_len, args.batch_size)
-        for p in preds[:args.show]:
-            print(f"{p['where']}: {'✓' if p['correct'] else '✗'} predicted {p['prediction']!r}, answer {p['answer']!r}")
-        print(f"{ckpt_dir}: cloze accuracy {res['accuracy']:.4f} on {res['n']} items "
-              f"(sum {res['accuracy_sum']:.4f}, mean {res['accuracy_mean']:.4f})", flush=True)
-        entries = [entry("fill-mask", f"Cloze ({args.score} log-prob)", "cloze", Path(args.data).name, "accuracy",
-                         "cloze accuracy", res["accuracy"])]
-    res["checkpoint"] = str(ckpt_dir)
-    if not args.no_record:
-        where = record_for_checkpoint(args.ckpt, entries)
+    target = config_from_args(CheckpointArgs, args)
+    res, entries = (_main_mlm if args.command == "mlm" else _main_cloze)(target.ckpt, args)
+    if not target.no_record:
+        where = record_for_checkpoint(target.ckpt, entries)
         if where:
             print(f"recorded in {where}", flush=True)
     print(json.dumps(res, ensure_ascii=False), flush=True)

@@ -17,42 +17,68 @@ import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal, Optional
 
 import numpy as np
 
+from zh_bert.config import build_parser as derive_parser, config_from_args, option
 from zh_bert.errors import ZhBertError
+from zh_bert.eval_results import entry, record_for_checkpoint, resolve_checkpoint
+from zh_bert.evaluate import CheckpointArgs, at_least
 from zh_bert.tasks import DATASET_NAMES, TaskData, load_task
+from zh_bert.tokenizer_files import load_tokenizer
 
 
 @dataclass
 class FinetuneConfig:
-    epochs: int = 3
-    lr: float = 5e-5
-    seq_len: int = 128
-    batch_size: int = 32
-    warmup: float = 0.1          # fraction of total steps spent warming up
-    weight_decay: float = 0.01
-    patience: int = 2            # dev evaluations without improvement before stopping
-    eval_every: int = 0          # steps between dev evaluations; 0 = once per epoch
-    max_train: int = 0           # use only the first N training examples (after shuffling by seed); 0 = all
-    random_init: bool = False
-    precision: str = "fp32"      # fp32 | bf16 (CPU autocast is real on CPUs with avx512_bf16)
-    pooling: str = "cls"         # cls: the stock pooler on [CLS] | mean: masked mean of the last layer
+    """How one fine-tuning run trains; `zh-bert ablate` keys its cached evaluations on the whole value."""
+    epochs: int = option(3, help="passes over the training set (early stop on dev may end sooner)")
+    lr: float = option(5e-5, help="peak learning rate")
+    seq_len: int = option(128, help="max tokens per example (longer ones are truncated)")
+    batch_size: int = option(32, help="examples per step")
+    warmup: float = option(0.1, help="warmup fraction of all steps")
+    weight_decay: float = option(0.01, help="AdamW weight decay (not on biases and LayerNorm)")
+    patience: int = option(2, help="early stop after N dev evals without gain")
+    eval_every: int = option(0, help="steps between dev evals (0: per epoch)")
+    max_train: int = option(0, help="use N training examples (0: all)")
+    random_init: bool = option(False, help="same architecture, random weights (baseline)")
+    precision: Literal["fp32", "bf16"] = option("fp32", help="bf16: CPU/GPU autocast (real on CPUs with "
+                                                             "avx512_bf16)")
+    pooling: Literal["cls", "mean"] = option("cls", help="cls: stock pooler on [CLS]; mean: masked mean of the "
+                                                         "last layer (MLM-only checkpoints never trained [CLS] "
+                                                         "or the pooler)")
 
     def __post_init__(self):
         if self.pooling not in ("cls", "mean"):
-            raise ZhBertError(f"--pooling must be cls or mean, got '{self.pooling}'")
-        for k in ("epochs", "seq_len", "batch_size"):
-            if getattr(self, k) < 1:
-                raise ZhBertError(f"--{k.replace('_', '-')} must be >= 1, got {getattr(self, k)}")
+            raise ZhBertError(f"--pooling must be cls or mean, got {self.pooling!r}")
+        if self.precision not in ("fp32", "bf16"):
+            raise ZhBertError(f"--precision must be fp32 or bf16, got {self.precision!r}")
+        at_least(self, 1, "epochs", "batch_size")
+        at_least(self, 0, "patience", "eval_every", "max_train")
         if not 8 <= self.seq_len <= 4096:
             raise ZhBertError(f"--seq-len must be between 8 and 4096, got {self.seq_len}")
         if not (0 < self.lr < 1):
             raise ZhBertError(f"--lr must be in (0, 1), got {self.lr}")
         if not 0 <= self.warmup < 1:
             raise ZhBertError(f"--warmup is a fraction of the steps in [0, 1), got {self.warmup}")
-        if self.precision not in ("fp32", "bf16"):
-            raise ZhBertError(f"--precision must be fp32 or bf16, got {self.precision!r}")
+        if self.weight_decay < 0:
+            raise ZhBertError(f"--weight-decay must be >= 0, got {self.weight_decay}")
+
+
+@dataclass
+class FinetuneJob:
+    """What to fine-tune on, and with which seeds."""
+    task: str = option(help="chnsenticorp | tnews | tsv:TRAIN,DEV[,TEST]")
+    columns: Optional[str] = option(None, help="TSV columns, e.g. label,text or text,label or label,text_a,text_b "
+                                               "(default: detected from the header or the values)")
+    seed: int = option(42, help="first seed")
+    seeds: int = option(1, help="number of seeds (S, S+1, ...); reports mean ± std")
+
+    def __post_init__(self):
+        at_least(self, 1, "seeds")
+
+    def seed_list(self) -> list[int]:
+        return list(range(self.seed, self.seed + self.seeds))
 
 
 # --------------------------------------------------------------------------- metrics
@@ -155,8 +181,7 @@ def train_one(ckpt_dir: Path, task: TaskData, cfg: FinetuneConfig, seed: int, to
     import torch
     from transformers import get_linear_schedule_with_warmup
 
-    from zh_bert.model import decay_groups
-    from zh_bert.tokenizer_files import load_tokenizer
+    from zh_bert.model import decay_groups   # torch: imported when training, not for --help
 
     tok = tok or load_tokenizer(ckpt_dir)
     label_index = {l: i for i, l in enumerate(task.labels)}
@@ -233,9 +258,6 @@ def summarize(runs: list[dict]) -> dict:
 
 def run(ckpt: str | Path, task: TaskData, cfg: FinetuneConfig, seeds: list[int], log=print) -> dict:
     """Fine-tune once per seed; the summary dict is what the JSON line and ablate use."""
-    from zh_bert.eval_results import resolve_checkpoint
-    from zh_bert.tokenizer_files import load_tokenizer
-
     ckpt_dir = resolve_checkpoint(ckpt)
     tok = load_tokenizer(ckpt_dir)
     runs = []
@@ -255,8 +277,6 @@ def run(ckpt: str | Path, task: TaskData, cfg: FinetuneConfig, seeds: list[int],
 
 
 def eval_entries(summary: dict, task_spec: str) -> list[dict]:
-    from zh_bert.eval_results import entry
-
     name, dtype = DATASET_NAMES.get(task_spec, (summary["task"], "tsv"))
     n = len(summary["seeds"])
     task_name = "Text classification" + (f" (mean of {n} seeds)" if n > 1 else "")
@@ -267,42 +287,13 @@ def eval_entries(summary: dict, task_spec: str) -> list[dict]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="zh-bert finetune", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    d = FinetuneConfig()
-    p.add_argument("ckpt", metavar="CKPT", help="model folder, or a run dir (uses RUN/final)")
-    p.add_argument("--task", required=True, help="chnsenticorp | tnews | tsv:TRAIN,DEV[,TEST]")
-    p.add_argument("--columns", help="TSV columns, e.g. label,text or text,label or label,text_a,text_b "
-                                     "(default: detected from the header or the values)")
-    p.add_argument("--epochs", type=int, default=d.epochs)
-    p.add_argument("--lr", type=float, default=d.lr)
-    p.add_argument("--seq-len", type=int, default=d.seq_len)
-    p.add_argument("--batch-size", type=int, default=d.batch_size)
-    p.add_argument("--warmup", type=float, default=d.warmup, help="warmup fraction of all steps")
-    p.add_argument("--weight-decay", type=float, default=d.weight_decay)
-    p.add_argument("--patience", type=int, default=d.patience, help="early stop after N dev evals without gain")
-    p.add_argument("--eval-every", type=int, default=d.eval_every, help="steps between dev evals (0: per epoch)")
-    p.add_argument("--max-train", type=int, default=d.max_train, help="use N training examples (0: all)")
-    p.add_argument("--seed", type=int, default=42, help="first seed")
-    p.add_argument("--seeds", type=int, default=1, help="number of seeds (S, S+1, ...); reports mean ± std")
-    p.add_argument("--random-init", action="store_true", help="same architecture, random weights (baseline)")
-    p.add_argument("--precision", choices=("fp32", "bf16"), default=d.precision)
-    p.add_argument("--pooling", choices=("cls", "mean"), default=d.pooling,
-                   help="cls: stock pooler on [CLS]; mean: masked mean of the last layer (MLM-only checkpoints "
-                        "never trained [CLS] or the pooler)")
-    p.add_argument("--no-record", action="store_true", help="do not write RUN/eval_results.json")
-    return p
+    return derive_parser("zh-bert finetune", __doc__.split("\n\n")[0], CheckpointArgs, FinetuneJob, FinetuneConfig)
 
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    if args.seeds < 1:
-        raise ZhBertError(f"--seeds must be >= 1, got {args.seeds}")
-    cfg = FinetuneConfig(epochs=args.epochs, lr=args.lr, seq_len=args.seq_len, batch_size=args.batch_size,
-                         warmup=args.warmup, weight_decay=args.weight_decay, patience=args.patience,
-                         eval_every=args.eval_every, max_train=args.max_train, random_init=args.random_init,
-                         precision=args.precision, pooling=args.pooling)
-    task = load_task(args.task, args.columns)
+    target, job, cfg = (config_from_args(c, args) for c in (CheckpointArgs, FinetuneJob, FinetuneConfig))
+    task = load_task(job.task, job.columns)
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()  # "newly initialised classifier" warnings are expected here
@@ -311,13 +302,10 @@ def main(argv: list[str]) -> int:
           f"{len(task.labels)} labels{' (sentence pairs)' if task.pair else ''}", flush=True)
     for note in task.notes:
         print(f"note: {note}", flush=True)
-    summary = run(args.ckpt, task, cfg, list(range(args.seed, args.seed + args.seeds)),
-                  log=lambda m: print(m, flush=True))
+    summary = run(target.ckpt, task, cfg, job.seed_list(), log=lambda m: print(m, flush=True))
     summary["notes"] = task.notes
-    if not args.no_record and not args.random_init:
-        from zh_bert.eval_results import record_for_checkpoint
-
-        where = record_for_checkpoint(args.ckpt, eval_entries(summary, args.task))
+    if not target.no_record and not cfg.random_init:
+        where = record_for_checkpoint(target.ckpt, eval_entries(summary, job.task))
         if where:
             print(f"recorded in {where}", flush=True)
     print(json.dumps(summary, ensure_ascii=False), flush=True)

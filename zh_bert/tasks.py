@@ -16,8 +16,9 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Iterator
 
-from zh_bert.errors import ZhBertError
+from zh_bert.errors import ZhBertError, suggest
 from zh_bert.fileio import read_text
 
 TASKS = ("chnsenticorp", "tnews")
@@ -56,7 +57,7 @@ class Columns:
     text_b: int | None = None
 
 
-def parse_columns(spec: str, header: list[str] | None) -> Columns:
+def parse_columns(spec: str) -> Columns:
     """`--columns label,text` / `text,label` / `label,text_a,text_b` (names or 0-based indices)."""
     parts = [p.strip() for p in spec.split(",") if p.strip()]
     if all(p.isdigit() for p in parts):
@@ -123,7 +124,7 @@ def read_tsv(path: str | Path, columns: str | None = None) -> list[Example]:
         if len(r) != ncol:
             raise ZhBertError(f"{path}:{n}: expected {ncol} tab-separated fields, found {len(r)}"
                               f"{' (a tab inside the text?)' if len(r) > ncol else ' (missing tab?)'}")
-    cols = parse_columns(columns, header) if columns else _detect_columns(header, [r for _, r in rows[:200]], path)
+    cols = parse_columns(columns) if columns else _detect_columns(header, [r for _, r in rows[:200]], path)
     if max(c for c in (cols.label, cols.text_a, cols.text_b) if c is not None) >= ncol:
         raise ZhBertError(f"{path}: --columns {columns} names a column beyond the {ncol} in the file")
     out = []
@@ -154,16 +155,26 @@ def task_data_dir(name: str) -> Path:
                       f"--task tsv:TRAIN,DEV[,TEST]")
 
 
-def _read_jsonl(path: Path, text_key: str, label_key: str) -> list[Example]:
-    out = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").split("\n"), 1):
+def read_jsonl(path: str | Path) -> Iterator[tuple[str, Any]]:
+    """("file:line", parsed value) for each non-blank line of a JSON-lines file; a line that is not JSON
+    is a ZhBertError naming its file:line."""
+    for n, line in enumerate(read_text(path).split("\n"), 1):
         if not line.strip():
             continue
         try:
             obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ZhBertError(f"{path}:{n}: not JSON ({e.msg} at column {e.colno})") from None
+        yield f"{path}:{n}", obj
+
+
+def _read_examples(path: Path, text_key: str, label_key: str) -> list[Example]:
+    out = []
+    for where, obj in read_jsonl(path):
+        try:
             out.append(Example(str(obj[text_key]).strip(), str(obj[label_key])))
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
-            raise ZhBertError(f"{path}:{n}: bad record ({type(e).__name__}: {e})") from None
+        except (KeyError, TypeError) as e:
+            raise ZhBertError(f"{where}: bad record ({type(e).__name__}: {e})") from None
     return out
 
 
@@ -215,10 +226,8 @@ def load_task(spec: str, columns: str | None = None) -> TaskData:
                                          for s in ("train", "dev", "test")))
     if spec == "tnews":
         d = task_data_dir("tnews")
-        return _finish("tnews", *(_read_jsonl(d / f, "sentence", "label_desc")
+        return _finish("tnews", *(_read_examples(d / f, "sentence", "label_desc")
                                   for f in ("train_few_all.json", "dev_few_all.json", "test_public.json")))
-    from zh_bert.errors import suggest
-
     raise ZhBertError(f"--task {spec}: unknown task{suggest(spec, TASKS)}; use {', '.join(TASKS)} or "
                       f"tsv:TRAIN,DEV[,TEST]")
 
