@@ -22,6 +22,7 @@ pytest_plugins = ("_hub_helpers", "_demo_helpers")
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "tests" / "data"
 SAMPLE = REPO / "corpora" / "sample"
+TASKS = REPO / "corpora" / "tasks"     # ChnSentiCorp, TNEWS (attribution in each SOURCE.md)
 GOOGLE_VOCAB = DATA / "bert_base_chinese_vocab" / "vocab.txt"
 OUTPUT = REPO / "tests" / "output"  # CI artifacts (screenshots, reports); git-ignored
 

@@ -1,5 +1,5 @@
 """`zh-bert clean`: every reader, normaliser, filter reason and dedup mode, on real Chinese text
-(corpora/sample, tests/data, tests/data/clean); bad inputs; an interrupted run."""
+(corpora/sample, corpora/tasks, tests/data/clean); bad inputs; an interrupted run."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import DATA, GOOGLE_VOCAB, SAMPLE, read_lines
+from conftest import DATA, GOOGLE_VOCAB, SAMPLE, TASKS, read_lines
 
 from zh_bert.clean import CleanConfig, DocCleaner, main, report_path
 from zh_bert.clean.dedup import MinHashConfig, MinHasher, lsh_params
@@ -125,7 +125,7 @@ def test_jsonl_field(tmp_path, sample_jsonl):
 
 
 def test_clue_style_json_and_squad_json(tmp_path):
-    docs, report = run([DATA / "tnews_fewclue" / "train_few_all.json"], tmp_path / "t.jsonl", "--min-chars", "8")
+    docs, report = run([TASKS / "tnews" / "train_few_all.json"], tmp_path / "t.jsonl", "--min-chars", "8")
     assert report["docs_in"] > 200 and len(docs) > 150  # CLUE task file: JSON lines with 'sentence'
     docs, report = run([DRCD], tmp_path / "d.jsonl")
     articles = json.loads(DRCD.read_text(encoding="utf-8"))["data"]

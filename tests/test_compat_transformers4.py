@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DATA
+from conftest import TASKS
 from zh_bert.cli import main as cli
 
 TF4 = os.environ.get("ZH_BERT_TF4_PYTHON")
@@ -56,7 +56,7 @@ def test_dirs_made_here_load_identically_in_transformers_4(tmp_path, sample_json
     for kind, args in KINDS.items():
         tokdirs[kind] = str(tmp_path / kind)
         assert cli(["vocab", str(sample_jsonl), "-o", tokdirs[kind], "--kind", kind, "-q", *args]) == 0
-    with open(DATA / "chnsenticorp" / "test.tsv", encoding="utf-8", newline="") as f:
+    with open(TASKS / "chnsenticorp" / "test.tsv", encoding="utf-8", newline="") as f:
         texts = [row["text_a"] for row in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)][:200]
     job = {"tokdirs": tokdirs, "models": {"tiny": str(tiny_model_dir)}, "texts": texts, "cloze": "北京是中国的[MASK]都。"}
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DATA, GOOGLE_VOCAB, REPO
+from conftest import GOOGLE_VOCAB, REPO, TASKS
 from zh_bert.cli import main as cli
 from zh_bert.fileio import read_vocab_txt
 
@@ -30,7 +30,7 @@ KIND_ARGS = {
 
 
 def chnsenticorp(split: str = "test") -> list[str]:
-    with open(DATA / "chnsenticorp" / f"{split}.tsv", encoding="utf-8", newline="") as f:
+    with open(TASKS / "chnsenticorp" / f"{split}.tsv", encoding="utf-8", newline="") as f:
         return [row["text_a"] for row in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)]
 
 
