@@ -16,7 +16,8 @@ import pytest
 
 from conftest import SAMPLE, read_lines
 from zh_bert import cli
-from zh_bert.eval_results import find_run_dir, load, record, entry
+from zh_bert.eval_results import entry, load, record
+from zh_bert.rundir import find_run_dir
 
 BIAS = {"好": 10.0, "很": 8.0, "坏": 6.0}
 

@@ -36,8 +36,9 @@ from zh_bert.evaluate import MlmEvalConfig, eval_mlm, load_mlm
 from zh_bert.fileio import atomic_write, write_json
 from zh_bert.finetune import FinetuneConfig, eval_entries, run as run_finetune
 from zh_bert.masking import STRATEGIES, MaskingConfig
-from zh_bert.pipeline import _input_files, is_sharddir
+from zh_bert.pipeline import input_files, is_sharddir
 from zh_bert.recipe import load_recipe
+from zh_bert.rundir import FINAL, is_model_dir
 from zh_bert.tasks import load_task
 
 FLAT = "finetune_"                                  # spec files spell the fine-tuning settings finetune_<key>
@@ -216,7 +217,7 @@ def run_one(spec: AblationSpec, run: Run, base: dict, out: Path, data_files: lis
     summary_path = run_dir / "run.json"
     summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.is_file() else {}
     _check_same_recipe(run_dir, recipe)
-    if summary.get("status") == "finished" and (run_dir / "final" / "config.json").is_file():
+    if summary.get("status") == "finished" and is_model_dir(run_dir / FINAL):
         log(f"[{run.label}] reusing finished run {run_dir}")
     else:
         from zh_bert.pretrain import train
@@ -264,7 +265,7 @@ def random_init_row(spec: AblationSpec, first: dict, out: Path, log=print) -> di
     cached = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
     if cached.get("settings") != want:
         log(f"[random init] finetune {spec.finetune.task} from random weights ({first['label']}'s architecture)")
-        s = _finetune(spec, Path(first["run_dir"]) / "final", random_init=True)
+        s = _finetune(spec, Path(first["run_dir"]) / FINAL, random_init=True)
         cached = {"settings": want, **{k: s.get(k) for k in SUMMARY_KEYS}}
         write_json(path, cached)
     return {"label": "random init", "value": f"random init ({first['value']} arch.), no pretraining", "tokens": 0,
@@ -275,7 +276,7 @@ def run_evals(spec: AblationSpec, run: Run, run_dir: Path, heldout: Path | None,
     out: dict[str, Any] = {}
     entries = []
     if heldout is not None:
-        model, tok, _ = load_mlm(run_dir / "final")
+        model, tok, _ = load_mlm(run_dir / FINAL)
         cfg = MlmEvalConfig(seed=spec.eval_seed, masking=MaskingConfig(strategy=spec.eval_masking),
                             max_seqs=spec.eval_max_seqs, seq_len=min(128, model.config.max_position_embeddings),
                             order_check=True)
@@ -289,7 +290,7 @@ def run_evals(spec: AblationSpec, run: Run, run_dir: Path, heldout: Path | None,
         entries.append(entry("fill-mask", task, "text", heldout.name, "accuracy", "MLM accuracy", res["mlm_acc"]))
         del model
     if spec.finetune.task:
-        s = _finetune(spec, run_dir / "final")
+        s = _finetune(spec, run_dir / FINAL)
         log(f"[{run.label}] finetune {spec.finetune.task}: dev {s['dev_acc']:.4f} ± {s.get('dev_acc_std', 0):.4f}"
             + (f", test {s['test_acc']:.4f} ± {s.get('test_acc_std', 0):.4f}" if s.get("test_acc") is not None else ""))
         out.update({k: s.get(k) for k in SUMMARY_KEYS})
@@ -412,7 +413,7 @@ def _prepare_data(spec: AblationSpec, spec_path: Path, base_recipe, runs: list[R
             raise ZhBertError(f"{spec_path}: the base recipe's data is a SHARDDIR; corpus_fraction and "
                               f"heldout_docs need a raw corpus (set heldout_docs: 0 to skip the held-out eval)")
         return {}, None
-    files = _input_files([Path(p) for p in base_recipe.data_paths])
+    files = input_files([Path(p) for p in base_recipe.data_paths])
     by_fraction, heldout = carve_corpus(files, out / "corpus", spec.heldout_docs, {r.fraction for r in runs},
                                         base_recipe.doc_sep)
     return by_fraction, heldout if spec.heldout_docs else None

@@ -13,7 +13,6 @@ from pathlib import Path
 from zh_bert.errors import ZhBertError
 from zh_bert.fileio import write_json
 from zh_bert.rundir import find_run_dir
-from zh_bert.rundir import model_dir as resolve_checkpoint  # noqa: F401  (evaluate, finetune)
 
 FILENAME = "eval_results.json"
 KEYS = ("task_type", "task_name", "dataset_type", "dataset_name", "metric_type", "metric_name", "metric_value")

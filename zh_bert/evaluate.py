@@ -26,7 +26,8 @@ import numpy as np
 from zh_bert.config import build_parser as derive_parser, config_from_args, option
 from zh_bert.corpus_io import read_documents
 from zh_bert.errors import ZhBertError
-from zh_bert.eval_results import entry, record_for_checkpoint, resolve_checkpoint
+from zh_bert.eval_results import entry, record_for_checkpoint
+from zh_bert.rundir import model_dir
 from zh_bert.masking import MaskingConfig, mask_batch
 from zh_bert.segment import SEGMENTERS, Segmenter
 from zh_bert.shard import Specials, TextEncoder, pack_sequences
@@ -41,7 +42,7 @@ def load_mlm(ckpt):
     from transformers import AutoModelForMaskedLM
     from transformers.utils import logging as hf_logging
 
-    ckpt_dir = resolve_checkpoint(ckpt)
+    ckpt_dir = model_dir(ckpt)
     tok = load_tokenizer(ckpt_dir)
     hf_logging.disable_progress_bar()
     try:

@@ -23,7 +23,8 @@ import numpy as np
 
 from zh_bert.config import build_parser as derive_parser, config_from_args, option
 from zh_bert.errors import ZhBertError
-from zh_bert.eval_results import entry, record_for_checkpoint, resolve_checkpoint
+from zh_bert.eval_results import entry, record_for_checkpoint
+from zh_bert.rundir import model_dir
 from zh_bert.evaluate import CheckpointArgs, at_least
 from zh_bert.tasks import DATASET_NAMES, TaskData, load_task
 from zh_bert.tokenizer_files import load_tokenizer
@@ -258,7 +259,7 @@ def summarize(runs: list[dict]) -> dict:
 
 def run(ckpt: str | Path, task: TaskData, cfg: FinetuneConfig, seeds: list[int], log=print) -> dict:
     """Fine-tune once per seed; the summary dict is what the JSON line and ablate use."""
-    ckpt_dir = resolve_checkpoint(ckpt)
+    ckpt_dir = model_dir(ckpt)
     tok = load_tokenizer(ckpt_dir)
     runs = []
     for seed in seeds:

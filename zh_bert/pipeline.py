@@ -32,7 +32,7 @@ def is_sharddir(path: str | Path) -> bool:
     return (Path(path) / "meta.json").is_file()
 
 
-def _input_files(paths: list[Path]) -> list[Path]:
+def input_files(paths: list[Path]) -> list[Path]:
     files = []
     for p in paths:
         if p.is_dir():
@@ -47,7 +47,7 @@ def _input_files(paths: list[Path]) -> list[Path]:
 def cache_key(paths: list[Path], settings: dict) -> str:
     """sha256 over input file names + bytes and the stage settings: same inputs and settings, same key."""
     h = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
-    for f in _input_files(paths):
+    for f in input_files(paths):
         h.update(str(f).encode() + b"\0")
         with open(f, "rb") as fh:
             for block in iter(lambda: fh.read(1 << 20), b""):
