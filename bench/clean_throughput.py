@@ -18,7 +18,6 @@ import os
 import re
 import sys
 import tempfile
-import time
 import unicodedata
 from pathlib import Path
 

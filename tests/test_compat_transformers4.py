@@ -11,7 +11,6 @@ import csv
 import json
 import os
 import subprocess
-from pathlib import Path
 
 import pytest
 

@@ -11,7 +11,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from _demo_helpers import SHOU
 from zh_bert.demo import (FillError, ModelPool, check_input, encode, fill, filled_text, parse_blanks, render,
                           run_fill)
 

@@ -152,7 +152,7 @@ def test_eval_mlm_known_accuracy(biased_model_dir, heldout, capsys):
     """With the bias-only head, top-1 is 好 and top-5 is {好, 很, 坏, two ties}: accuracy = share of 好."""
     from transformers import AutoTokenizer
 
-    from zh_bert.evaluate import MlmEvalConfig, encode_and_pack
+    from zh_bert.evaluate import encode_and_pack
     from zh_bert.masking import MaskingConfig, mask_batch
 
     rc, res, _ = run_cli(["eval", "mlm", str(biased_model_dir), "--text", str(heldout), "--masking", "token",

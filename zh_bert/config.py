@@ -191,6 +191,27 @@ class Choice:
                                          f"choose from {', '.join(map(str, self.values))}")
 
 
+def at_least(cfg: Any, minimum: float, *names: str) -> None:
+    """Refuse a numeric setting below `minimum`, naming it as the flag the user typed (--batch-size)."""
+    for name in names:
+        value = getattr(cfg, name)
+        if value < minimum:
+            raise ZhBertError(f"--{name.replace('_', '-')} must be >= {minimum}, got {value}")
+
+
+def check_choices(cfg: Any) -> None:
+    """Refuse a Literal-typed field whose value is not one of its choices (argparse checks the CLI; this
+    checks the Python API the same way), naming the flag and the nearest valid value."""
+    hints = typing.get_type_hints(type(cfg))
+    for f in dataclasses.fields(cfg):
+        tp = _unwrap_optional(hints[f.name])
+        value = getattr(cfg, f.name)
+        if typing.get_origin(tp) is typing.Literal and value is not None and value not in typing.get_args(tp):
+            raise ZhBertError(f"--{f.name.replace('_', '-')}: invalid choice {value!r}"
+                              f"{suggest(str(value), map(str, typing.get_args(tp)))}; choose from "
+                              f"{', '.join(map(str, typing.get_args(tp)))}")
+
+
 def _unwrap_optional(tp: Any) -> Any:
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]

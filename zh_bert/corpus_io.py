@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 from zh_bert.errors import ZhBertError
 
@@ -37,12 +37,22 @@ def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
                 yield n, line.rstrip("\n")
 
 
+def _json(line: str, path: str | os.PathLike, lineno: int, hint: str = "") -> Any:
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as e:
+        raise ZhBertError(f"{path}:{lineno}: not JSON ({e.msg} at column {e.colno}){hint}") from None
+
+
+def read_jsonl(path: str | os.PathLike) -> Iterator[tuple[str, Any]]:
+    """("file:line", parsed value) for each non-blank line of any JSON-lines file (task data, cloze items)."""
+    for n, line in iter_lines(path):
+        yield f"{path}:{n}", _json(line, path, n)
+
+
 def document_text(line: str, path: str | os.PathLike, lineno: int) -> str:
     """The "text" of one cleaned-JSONL line; anything else is a ZhBertError `path:line: ...`."""
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise ZhBertError(f"{path}:{lineno}: not JSON ({e.msg}); {_EXPECTED}") from None
+    obj = _json(line, path, lineno, f"; {_EXPECTED}")
     if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
         raise ZhBertError(f'{path}:{lineno}: no "text" string; {_EXPECTED}')
     return obj["text"]

@@ -23,15 +23,14 @@ from typing import Literal, Optional
 
 import numpy as np
 
-from zh_bert.config import build_parser as derive_parser, config_from_args, option
-from zh_bert.corpus_io import read_documents
+from zh_bert.config import at_least, build_parser as derive_parser, config_from_args, option
+from zh_bert.corpus_io import read_documents, read_jsonl
 from zh_bert.errors import ZhBertError
 from zh_bert.eval_results import entry, record_for_checkpoint
 from zh_bert.rundir import model_dir
 from zh_bert.masking import MaskingConfig, mask_batch
 from zh_bert.segment import SEGMENTERS, Segmenter
 from zh_bert.shard import Specials, TextEncoder, pack_sequences
-from zh_bert.tasks import read_jsonl
 from zh_bert.tokenizer_files import load_tokenizer
 
 
@@ -72,14 +71,6 @@ def masked_logits(model, batch: dict, positions):
 
 
 # --------------------------------------------------------------------------- options shared by the commands
-
-def at_least(cfg, minimum: int, *names: str) -> None:
-    """Refuse a numeric setting below `minimum`, naming it as the flag the user typed (--batch-size)."""
-    for name in names:
-        value = getattr(cfg, name)
-        if value < minimum:
-            raise ZhBertError(f"--{name.replace('_', '-')} must be >= {minimum}, got {value}")
-
 
 @dataclass
 class CheckpointArgs:

@@ -21,11 +21,11 @@ from typing import Literal, Optional
 
 import numpy as np
 
-from zh_bert.config import build_parser as derive_parser, config_from_args, option
+from zh_bert.config import at_least, build_parser as derive_parser, config_from_args, option
 from zh_bert.errors import ZhBertError
 from zh_bert.eval_results import entry, record_for_checkpoint
 from zh_bert.rundir import model_dir
-from zh_bert.evaluate import CheckpointArgs, at_least
+from zh_bert.evaluate import CheckpointArgs
 from zh_bert.tasks import DATASET_NAMES, TaskData, load_task
 from zh_bert.tokenizer_files import load_tokenizer
 

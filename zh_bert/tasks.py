@@ -12,12 +12,11 @@ that no test sentence is trained on. The counts are reported in `TaskData.notes`
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
 
+from zh_bert.corpus_io import read_jsonl
 from zh_bert.errors import ZhBertError, suggest
 from zh_bert.fileio import read_text
 
@@ -153,19 +152,6 @@ def task_data_dir(name: str) -> Path:
     raise ZhBertError(f"task data '{name}' not found (looked in {', '.join(map(str, candidates))}); it ships with "
                       f"the source checkout, not the wheel: set ZH_BERT_TASK_DATA=DIR (DIR/{name}/...) or use "
                       f"--task tsv:TRAIN,DEV[,TEST]")
-
-
-def read_jsonl(path: str | Path) -> Iterator[tuple[str, Any]]:
-    """("file:line", parsed value) for each non-blank line of a JSON-lines file; a line that is not JSON
-    is a ZhBertError naming its file:line."""
-    for n, line in enumerate(read_text(path).split("\n"), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ZhBertError(f"{path}:{n}: not JSON ({e.msg} at column {e.colno})") from None
-        yield f"{path}:{n}", obj
 
 
 def _read_examples(path: Path, text_key: str, label_key: str) -> list[Example]:
