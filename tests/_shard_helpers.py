@@ -1,5 +1,4 @@
-"""Shared by test_shard.py and test_masking.py: shard dirs built once per session from the real sample
-corpus with Google's vocab (a builder cache, since fixtures cannot be shared outside conftest.py)."""
+"""Plain helpers shared by test_shard.py and test_masking.py (the shard fixtures live in conftest.py)."""
 
 from __future__ import annotations
 
@@ -8,21 +7,6 @@ import math
 from pathlib import Path
 
 import numpy as np
-
-_BUILT: dict[tuple, Path] = {}
-
-
-def build_shards(root: Path, corpus: Path, tokdir: Path, *extra: str) -> Path:
-    """`zh-bert shard corpus --tokenizer tokdir -o <dir> *extra` once per distinct argument list."""
-    from zh_bert.shard import main
-
-    key = (str(corpus), str(tokdir), extra)
-    if key not in _BUILT:
-        out = root / f"shards{len(_BUILT)}"
-        assert main([str(corpus), "--tokenizer", str(tokdir), "-o", str(out), "--workers", "1", *extra]) == 0
-        _BUILT[key] = out
-    return _BUILT[key]
-
 
 def write_jsonl(path: Path, texts: list[str]) -> Path:
     with open(path, "w", encoding="utf-8") as f:

@@ -84,3 +84,36 @@ def tiny_model_dir(tmp_path_factory, google_tokdir) -> Path:
     for f in google_tokdir.iterdir():
         shutil.copy(f, out / f.name)
     return out
+
+
+@pytest.fixture(scope="session")
+def build_shards(tmp_path_factory):
+    """`build_shards(corpus, tokdir, *flags)`: `zh-bert shard` with these arguments, built once per distinct
+    argument list for the whole test run and shared by every test that asks for the same shards."""
+    from zh_bert.shard import main
+
+    built: dict[tuple, Path] = {}
+
+    def build(corpus: Path, tokdir: Path, *extra: str) -> Path:
+        key = (str(corpus), str(tokdir), extra)
+        if key not in built:
+            out = tmp_path_factory.mktemp("shards") / "shards"
+            assert main([str(corpus), "--tokenizer", str(tokdir), "-o", str(out), "--workers", "1", *extra]) == 0
+            built[key] = out
+        return built[key]
+
+    return build
+
+
+CHAR_SEQ = 64   # sequence length of `char_shards`
+
+
+@pytest.fixture(scope="session")
+def char_shards(tmp_path_factory, sample_jsonl, build_shards) -> tuple[Path, Path]:
+    """(TOKDIR, SHARDDIR) that the pretraining tests train on: a 4,000-character vocab built by `zh-bert vocab`
+    and 64-token shards (40 validation documents) of the 600 sample documents."""
+    from zh_bert.vocab import main as vocab_main
+
+    tokdir = tmp_path_factory.mktemp("char_tok") / "tok"
+    assert vocab_main([str(sample_jsonl), "-o", str(tokdir), "--kind", "char", "--size", "4000", "-q"]) == 0
+    return tokdir, build_shards(sample_jsonl, tokdir, "--seq-len", str(CHAR_SEQ), "--valid-docs", "40")

@@ -204,17 +204,14 @@ def test_eval_mlm_bad_input(tiny_model_dir, tmp_path, capsys):
     assert rc == 2 and f"{bad}:2:" in err
 
 
-def test_eval_packs_rows_exactly_as_the_shards(sample_docs, sample_jsonl, google_tokdir, tmp_path):
+def test_eval_packs_rows_exactly_as_the_shards(sample_docs, sample_jsonl, google_tokdir, build_shards):
     """`encode_and_pack` and a SHARDDIR built by `zh-bert shard` from the same documents hold identical rows:
     `[CLS] doc [SEP] doc ... [SEP]`, full rows, only the last one padded."""
     from zh_bert.data import ShardDataset
     from zh_bert.evaluate import encode_and_pack
-    from zh_bert.shard import main as shard_main
     from zh_bert.tokenizer_files import load_tokenizer
 
-    sharddir = tmp_path / "shards"
-    assert shard_main([str(sample_jsonl), "--tokenizer", str(google_tokdir), "-o", str(sharddir), "--seq-len", "64",
-                       "--valid-docs", "0", "--workers", "1"]) == 0
+    sharddir = build_shards(sample_jsonl, google_tokdir, "--seq-len", "64", "--valid-docs", "0")
     shards = ShardDataset(sharddir, "train")
     tok = load_tokenizer(google_tokdir)
     ids, ws = encode_and_pack(sample_docs, tok, 64)

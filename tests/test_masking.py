@@ -5,16 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from _shard_helpers import build_shards, chi2_critical, chi2_stat
+from _shard_helpers import chi2_critical, chi2_stat
 from zh_bert.errors import ZhBertError
 from zh_bert.masking import STRATEGIES, MaskingConfig, mask_batch
 
 
 @pytest.fixture(scope="module")
-def ds(tmp_path_factory, sample_jsonl, google_tokdir):
+def ds(build_shards, sample_jsonl, google_tokdir):
     from zh_bert.data import ShardDataset
 
-    return ShardDataset(build_shards(tmp_path_factory.mktemp("sh"), sample_jsonl, google_tokdir,
+    return ShardDataset(build_shards(sample_jsonl, google_tokdir,
                                      "--valid-docs", "20"))
 
 

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import CHAR_SEQ
+
 REF = Path(__file__).resolve().parent / "data" / "numerics_reference.json"
 SEQ = 64
 # One short text: it packs into one row, `[CLS] text [SEP] [PAD]...`, both by the shard packer and by the
@@ -23,22 +25,28 @@ EVAL_TEXT = ("北京是中华人民共和国的首都，也是全国的政治中
              "长江是中国第一长河，流经青海、西藏、四川、云南、湖北、江苏和上海等地，最后流入东海。")
 
 
-def measure(root: Path, docs_jsonl: Path) -> dict:
-    """Run the pinned pipeline in `root` (char vocab -> shards -> 30 fp32 steps -> eval mlm); return numbers."""
+def build_data(root: Path, docs_jsonl: Path) -> tuple[Path, Path]:
+    """The data the tests' `char_shards` fixture builds: 4,000-char vocab, 64-token shards, 40 valid docs."""
+    from zh_bert.shard import main as shard_main
+    from zh_bert.vocab import main as vocab_main
+
+    tokdir, sharddir = root / "tok", root / "shards"
+    assert vocab_main([str(docs_jsonl), "-o", str(tokdir), "--kind", "char", "--size", "4000", "-q"]) == 0
+    assert shard_main([str(docs_jsonl), "--tokenizer", str(tokdir), "-o", str(sharddir), "--seq-len", str(SEQ),
+                       "--valid-docs", "40", "--workers", "1"]) == 0
+    return tokdir, sharddir
+
+
+def measure(root: Path, tokdir: Path, sharddir: Path) -> dict:
+    """Run the pinned steps in `root` (30 fp32 steps on the shards, then eval mlm); return the numbers."""
     import torch
     import yaml
     from safetensors.torch import load_file
 
     from zh_bert.evaluate import MlmEvalConfig, eval_mlm, load_mlm
     from zh_bert.pretrain import main as pretrain_main
-    from zh_bert.shard import main as shard_main
-    from zh_bert.vocab import main as vocab_main
 
     torch.set_num_threads(1)
-    tokdir, sharddir = root / "tok", root / "shards"
-    assert vocab_main([str(docs_jsonl), "-o", str(tokdir), "--kind", "char", "--size", "4000", "-q"]) == 0
-    assert shard_main([str(docs_jsonl), "--tokenizer", str(tokdir), "-o", str(sharddir), "--seq-len", str(SEQ),
-                       "--valid-docs", "40", "--workers", "1"]) == 0
     recipe = {"out_dir": str(root / "run"), "data": str(sharddir), "tokenizer": str(tokdir), "model": "tiny",
               "masking": "wwm", "seq_len": SEQ, "global_batch": 16, "micro_batch": 8, "lr": 3e-3,
               "warmup_steps": 5, "max_steps": 30, "log_every": 1, "eval_every": 10, "eval_batches": 4,
@@ -62,10 +70,11 @@ def close(a: float, b: float, rtol: float = 1e-4, atol: float = 1e-6) -> bool:
 
 
 @pytest.mark.slow
-def test_numerics_match_the_pinned_reference(tmp_path, sample_jsonl):
+def test_numerics_match_the_pinned_reference(tmp_path, char_shards):
     """Per-step losses, validation losses, every weight tensor (sum and sum of squares) and eval mlm."""
+    assert SEQ == CHAR_SEQ
     ref = json.loads(REF.read_text(encoding="utf-8"))
-    got = measure(tmp_path, sample_jsonl)
+    got = measure(tmp_path, *char_shards)
     assert len(got["losses"]) == len(ref["losses"]) == 30
     bad = [(i + 1, a, b) for i, (a, b) in enumerate(zip(got["losses"], ref["losses"])) if not close(a, b)]
     assert not bad, f"per-step losses moved (step, now, reference): {bad[:5]}"
@@ -90,5 +99,5 @@ if __name__ == "__main__" and "--write" in sys.argv:
         texts = read_lines(SAMPLE / "zhwiki_sampled.txt", 300) + read_lines(SAMPLE / "CLUECorpusSmall_sampled.txt", 300)
         docs.write_text("".join(json.dumps({"text": t, "source": f"sample:{i}"}, ensure_ascii=False) + "\n"
                                 for i, t in enumerate(texts)), encoding="utf-8")
-        REF.write_text(json.dumps(measure(Path(d) / "work", docs), indent=1) + "\n", encoding="utf-8")
+        REF.write_text(json.dumps(measure(Path(d), *build_data(Path(d), docs)), indent=1) + "\n", encoding="utf-8")
     print(f"wrote {REF}")

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from _shard_helpers import build_shards, write_jsonl
+from _shard_helpers import write_jsonl
 from zh_bert.errors import ZhBertError
 
 
@@ -21,13 +21,13 @@ def tok(google_tokdir):
 
 
 @pytest.fixture(scope="module")
-def shards(tmp_path_factory, sample_jsonl, google_tokdir):
-    return build_shards(tmp_path_factory.mktemp("sh"), sample_jsonl, google_tokdir, "--valid-docs", "20")
+def shards(build_shards, sample_jsonl, google_tokdir):
+    return build_shards(sample_jsonl, google_tokdir, "--valid-docs", "20")
 
 
 @pytest.fixture(scope="module")
-def nsp_shards(tmp_path_factory, sample_jsonl, google_tokdir):
-    return build_shards(tmp_path_factory.mktemp("sh"), sample_jsonl, google_tokdir, "--pairs", "nsp",
+def nsp_shards(build_shards, sample_jsonl, google_tokdir):
+    return build_shards(sample_jsonl, google_tokdir, "--pairs", "nsp",
                         "--seq-len", "64", "--valid-docs", "0")
 
 
@@ -148,7 +148,7 @@ def test_unigram_counts_are_the_train_token_frequencies(shards):
     assert np.allclose(p, counts / counts.sum())
 
 
-def test_rerun_is_a_noop_and_workers_do_not_change_the_output(tmp_path, sample_jsonl, google_tokdir, capsys):
+def test_rerun_is_a_noop_and_workers_do_not_change_the_output(build_shards, tmp_path, sample_jsonl, google_tokdir, capsys):
     out = tmp_path / "s"
     args = ["shard", str(sample_jsonl), "--tokenizer", str(google_tokdir), "-o", str(out), "--seq-len", "64"]
     assert run_cli(args + ["--workers", "2"], capsys)[0] == 0
@@ -156,7 +156,7 @@ def test_rerun_is_a_noop_and_workers_do_not_change_the_output(tmp_path, sample_j
     mtime = (out / "meta.json").stat().st_mtime_ns
     rc, stdout, _ = run_cli(args + ["--workers", "1"], capsys)
     assert rc == 0 and "up to date" in stdout and (out / "meta.json").stat().st_mtime_ns == mtime
-    single = build_shards(tmp_path, sample_jsonl, google_tokdir, "--seq-len", "64")
+    single = build_shards(sample_jsonl, google_tokdir, "--seq-len", "64")
     assert {p.name: p.read_bytes() for p in single.iterdir() if p.name != "meta.json"} == files
     # a different setting rebuilds
     rc, stdout, _ = run_cli(args + ["--workers", "1", "--segmenter", "none"], capsys)
@@ -192,13 +192,13 @@ def test_nsp_pairs_are_50_50_with_the_right_segment_ids(nsp_shards, tok, sample_
     assert np.mean([c for lab, c in contiguous if lab == 1]) < 0.05
 
 
-def test_sop_pairs_swap_order(tmp_path, sample_jsonl, google_tokdir, tok):
+def test_sop_pairs_swap_order(build_shards, tmp_path, sample_jsonl, google_tokdir, tok):
     from zh_bert.data import ShardDataset
     from zh_bert.segment import Segmenter
     from zh_bert.shard import TextEncoder
 
     docs = [json.loads(line)["text"] for line in open(sample_jsonl, encoding="utf-8")][:150]
-    sh = build_shards(tmp_path, write_jsonl(tmp_path / "d.jsonl", docs), google_tokdir, "--pairs", "sop",
+    sh = build_shards(write_jsonl(tmp_path / "d.jsonl", docs), google_tokdir, "--pairs", "sop",
                       "--seq-len", "64", "--valid-docs", "0")
     ds = ShardDataset(sh)
     b = ds.batch(np.arange(len(ds)))
@@ -358,7 +358,7 @@ def test_inspect_json_and_text(shards, google_tokdir, capsys):
 
 
 @pytest.mark.parametrize("kind", ["sentencepiece", "word"])
-def test_other_vocab_kinds_take_the_tokenizer_path(kind, tmp_path, sample_docs):
+def test_other_vocab_kinds_take_the_tokenizer_path(build_shards, kind, tmp_path, sample_docs):
     """Multi-character tokens (`zh-bert vocab --kind sentencepiece|word`): ids still equal the tokenizer's,
     and a token is a word start iff a jieba word starts within or right before it."""
     from zh_bert.data import ShardDataset
@@ -379,7 +379,7 @@ def test_other_vocab_kinds_take_the_tokenizer_path(kind, tmp_path, sample_docs):
         ref = tok(t, add_special_tokens=False, split_special_tokens=True)["input_ids"]
         assert e.ids[e.doc_tok[d]:e.doc_tok[d + 1]].tolist() == ref
     assert 0.5 < e.word_start.mean() < 1.0     # multi-char tokens, some words split into several
-    sh = build_shards(tmp_path, corpus, tokdir, "--seq-len", "64", "--valid-docs", "5")
+    sh = build_shards(corpus, tokdir, "--seq-len", "64", "--valid-docs", "5")
     ds = ShardDataset(sh, tokenizer_fingerprint=tokdir)
     assert ds.meta["tokenizer_kind"] == kind and not ds.meta["char_lookup"]
     assert (ds.lengths[:-1] == 64).all() and (np.asarray(ds.ids)[:, 0] == tok.cls_token_id).all()
