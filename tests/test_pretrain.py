@@ -169,7 +169,7 @@ def test_accumulation_4x8_equals_1x32(char_data):
     for name, batches, mb in (("4x8", micro, 8), ("1x32", [whole], 32)):
         recipe = Recipe(lr=1e-3, warmup_steps=0, max_steps=10, global_batch=32, micro_batch=mb)
         model = copy.deepcopy(base)
-        opt, _ = make_optimizer(model, recipe, acc.device)
+        opt, _ = make_optimizer(model, recipe)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(recipe))
         stats = StepStats()
         train_step(model, opt, sched, acc, batches, recipe, stats)
