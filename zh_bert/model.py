@@ -209,7 +209,8 @@ class PretrainModel(nn.Module):
         result = {
             "mlm_loss_sum": F.cross_entropy(logits, target, reduction="sum"),
             "mlm_correct": (logits.argmax(-1) == target).sum(),
-            "mlm_count": torch.tensor(target.numel(), device=logits.device),
+            # filled on the device, not copied from the host: torch.tensor(n, device=cuda) would sync
+            "mlm_count": torch.full((), target.numel(), device=logits.device),
         }
         if self.pairs and next_sentence_label is not None:
             nsp = self.hf.cls.seq_relationship(out[1]).float()

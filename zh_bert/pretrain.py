@@ -5,14 +5,18 @@ resume: everything the loop needs, in a `Run`), `fit` (the loop) and `finish` (f
 validation, `final/`, curves, run.json); `train` = the three.
 
 What makes it fast: the MLM head only at masked positions (`model.PretrainModel`), packed sequences from
-the shards (no padding), SDPA attention and fused AdamW. Host<->device syncs: one per optimizer step (the
-finite-loss check that decides whether the step is applied; the batch's token counts are taken on the
-host before the batch moves); with several processes also two small all-reduces per step (the global
-batch's token counts, the stop flag); fp16's GradScaler adds its own overflow check; logging (every
-`log_every` steps) and validation sync when they run. What makes it safe: the loss is normalised by the
-masked-token count of the whole global batch (so accumulation and DDP give the same update as one big
-batch), non-finite steps are skipped and a streak of them stops the run, and checkpoints hold everything
-needed to continue with exactly the losses of an uninterrupted run.
+the shards (no padding), SDPA attention, fused AdamW and few host<->device syncs. Counted on CUDA with
+`torch.cuda.set_sync_debug_mode` (H200, torch 2.11), a step syncs: once for the finite-loss check that
+decides whether the step is applied; once per micro-batch in the sparse head (`nonzero` finds the masked
+positions); once more per padded micro-batch (the attention mask); in fp32 once more inside torch. The
+batch's token counts come from host tensors before the batch moves. With several processes each step
+also all-reduces those counts and the stop flag; logging (every `log_every` steps) and validation sync
+when they run.
+
+What makes it safe: the loss is normalised by the masked-token count of the whole global batch (so
+accumulation and DDP give the same update as one big batch), non-finite steps are skipped and a streak
+of them stops the run, and checkpoints hold everything needed to continue with exactly the losses of an
+uninterrupted run.
 """
 
 from __future__ import annotations
@@ -98,7 +102,7 @@ def make_optimizer(model, recipe):
 
 
 class StepStats:
-    """Sums over a logging window, kept as device tensors so that logging is the only sync point."""
+    """Sums over a logging window, kept as device tensors: reading them (every log_every steps) syncs."""
 
     def __init__(self):
         self.reset()
