@@ -7,7 +7,7 @@ which one is in effect and why, and warn before a run starts rather than days in
 
 Spec figures are the vendors' datasheet peaks (boost clock, dense, no sparsity). `utilisation` is the
 fraction of that peak an eager PyTorch BERT training step realistically reaches (model FLOPs utilisation);
-it is an assumption stated in README and replaced by a measured figure with `zh-bert plan --measure`.
+it is an assumption stated in docs/hardware.md and replaced by a measured figure with `zh-bert plan --measure`.
 """
 
 from __future__ import annotations
