@@ -142,13 +142,12 @@ def test_accumulation_4x8_equals_1x32(char_data):
     """One optimizer step on 32 sequences as 4 micro-batches of 8 equals one batch of 32: the loss is
     normalised by the masked-token count of the whole global batch. Tolerance: 1e-6 on every parameter
     (fp32 summation order only)."""
-    from accelerate import Accelerator
     from transformers import BertForMaskedLM
 
     from zh_bert.data import ShardDataset, ShardLoader
     from zh_bert.masking import MaskingConfig
     from zh_bert.model import PretrainModel, build_config
-    from zh_bert.pretrain import StepStats, lr_lambda, make_optimizer, train_step
+    from zh_bert.pretrain import StepStats, lr_lambda, make_accelerator, make_optimizer, train_step
     from zh_bert.recipe import Recipe
     from zh_bert.tokenizer_files import load_tokenizer
 
@@ -160,11 +159,7 @@ def test_accumulation_4x8_equals_1x32(char_data):
     torch.manual_seed(0)
     cfg = build_config("tiny", len(load_tokenizer(tokdir)), dropout=0.0)
     base = PretrainModel(BertForMaskedLM(cfg))
-    from accelerate.state import AcceleratorState, GradientState
-
-    AcceleratorState._reset_state()   # an earlier in-process run may have left bf16 in Accelerate's singleton
-    GradientState._reset_state()
-    acc = Accelerator(mixed_precision="no", cpu=True)
+    acc = make_accelerator("fp32", cpu=True)   # an earlier in-process run may have left bf16 in Accelerate's state
     params = {}
     for name, batches, mb in (("4x8", micro, 8), ("1x32", [whole], 32)):
         recipe = Recipe(lr=1e-3, warmup_steps=0, max_steps=10, global_batch=32, micro_batch=mb)

@@ -309,7 +309,8 @@ def largest_within(args: PlanArgs, spec: GPUSpec, utilisation: float | None = No
 def measure(model: str, seq_len: int, micro_batch: int, precision: str, *, vocab_size: int = 21128,
             steps: int = 3, mask_rate: float = 0.15, dropout: float = 0.1, attention_dropout: float = 0.0,
             device: str | None = None, grad_checkpointing: bool = False) -> dict:
-    """Time real training steps (zh-bert's own sparse-head model, AdamW, autocast) on the local device.
+    """Time real training steps (`pretrain.train_step` with its model, optimizer and precision handling) on
+    the local device ('cpu' or 'cuda'; None = the GPU if there is one).
 
     Returns tokens/s and, on CUDA, the peak allocated memory; the first step (allocations, kernel
     selection) is not timed.
@@ -320,45 +321,38 @@ def measure(model: str, seq_len: int, micro_batch: int, precision: str, *, vocab
     from transformers import BertForMaskedLM
 
     from zh_bert.model import PretrainModel
+    from zh_bert.pretrain import StepStats, lr_lambda, make_accelerator, make_optimizer, train_step
+    from zh_bert.recipe import Recipe
 
-    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    acc = make_accelerator(precision, cpu=(device or ("cuda" if torch.cuda.is_available() else "cpu")) == "cpu")
+    dev = acc.device
+    recipe = Recipe(lr=1e-4, warmup_steps=0, max_steps=steps + 1, global_batch=micro_batch, micro_batch=micro_batch)
     torch.manual_seed(0)
-    cfg = model_config(model, vocab_size, dropout, attention_dropout)
-    net = PretrainModel(BertForMaskedLM(cfg)).to(dev)
+    net = PretrainModel(BertForMaskedLM(model_config(model, vocab_size, dropout, attention_dropout)))
     if grad_checkpointing:
-        net.hf.gradient_checkpointing_enable()
-    opt = torch.optim.AdamW(net.parameters(), lr=1e-4, fused=dev.type == "cuda")
+        net.hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    opt, _ = make_optimizer(net, recipe)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(recipe))
+    net, opt = acc.prepare(net, opt)
+    net.train()
     g = torch.Generator().manual_seed(0)
-    ids = torch.randint(1000, vocab_size, (micro_batch, seq_len), generator=g).to(dev)
-    labels = torch.full_like(ids, -100)
-    pick = torch.rand(ids.shape, generator=g).to(dev) < mask_rate
-    labels[pick] = ids[pick]
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
-    scaler = torch.amp.GradScaler(dev.type) if precision == "fp16" and dev.type == "cuda" else None
-
-    def step():
-        with torch.autocast(dev.type, dtype=dtype, enabled=dtype is not None):
-            out = net(ids, attention_mask=torch.ones_like(ids), labels=labels)
-        loss = out["mlm_loss_sum"] / out["mlm_count"]
-        (scaler.scale(loss) if scaler else loss).backward()
-        if scaler:
-            scaler.step(opt)
-            scaler.update()
-        else:
-            opt.step()
-        opt.zero_grad(set_to_none=True)
+    ids = torch.randint(1000, vocab_size, (micro_batch, seq_len), generator=g)
+    labels = torch.where(torch.rand(ids.shape, generator=g) < mask_rate, ids, torch.full_like(ids, -100))
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids),
+             "labels": labels}
+    stats = StepStats()
 
     def sync():
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
 
-    step()
+    train_step(net, opt, sched, acc, [batch], recipe, stats)
     sync()
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
     t0 = time.perf_counter()
     for _ in range(steps):
-        step()
+        train_step(net, opt, sched, acc, [batch], recipe, stats)
     sync()
     dt = time.perf_counter() - t0
     result = {"device": str(dev), "model": model, "micro_batch": micro_batch, "seq_len": seq_len,

@@ -339,24 +339,32 @@ class Run:
         return self.val
 
 
+def make_accelerator(precision: str, cpu: bool):
+    """An Accelerator for `precision` (fp32 | fp16 | bf16, already resolved), on the CPU(s) or the GPU(s).
+
+    Accelerate keeps its settings in a process-wide singleton; a second run in one process (ablate, tests,
+    `plan --measure`) with another precision must start from a clean one. The distributed state
+    (PartialState) is kept.
+    """
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(reset_partial_state=False)
+    GradientState._reset_state()
+    return Accelerator(mixed_precision={"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[precision], cpu=cpu)
+
+
 def _accelerator(recipe: Recipe):
     """(Accelerator, precision, warnings) for this machine and `recipe.precision`."""
     import torch
-    from accelerate import Accelerator, PartialState
-    from accelerate.state import AcceleratorState, GradientState
+    from accelerate import PartialState
 
     from zh_bert.hardware import resolve_precision
 
     # without CUDA, Accelerate sets up gloo data parallelism (torchrun / accelerate launch) only when told cpu=True
     cpu = not torch.cuda.is_available()
-    state = PartialState(cpu=cpu)
-    precision, warnings = resolve_precision(recipe.precision, state.device)
-    # Accelerate keeps its settings in a process-wide singleton; a second run in one process (ablate, tests)
-    # with another precision must start from a clean one. The distributed state (PartialState) is kept.
-    AcceleratorState._reset_state(reset_partial_state=False)
-    GradientState._reset_state()
-    mixed = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[precision]
-    return Accelerator(mixed_precision=mixed, cpu=cpu), precision, warnings
+    precision, warnings = resolve_precision(recipe.precision, PartialState(cpu=cpu).device)
+    return make_accelerator(precision, cpu), precision, warnings
 
 
 def _datasets(recipe: Recipe, prepared):
