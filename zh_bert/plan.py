@@ -367,17 +367,13 @@ def measure(model: str, seq_len: int, micro_batch: int, precision: str, *, vocab
 
 # ---------------------------------------------------------------- CLI
 
-def _fmt_tokens(x: float) -> str:
-    return f"{x:.3g}"
-
-
 def render(p: Plan, best: Plan | None, budget_days: float) -> str:
     gb = p.memory_gb
     devs = f"{p.gpus} × {p.device_name}" if p.gpus > 1 else p.device_name
     lines = [
         f"zh-bert plan: {p.model} ({p.model_shape}, {p.params / 1e6:.1f}M params, vocab {p.vocab_size}) "
         f"on {devs} [{p.arch}, {p.device_memory_gb:g} GB each]",
-        f"  seq_len {p.seq_len}, global batch {p.global_batch}, {_fmt_tokens(p.tokens)} tokens = {p.steps:,} steps",
+        f"  seq_len {p.seq_len}, global batch {p.global_batch}, {p.tokens:.3g} tokens = {p.steps:,} steps",
         "",
         f"  precision      {p.precision}" + (f"   ({'; '.join(p.precision_warnings)})" if p.precision_warnings else ""),
         f"  micro-batch    {p.micro_batch}" + ("" if p.fits else "   DOES NOT FIT")
