@@ -249,3 +249,31 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path, char_data):
     state = json.loads((ckpt / "trainer_state.json").read_text())
     assert ckpt.name == f"step-{state['step']:07d}" and state["step"] >= 2
     assert json.loads((run / "run.json").read_text())["status"] == "interrupted"
+
+
+def test_metrics_log_on_resume_keeps_the_lines_up_to_the_checkpoint(tmp_path):
+    """A killed run may have logged steps after its last checkpoint (and a line cut by the kill): on resume
+    they are dropped, to be logged again; a fresh run starts an empty file; other processes write nothing."""
+    from zh_bert.pretrain import MetricsLog
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps({"step": s, "loss": 1.0 / s}) + "\n" for s in range(1, 6)) + '{"step": 6, "lo',
+                    encoding="utf-8")
+    log = MetricsLog(tmp_path, enabled=True, resume_step=3)
+    log.write({"step": 4, "loss": 0.3})
+    log.close()
+    assert [r["step"] for r in metrics(tmp_path)] == [1, 2, 3, 4]
+    MetricsLog(tmp_path, enabled=True, resume_step=None).close()
+    assert path.read_text(encoding="utf-8") == ""
+    quiet = MetricsLog(tmp_path / "rank1", enabled=False, resume_step=None)
+    quiet.write({"step": 1, "loss": 1.0})
+    quiet.close()
+    assert not (tmp_path / "rank1").exists()
+
+
+def test_the_training_loop_fits_on_a_screen():
+    import inspect
+
+    from zh_bert.pretrain import fit
+
+    assert len(inspect.getsource(fit).splitlines()) <= 80

@@ -40,6 +40,7 @@ BERT_PHASE1_STEPS = 900_000          # BERT's 128-token phase: 900k steps × 256
 CUDA_CONTEXT_BYTES = 0.5 * GiB       # CUDA context + cuBLAS workspace + kernels, outside the allocator
 ALLOCATOR_SLACK = 0.10               # caching-allocator fragmentation on top of live tensors
 PRESET_ORDER = ("tiny", "mini", "small", "medium", "base", "large")
+RECOMPUTE = 4 / 3                    # compute with gradient checkpointing: one extra forward of the encoder
 
 
 @dataclass
@@ -263,7 +264,7 @@ def make_plan(args: PlanArgs, spec: GPUSpec, utilisation: float | None = None,
     from zh_bert.model import flops_per_token
 
     fpt = flops_per_token(cfg, seq_len, mask_rate)
-    recompute = 4 / 3 if ckpt else 1.0                    # one extra forward of the encoder
+    recompute = RECOMPUTE if ckpt else 1.0
     util = spec.utilisation.get(prec, 0.3) if utilisation is None else utilisation
     achieved = spec.peak_tflops(prec) * 1e12 * util
     tokens_per_step = global_batch * seq_len
@@ -427,7 +428,7 @@ def _measure_utilisation(args: PlanArgs, spec: GPUSpec, plan: Plan) -> dict:
     measured = measure(args.model, args.seq_len, mb, plan.precision, vocab_size=args.vocab_size,
                        steps=args.measure_steps, mask_rate=args.mask_rate, device=dev,
                        attention_dropout=args.attention_dropout, grad_checkpointing=plan.grad_checkpointing)
-    recompute = 4 / 3 if plan.grad_checkpointing else 1.0
+    recompute = RECOMPUTE if plan.grad_checkpointing else 1.0
     measured["utilisation"] = measured["tokens_per_s"] * plan.flops_per_token * recompute / (plan.peak_tflops * 1e12)
     if dev == "cuda":
         shape = ModelShape.from_config(model_config(args.model, args.vocab_size, 0.1, args.attention_dropout))

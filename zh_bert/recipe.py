@@ -125,7 +125,7 @@ class Recipe:
     def from_dict(cls, data: Mapping[str, Any], where: str = "recipe") -> "Recipe":
         """A validated Recipe from recipe keys (flat or nested masking, aliases allowed); every error
         starts with `where`."""
-        flat = recipe_keys(data, where)
+        flat = _flat_keys(data, where)
         masking = {MASKING_KEYS[k]: flat.pop(k) for k in list(flat) if k in MASKING_KEYS}
         try:
             flat["masking"] = from_dict(MaskingConfig, masking, where=f"{where}: masking")
@@ -149,7 +149,7 @@ class Recipe:
 KEYS = tuple(Recipe().to_dict())
 
 
-def recipe_keys(data: Mapping[str, Any], where: str) -> dict[str, Any]:
+def _flat_keys(data: Mapping[str, Any], where: str) -> dict[str, Any]:
     """`data` with aliases resolved and a nested `masking:` mapping flattened; unknown keys name `where`."""
     if not isinstance(data, Mapping):
         raise ZhBertError(f"{where}: expected a mapping of key: value, got {type(data).__name__}")
@@ -175,10 +175,10 @@ def load_recipe(path: str | Path | None, overrides: dict[str, Any] | list[str] |
     """Recipe from a YAML file (None = all defaults) with `--set` overrides applied, validated once on
     the merged keys (so an override may fix what the file alone would not pass)."""
     where = str(path) if path is not None else "recipe"
-    data = recipe_keys(load_yaml(path) if path is not None else {}, where)
+    data = _flat_keys(load_yaml(path) if path is not None else {}, where)
     if overrides:
         sets = parse_set(overrides) if isinstance(overrides, list) else dict(overrides)
-        data.update(recipe_keys(sets, "--set"))
+        data.update(_flat_keys(sets, "--set"))
         where += " with --set"
     return Recipe.from_dict(data, where)
 
