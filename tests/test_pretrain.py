@@ -277,3 +277,22 @@ def test_the_training_loop_fits_on_a_screen():
     from zh_bert.pretrain import fit
 
     assert len(inspect.getsource(fit).splitlines()) <= 80
+
+
+def test_sentence_order_objective_trains_and_needs_matching_shards(tmp_path, char_data, sample_jsonl):
+    """mlm+sop on `--pairs sop` shards logs the pair loss and accuracy; mlm+nsp on the same shards is refused
+    before training, naming the flag that builds the right ones."""
+    from zh_bert.pretrain import main
+    from zh_bert.shard import main as shard_main
+
+    tokdir, _ = char_data
+    sop = tmp_path / "sop_shards"
+    assert shard_main([str(sample_jsonl), "--tokenizer", str(tokdir), "-o", str(sop), "--seq-len", str(SEQ),
+                       "--valid-docs", "40", "--workers", "1", "--pairs", "sop"]) == 0
+    recipe = write_recipe(tmp_path / "r.yaml", tokdir, sop, objective="mlm+sop", max_steps=4, log_every=2,
+                          eval_every=0, save_every=0, precision="fp32")
+    assert main([str(recipe)]) == 0
+    rows = [r for r in metrics(tmp_path / "run") if "loss" in r]
+    assert [r["step"] for r in rows] == [2, 4] and all(0 <= r["nsp_acc"] <= 1 and r["nsp_loss"] > 0 for r in rows)
+    with pytest.raises(ZhBertError, match="needs shards built with --pairs nsp"):
+        main([str(recipe), "--set", "objective=mlm+nsp", "--set", f"out_dir={tmp_path / 'run2'}"])

@@ -383,9 +383,8 @@ def _datasets(recipe: Recipe, prepared):
     if train_ds.seq_len != recipe.seq_len:
         raise ZhBertError(f"seq_len {recipe.seq_len} in the recipe, but {prepared.sharddir} was built with "
                           f"seq_len {train_ds.seq_len}; set seq_len: {train_ds.seq_len} or re-shard")
-    need = {"mlm+nsp": "nsp", "mlm+sop": "sop"}.get(recipe.objective)
-    if need and train_ds.pairs != need:
-        raise ZhBertError(f"objective {recipe.objective} needs shards built with --pairs {need}, but "
+    if recipe.pairs and train_ds.pairs != recipe.pairs:
+        raise ZhBertError(f"objective {recipe.objective} needs shards built with --pairs {recipe.pairs}, but "
                           f"{prepared.sharddir} has pairs={train_ds.pairs}")
     return tokdir, tokenizer, train_ds, valid_ds
 
@@ -490,7 +489,7 @@ def _train_row(run: Run, stats: StepStats, res: dict) -> dict:
            "grad_norm": float(res["grad_norm"]) if res["grad_norm"] is not None else None,
            "tokens_seen": run.tokens_seen, "epoch": run.loader.state_dict()["epoch"],
            "skipped_steps": run.skipped_steps, "elapsed_s": round(run.train_seconds, 3)}
-    if run.recipe.objective != "mlm":
+    if run.recipe.pairs:
         row.update(nsp_loss=nsp_l / max(seqs, 1), nsp_acc=nsp_c / max(seqs, 1))
     return row
 

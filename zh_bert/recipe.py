@@ -94,6 +94,11 @@ class Recipe:
     def data_paths(self) -> list[str]:
         return [self.data] if isinstance(self.data, str) else list(self.data)
 
+    @property
+    def pairs(self) -> Optional[str]:
+        """The sentence pairs the shards must hold for `objective` (`zh-bert shard --pairs`): nsp, sop or None."""
+        return {"mlm+nsp": "nsp", "mlm+sop": "sop"}.get(self.objective)
+
     def __post_init__(self):
         """Cross-field checks that a type check cannot do; errors name the keys involved."""
         if not isinstance(self.masking, MaskingConfig):
