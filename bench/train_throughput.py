@@ -85,7 +85,7 @@ def bench_pair(cfg, batches, precision: str, warmup: int) -> tuple[float, float,
     recipe = Recipe(lr=1e-4, warmup_steps=0, max_steps=len(batches), global_batch=n, micro_batch=n)
     torch.manual_seed(0)
     ours = PretrainModel(BertForMaskedLM(cfg))
-    opt, _ = make_optimizer(ours, recipe, acc.device)
+    opt, _ = make_optimizer(ours, recipe)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(recipe))
     ours, opt = acc.prepare(ours, opt)
     ours.train()

@@ -8,7 +8,7 @@ sample stream, so 1 process × 4 micro-batches and 2 processes × 2 see the very
 their updates can be compared parameter by parameter.
 
 The process ends with os._exit after flushing: under gloo, a normal interpreter exit aborts about one run
-in three ("terminate called without an active exception", ../shared/STACK.md).
+in three ("terminate called without an active exception").
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import json
 import os
 import sys
 from pathlib import Path
-
 
 
 def _patch_loader() -> None:

@@ -1,12 +1,10 @@
 """Two data-parallel CPU processes (gloo) through the real `zh-bert pretrain`, against one process.
 
-Launch lines are the ones ../shared/STACK.md verified: `torchrun --standalone --nproc_per_node 2` and
-`accelerate launch --config_file recipes/accelerate/2xcpu.yaml` (MULTI_GPU with 2 processes; `--cpu`
-would silently run one). The worker is tests/_ddp_helpers.py: `zh-bert pretrain` unchanged except that it
-logs the rows each rank draws and, for the equivalence test, masks each sequence with an RNG keyed by its
-position in the global sample stream (the stock loader keys masks by batch and rank, so masks would
-differ between 1 and 2 processes even though the sequences are the same). Dropout is 0 so both runs
-compute the same function.
+Launch lines: `torchrun --standalone --nproc_per_node 2` and `accelerate launch --config_file
+recipes/accelerate/2xcpu.yaml` (MULTI_GPU with 2 processes; `--cpu` would silently run one). The worker is
+tests/_ddp_helpers.py: `zh-bert pretrain` unchanged except that it logs the rows each rank draws. The
+loader masks each sequence with an RNG keyed by its position in the global sample stream, so 1 and 2
+processes see the very same masked sequences. Dropout is 0 so both runs compute the same function.
 
 Tolerance for "same parameters": max |Δ| ≤ 2e-5 after 4 AdamW steps at lr 1e-3 (fp32; the runs differ
 only in the order of floating-point sums: per-rank partial sums + all-reduce vs one accumulation;

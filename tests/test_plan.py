@@ -15,7 +15,8 @@ from conftest import REPO
 from zh_bert.cli import main as cli
 from zh_bert.errors import ZhBertError
 from zh_bert.hardware import GPUS, KNOWN_DEVICES, build_supports, decide_precision, resolve_precision
-from zh_bert.plan import ModelShape, build_parser, estimate_memory, make_plan, model_config
+from zh_bert.config import config_from_args
+from zh_bert.plan import ModelShape, PlanArgs, build_parser, estimate_memory, make_plan, model_config
 
 HARDWARE_RECIPES = ["base-1080ti", "base-4xk80", "small-2xp100", "large-a100"]
 
@@ -59,9 +60,9 @@ def test_json_plan_is_consistent(capsys):
     assert p["utilisation_source"] == "assumed" and 0 < p["utilisation"] < 1
     assert p["days"] == pytest.approx(p["tokens"] / p["tokens_per_s"] / 86400)
     assert p["largest_within_days"]["model"] == "small"
-    k80 = make_plan(GPUS["k80"], "k80", model="base", gpus=8)
+    k80 = make_plan(PlanArgs(gpu="k80", model="base", gpus=8), GPUS["k80"])
     assert k80.allreduce_s_per_step > 0 and k80.micro_batch * 8 * k80.accumulation == 256
-    big = make_plan(GPUS["1080ti"], "1080ti", model="large", global_batch=256)
+    big = make_plan(PlanArgs(gpu="1080ti", model="large", global_batch=256), GPUS["1080ti"])
     assert big.fits and big.micro_batch < 64                      # large fits with a smaller micro-batch
 
 
@@ -84,7 +85,7 @@ def test_precision_rules_shared_by_planner_and_trainer():
 
     assert resolve_precision("fp16", torch.device("cpu"))[0] == "fp32"
     for key in ("k80", "1080ti", "p100", "a100"):
-        assert make_plan(GPUS[key], key, model="tiny").precision == decide_precision("auto", GPUS[key].capability)[0]
+        assert make_plan(PlanArgs(gpu=key, model="tiny"), GPUS[key]).precision == decide_precision("auto", GPUS[key].capability)[0]
 
 
 def test_build_kernel_check():
@@ -110,23 +111,20 @@ def test_param_count_matches_the_real_model(model, objective):
 def _plan_from_recipe_header(path):
     first = path.read_text(encoding="utf-8").splitlines()[0]
     assert first.startswith("# zh-bert plan "), f"{path.name} must open with the plan line it was sized with"
-    args = build_parser().parse_args(shlex.split(first[len("# zh-bert plan "):]))
-    spec = GPUS[args.gpu]
-    return args, make_plan(spec, args.gpu, model=args.model, gpus=args.gpus, seq_len=args.seq_len,
-                           global_batch=args.global_batch, tokens=args.tokens, precision=args.precision,
-                           attention_dropout=args.attention_dropout)
+    args = config_from_args(PlanArgs, build_parser().parse_args(shlex.split(first[len("# zh-bert plan "):])))
+    return args, make_plan(args, GPUS[args.device])
 
 
 @pytest.mark.parametrize("name", HARDWARE_RECIPES)
 def test_hardware_recipes_follow_their_plan_line(name):
-    from zh_bert.recipe import Recipe, load_recipe
+    from zh_bert.recipe import KEYS, load_recipe
 
     path = REPO / "recipes" / f"{name}.yaml"
     recipe = load_recipe(path)
     keys = set(yaml.safe_load(path.read_text(encoding="utf-8")))
     reference = set(yaml.safe_load((REPO / "recipes" / "tiny-cpu.yaml").read_text(encoding="utf-8")))
     assert keys == reference, f"same documented keys as tiny-cpu.yaml: {sorted(keys ^ reference)}"
-    assert keys <= set(Recipe.__dataclass_fields__)
+    assert keys <= set(KEYS)
     args, plan = _plan_from_recipe_header(path)
     assert (recipe.model, recipe.seq_len, recipe.global_batch) == (args.model, args.seq_len, args.global_batch)
     assert recipe.micro_batch == plan.micro_batch and plan.fits
@@ -170,3 +168,15 @@ def test_measure_on_this_cpu(capsys):
     if not torch.cuda.is_available():
         rc, _, err = run_plan(capsys, "--gpu", "1080ti", "--measure")
         assert rc == 2 and "no CUDA GPU" in err
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(gpu="gtx980"), "unknown GPU 'gtx980'"),
+    (dict(gpu="p100", gpus=3), "not divisible by --gpus 3"),
+    (dict(mask_rate=1.5), "--mask-rate must be in"),
+    (dict(seq_len=4), "--seq-len must be >= 8"),
+    (dict(utilisation=0), "--utilisation must be in"),
+])
+def test_python_api_refuses_what_the_cli_refuses(kw, match):
+    with pytest.raises(ZhBertError, match=match):
+        PlanArgs(**kw)

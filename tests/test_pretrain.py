@@ -142,13 +142,12 @@ def test_accumulation_4x8_equals_1x32(char_data):
     """One optimizer step on 32 sequences as 4 micro-batches of 8 equals one batch of 32: the loss is
     normalised by the masked-token count of the whole global batch. Tolerance: 1e-6 on every parameter
     (fp32 summation order only)."""
-    from accelerate import Accelerator
     from transformers import BertForMaskedLM
 
     from zh_bert.data import ShardDataset, ShardLoader
     from zh_bert.masking import MaskingConfig
     from zh_bert.model import PretrainModel, build_config
-    from zh_bert.pretrain import StepStats, lr_lambda, make_optimizer, train_step
+    from zh_bert.pretrain import StepStats, lr_lambda, make_accelerator, make_optimizer, train_step
     from zh_bert.recipe import Recipe
     from zh_bert.tokenizer_files import load_tokenizer
 
@@ -160,16 +159,12 @@ def test_accumulation_4x8_equals_1x32(char_data):
     torch.manual_seed(0)
     cfg = build_config("tiny", len(load_tokenizer(tokdir)), dropout=0.0)
     base = PretrainModel(BertForMaskedLM(cfg))
-    from accelerate.state import AcceleratorState, GradientState
-
-    AcceleratorState._reset_state()   # an earlier in-process run may have left bf16 in Accelerate's singleton
-    GradientState._reset_state()
-    acc = Accelerator(mixed_precision="no", cpu=True)
+    acc = make_accelerator("fp32", cpu=True)   # an earlier in-process run may have left bf16 in Accelerate's state
     params = {}
     for name, batches, mb in (("4x8", micro, 8), ("1x32", [whole], 32)):
         recipe = Recipe(lr=1e-3, warmup_steps=0, max_steps=10, global_batch=32, micro_batch=mb)
         model = copy.deepcopy(base)
-        opt, _ = make_optimizer(model, recipe, acc.device)
+        opt, _ = make_optimizer(model, recipe)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(recipe))
         stats = StepStats()
         train_step(model, opt, sched, acc, batches, recipe, stats)
@@ -254,3 +249,50 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path, char_data):
     state = json.loads((ckpt / "trainer_state.json").read_text())
     assert ckpt.name == f"step-{state['step']:07d}" and state["step"] >= 2
     assert json.loads((run / "run.json").read_text())["status"] == "interrupted"
+
+
+def test_metrics_log_on_resume_keeps_the_lines_up_to_the_checkpoint(tmp_path):
+    """A killed run may have logged steps after its last checkpoint (and a line cut by the kill): on resume
+    they are dropped, to be logged again; a fresh run starts an empty file; other processes write nothing."""
+    from zh_bert.pretrain import MetricsLog
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps({"step": s, "loss": 1.0 / s}) + "\n" for s in range(1, 6)) + '{"step": 6, "lo',
+                    encoding="utf-8")
+    log = MetricsLog(tmp_path, enabled=True, resume_step=3)
+    log.write({"step": 4, "loss": 0.3})
+    log.close()
+    assert [r["step"] for r in metrics(tmp_path)] == [1, 2, 3, 4]
+    MetricsLog(tmp_path, enabled=True, resume_step=None).close()
+    assert path.read_text(encoding="utf-8") == ""
+    quiet = MetricsLog(tmp_path / "rank1", enabled=False, resume_step=None)
+    quiet.write({"step": 1, "loss": 1.0})
+    quiet.close()
+    assert not (tmp_path / "rank1").exists()
+
+
+def test_the_training_loop_fits_on_a_screen():
+    import inspect
+
+    from zh_bert.pretrain import fit
+
+    assert len(inspect.getsource(fit).splitlines()) <= 80
+
+
+def test_sentence_order_objective_trains_and_needs_matching_shards(tmp_path, char_data, sample_jsonl):
+    """mlm+sop on `--pairs sop` shards logs the pair loss and accuracy; mlm+nsp on the same shards is refused
+    before training, naming the flag that builds the right ones."""
+    from zh_bert.pretrain import main
+    from zh_bert.shard import main as shard_main
+
+    tokdir, _ = char_data
+    sop = tmp_path / "sop_shards"
+    assert shard_main([str(sample_jsonl), "--tokenizer", str(tokdir), "-o", str(sop), "--seq-len", str(SEQ),
+                       "--valid-docs", "40", "--workers", "1", "--pairs", "sop"]) == 0
+    recipe = write_recipe(tmp_path / "r.yaml", tokdir, sop, objective="mlm+sop", max_steps=4, log_every=2,
+                          eval_every=0, save_every=0, precision="fp32")
+    assert main([str(recipe)]) == 0
+    rows = [r for r in metrics(tmp_path / "run") if "loss" in r]
+    assert [r["step"] for r in rows] == [2, 4] and all(0 <= r["nsp_acc"] <= 1 and r["nsp_loss"] > 0 for r in rows)
+    with pytest.raises(ZhBertError, match="needs shards built with --pairs nsp"):
+        main([str(recipe), "--set", "objective=mlm+nsp", "--set", f"out_dir={tmp_path / 'run2'}"])

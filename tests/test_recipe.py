@@ -11,7 +11,8 @@ import pytest
 
 from conftest import REPO
 from zh_bert.errors import ZhBertError
-from zh_bert.recipe import Recipe, load_recipe
+from zh_bert.masking import MaskingConfig
+from zh_bert.recipe import KEYS, Recipe, load_recipe, save_recipe
 
 
 def test_typo_names_key_and_suggestion(tmp_path):
@@ -37,7 +38,7 @@ def test_typo_through_cli_is_one_line_exit_2(tmp_path):
 
 def test_overrides_and_aliases():
     r = load_recipe(REPO / "recipes" / "tiny-cpu.yaml", ["max_steps=40", "learning_rate=3e-4", "masking=token"])
-    assert (r.max_steps, r.lr, r.masking) == (40, 3e-4, "token")
+    assert (r.max_steps, r.lr, r.masking.strategy) == (40, 3e-4, "token")
     assert r.data == ["corpora/sample/zhwiki_sampled.txt", "corpora/sample/CLUECorpusSmall_sampled.txt"]
 
 
@@ -47,6 +48,8 @@ def test_overrides_and_aliases():
     (["objective=mlm+nspp"], "'objective' must be one of"),
     (["mask_token_prob=0.8", "random_token_prob=0.3"], "mask_token_prob \\+ random_token_prob"),
     (["max_steps=0"], "'max_steps' must be at least 1"),
+    (["max_ngram=0"], "max_ngram must be 1..4, got 0"),
+    (["masking=wwwm"], "'wwwm'"),
     (["lr=abc"], "'lr' must be a number"),
 ])
 def test_bad_values(sets, match):
@@ -60,6 +63,51 @@ def test_shipped_recipes_load_and_document_every_key(name):
     load_recipe(path)
     text = path.read_text(encoding="utf-8")
     keys = {m.group(1): m.group(2) for m in re.finditer(r"^(\w+):(.*)$", text, re.M)}
-    assert set(keys) == {f for f in Recipe.__dataclass_fields__}, "every Recipe key appears in the recipe"
+    assert set(keys) == set(KEYS), "every Recipe key appears in the recipe"
     for key, rest in keys.items():
         assert "#" in rest, f"{name}: key '{key}' has no comment (type, default, meaning)"
+
+
+def test_max_ngram_5_is_refused_at_load_before_any_data_work(tmp_path):
+    """The masking keys are checked with the recipe: a bad one fails `zh-bert pretrain` before the raw corpus
+    is cleaned, tokenized or sharded (nothing is written to out_dir)."""
+    from zh_bert.pretrain import main
+
+    path = tmp_path / "r.yaml"
+    path.write_text(f"out_dir: {tmp_path / 'run'}\ndata: {REPO / 'corpora/sample/zhwiki_sampled.txt'}\n"
+                    "masking: ngram\nmax_ngram: 5\n", encoding="utf-8")
+    with pytest.raises(ZhBertError) as e:
+        main([str(path)])
+    assert str(path) in str(e.value) and "max_ngram" in str(e.value) and "1..4" in str(e.value)
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(ZhBertError, match=r"max_ngram must be 1\.\.4, got 5"):
+        load_recipe(None, {"masking": {"strategy": "ngram", "max_ngram": 5}})
+
+
+def test_masking_keys_flat_nested_and_aliased_give_one_masking_config():
+    want = MaskingConfig(strategy="ngram", mask_rate=0.2, max_ngram=4)
+    assert load_recipe(None, ["masking=ngram", "mask_rate=0.2", "max_ngram=4"]).masking == want
+    assert load_recipe(None, {"masking": {"strategy": "ngram", "mask_rate": 0.2, "max_ngram": 4}}).masking == want
+    assert load_recipe(None, {"masking_strategy": "ngram", "mask_rate": "0.2", "max_ngram": 4}).masking == want
+    assert not {"mask_rate", "max_ngram", "mask_token_prob", "random_token_prob"} & set(Recipe.__dataclass_fields__)
+    with pytest.raises(ZhBertError, match=r"masking: unknown key 'max_gram'.*did you mean 'max_ngram'"):
+        load_recipe(None, {"masking": {"max_gram": 2}})
+
+
+def test_saved_recipe_round_trips_and_old_flat_run_dirs_load(tmp_path):
+    r = load_recipe(REPO / "recipes" / "tiny-cpu.yaml", ["masking=ngram", "max_ngram=2", "max_steps=7"])
+    save_recipe(r, tmp_path / "recipe.yaml")
+    assert load_recipe(tmp_path / "recipe.yaml") == r
+    text = (tmp_path / "recipe.yaml").read_text(encoding="utf-8")
+    assert "\nmasking: ngram\n" in text and "\nmax_ngram: 2\n" in text   # flat, as recipes write it
+    old = tmp_path / "old.yaml"   # a run dir's recipe.yaml from before masking was nested
+    old.write_text("out_dir: runs/x\nmasking: token\nmask_rate: 0.2\nmask_token_prob: 0.8\n"
+                   "random_token_prob: 0.1\nmax_ngram: 3\nmax_steps: 5\n", encoding="utf-8")
+    assert load_recipe(old).masking == MaskingConfig(strategy="token", mask_rate=0.2)
+
+
+def test_python_api_validates_like_the_recipe_file():
+    with pytest.raises(ZhBertError, match="global_batch 48 is not a multiple of micro_batch 32"):
+        Recipe(global_batch=48, micro_batch=32)
+    with pytest.raises(ZhBertError, match="max_ngram must be 1..4"):
+        Recipe(masking=MaskingConfig(max_ngram=5))

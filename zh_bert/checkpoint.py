@@ -62,7 +62,10 @@ def _py_state_to_plain(s):
 
 def save_checkpoint(ckpt_root: Path, step: int, *, accelerator, hf_model, optimizer, scheduler,
                     trainer_state: dict, keep_last: int) -> Path:
-    """Every process calls this (each saves its RNG); returns the final dir."""
+    """Every process calls this (each saves its RNG); returns the final dir.
+
+    The temp dir has a fixed name (not `fileio.atomic_dir`'s random one) because every rank writes into it.
+    """
     ckpt_root = Path(ckpt_root)
     final = ckpt_root / step_dir_name(step)
     tmp = ckpt_root / f".{final.name}.tmp"

@@ -7,7 +7,7 @@ which one is in effect and why, and warn before a run starts rather than days in
 
 Spec figures are the vendors' datasheet peaks (boost clock, dense, no sparsity). `utilisation` is the
 fraction of that peak an eager PyTorch BERT training step realistically reaches (model FLOPs utilisation);
-it is an assumption stated in README and replaced by a measured figure with `zh-bert plan --measure`.
+it is an assumption stated in docs/hardware.md and replaced by a measured figure with `zh-bert plan --measure`.
 """
 
 from __future__ import annotations
@@ -43,10 +43,6 @@ class GPUSpec:
 
     def peak_tflops(self, precision: str) -> float:
         return self.fp32_tflops if precision == "fp32" else self.half_tflops
-
-    def achieved_tflops(self, precision: str, utilisation: float | None = None) -> float:
-        u = self.utilisation.get(precision, 0.3) if utilisation is None else utilisation
-        return self.peak_tflops(precision) * u
 
 
 # Datasheet figures: NVIDIA Tesla K80 / GTX 1080 Ti / Tesla P100 PCIe / T4 / V100 SXM2 / A100 SXM / H100 SXM.
@@ -121,15 +117,20 @@ def cpu_spec(measure_peak: bool = True) -> GPUSpec:
                    note="peak = measured n×n matmul rate of this CPU, not a datasheet figure")
 
 
-def get_spec(name: str, measure_peak: bool = True) -> GPUSpec:
-    """The spec for `--gpu NAME`; unknown names are an error listing the known ones."""
+def device_key(name: str) -> str:
+    """The `GPUS` key (or 'cpu') for `--gpu NAME`, spelling variants accepted ("1080-Ti"); unknown names are
+    an error listing the known ones."""
     key = name.lower().replace(" ", "").replace("-", "").replace("_", "")
-    if key == "cpu":
-        return cpu_spec(measure_peak)
-    if key not in GPUS:
+    if key != "cpu" and key not in GPUS:
         from zh_bert.errors import ZhBertError, suggest
         raise ZhBertError(f"unknown GPU '{name}'{suggest(key, KNOWN_DEVICES)}; known: {', '.join(KNOWN_DEVICES)}")
-    return GPUS[key]
+    return key
+
+
+def get_spec(name: str, measure_peak: bool = True) -> GPUSpec:
+    """The spec for `--gpu NAME` (this machine's CPU, its peak measured, for 'cpu')."""
+    key = device_key(name)
+    return cpu_spec(measure_peak) if key == "cpu" else GPUS[key]
 
 
 def decide_precision(requested: str, capability: tuple[int, int] | None, *, cpu_bf16: bool = False,

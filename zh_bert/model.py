@@ -64,7 +64,7 @@ def neighbour_attention_init(hf, amplitude: float = 0.05, sharpness: float = 2.0
     n_freq frequencies w from 0.95*pi down to pi/63), and each layer-0 head gets W_k = sharpness*I and
     W_q = sharpness*R(±w) on that subspace, R rotating p_i into p_{i±1}: q_i . k_j peaks at j = i ± 1
     (~75% of the attention at init). Only starting values change: the checkpoint is a stock BERT, and
-    training is free to move away (it keeps ~1/3 on the neighbours). Measured in README "What we found".
+    training is free to move away (it keeps ~1/3 on the neighbours). Measured in docs/results.md.
     """
     cfg = hf.config
     heads, hidden = cfg.num_attention_heads, cfg.hidden_size
@@ -209,7 +209,8 @@ class PretrainModel(nn.Module):
         result = {
             "mlm_loss_sum": F.cross_entropy(logits, target, reduction="sum"),
             "mlm_correct": (logits.argmax(-1) == target).sum(),
-            "mlm_count": torch.tensor(target.numel(), device=logits.device),
+            # filled on the device, not copied from the host: torch.tensor(n, device=cuda) would sync
+            "mlm_count": torch.full((), target.numel(), device=logits.device),
         }
         if self.pairs and next_sentence_label is not None:
             nsp = self.hf.cls.seq_relationship(out[1]).float()

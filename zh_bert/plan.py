@@ -23,20 +23,74 @@ add 4·heads·s bytes per token, with attention dropout 9·heads·s (mask + drop
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import math
 import sys
 from dataclasses import asdict, dataclass, field
+from typing import Literal, Optional
 
+from zh_bert.config import build_parser as derive_parser
+from zh_bert.config import config_from_args, option
 from zh_bert.errors import ZhBertError
-from zh_bert.hardware import KNOWN_DEVICES, GPUSpec, decide_precision, get_spec
+from zh_bert.hardware import KNOWN_DEVICES, GPUSpec, decide_precision, device_key, get_spec
 
 GiB = 2 ** 30
 BERT_PHASE1_STEPS = 900_000          # BERT's 128-token phase: 900k steps × 256 × 128 tokens
 CUDA_CONTEXT_BYTES = 0.5 * GiB       # CUDA context + cuBLAS workspace + kernels, outside the allocator
 ALLOCATOR_SLACK = 0.10               # caching-allocator fragmentation on top of live tensors
 PRESET_ORDER = ("tiny", "mini", "small", "medium", "base", "large")
+RECOMPUTE = 4 / 3                    # compute with gradient checkpointing: one extra forward of the encoder
+
+
+@dataclass
+class PlanArgs:
+    """What to plan: the `zh-bert plan` options (validated here, so `make_plan` gets only sound values)."""
+    gpu: str = option("cpu", help=f"device: {', '.join(KNOWN_DEVICES)}")
+    gpus: int = option(1, help="devices (a K80 board counts as 2)")
+    model: str = option("base", help="preset (tiny, mini, small, medium, base, large) or config.json")
+    seq_len: int = option(128)
+    global_batch: int = option(256, help="sequences per optimizer step (all devices)")
+    tokens: Optional[float] = option(None, help="training tokens (default: BERT's 128-token phase, 900k steps "
+                                                "× global batch × seq-len)")
+    vocab_size: int = option(21128)
+    precision: Literal["auto", "fp32", "fp16", "bf16"] = option("auto")
+    mask_rate: float = option(0.15)
+    attention_dropout: float = option(0.0, help="recipe key attention_dropout; > 0 on a CPU stores the s×s "
+                                                "attention matrix")
+    objective: Literal["mlm", "mlm+nsp", "mlm+sop"] = option("mlm")
+    grad_checkpointing: Literal["auto", "on", "off"] = option("auto", help="auto: only when nothing fits "
+                                                                           "without it")
+    utilisation: Optional[float] = option(None, help="override the assumed fraction of peak")
+    days: float = option(7.0, help="budget for 'largest preset that finishes'")
+    measure: bool = option(False, help="run real steps on this machine's device and use the measured utilisation")
+    measure_steps: int = option(3)
+    measure_micro_batch: Optional[int] = option(None, help="micro-batch for --measure (default: the planned "
+                                                           "one; capped at 8 on a CPU)")
+    json: bool = option(False, help="print the plan as JSON")
+
+    def __post_init__(self):
+        device_key(self.gpu)                      # unknown names are refused here, listing the known ones
+        if self.gpus < 1:
+            raise ZhBertError(f"--gpus must be at least 1, got {self.gpus}")
+        if self.seq_len < 8 or self.global_batch < 1:
+            raise ZhBertError("--seq-len must be >= 8 and --global-batch >= 1")
+        if self.global_batch % self.gpus:
+            raise ZhBertError(f"--global-batch {self.global_batch} is not divisible by --gpus {self.gpus}: every "
+                              f"device must get the same share of the global batch")
+        if not 0 < self.mask_rate < 1:
+            raise ZhBertError(f"--mask-rate must be in (0, 1), got {self.mask_rate}")
+        if self.tokens is not None and self.tokens <= 0:
+            raise ZhBertError(f"--tokens must be positive, got {self.tokens}")
+        if self.utilisation is not None and not 0 < self.utilisation <= 1:
+            raise ZhBertError(f"--utilisation must be in (0, 1], got {self.utilisation}")
+        if self.measure_steps < 1:
+            raise ZhBertError(f"--measure-steps must be at least 1, got {self.measure_steps}")
+
+    @property
+    def device(self) -> str:
+        """'cpu' or the `hardware.GPUS` key of --gpu."""
+        return device_key(self.gpu)
 
 
 @dataclass
@@ -51,6 +105,8 @@ class ModelShape:
     dropout: float                   # hidden dropout: two masks per layer
     attention_dropout: float
     params: int                      # BertForMaskedLM (tied decoder), or BertForPreTraining with pairs
+    # ^ counted from the config, so a plan never builds the model (a large one takes GBs and seconds);
+    #   tests/test_plan.py checks it equals model.count_params of the built model
 
     @classmethod
     def from_config(cls, cfg, pairs: bool = False) -> "ModelShape":
@@ -68,6 +124,7 @@ class ModelShape:
 
 
 def model_config(model: str, vocab_size: int, dropout: float = 0.1, attention_dropout: float = 0.0):
+    """The BertConfig a run of preset/config `model` trains (`model.build_config`, imported lazily: torch)."""
     from zh_bert.model import build_config
 
     return build_config(model, vocab_size, dropout=dropout, attention_dropout=attention_dropout)
@@ -169,26 +226,22 @@ class Plan:
     notes: list = field(default_factory=list)
 
 
-def make_plan(spec: GPUSpec, device_key: str, *, model: str = "base", gpus: int = 1, seq_len: int = 128,
-              global_batch: int = 256, tokens: float | None = None, vocab_size: int = 21128,
-              precision: str = "auto", mask_rate: float = 0.15, dropout: float = 0.1,
-              attention_dropout: float = 0.0, grad_checkpointing: str = "auto", utilisation: float | None = None,
-              utilisation_source: str = "given", objective: str = "mlm") -> Plan:
-    """The plan for `model` on `gpus` devices of `spec`; `utilisation` None = the spec's assumed one."""
-    if gpus < 1:
-        raise ZhBertError(f"--gpus must be at least 1, got {gpus}")
-    if global_batch % gpus:
-        raise ZhBertError(f"--global-batch {global_batch} is not divisible by --gpus {gpus}: every device "
-                          f"must get the same share of the global batch")
-    cfg = model_config(model, vocab_size, dropout, attention_dropout)
+def make_plan(args: PlanArgs, spec: GPUSpec, utilisation: float | None = None,
+              utilisation_source: str = "given") -> Plan:
+    """The plan for `args` on devices of `spec` (`get_spec(args.gpu)`); `utilisation` None = `args.utilisation`,
+    or the spec's assumed one when that is None too."""
+    model, gpus, seq_len, global_batch = args.model, args.gpus, args.seq_len, args.global_batch
+    precision, mask_rate, attention_dropout = args.precision, args.mask_rate, args.attention_dropout
+    utilisation = args.utilisation if utilisation is None else utilisation
+    cfg = model_config(model, args.vocab_size, attention_dropout=attention_dropout)
     if seq_len > cfg.max_position_embeddings:
         raise ZhBertError(f"--seq-len {seq_len} exceeds the model's {cfg.max_position_embeddings} positions")
-    shape = ModelShape.from_config(cfg, pairs=objective != "mlm")
-    is_cpu = device_key == "cpu"
+    shape = ModelShape.from_config(cfg, pairs=args.objective != "mlm")
+    is_cpu = args.device == "cpu"
     prec, warns = decide_precision(precision, None if is_cpu else spec.capability,
                                    cpu_bf16=spec.bf16 if is_cpu else False, name=spec.name)
     fused = spec.sdpa_fused and not (is_cpu and attention_dropout > 0)   # CPU SDPA: fused only without dropout
-    tokens = float(tokens if tokens is not None else BERT_PHASE1_STEPS * global_batch * seq_len)
+    tokens = float(args.tokens if args.tokens is not None else BERT_PHASE1_STEPS * global_batch * seq_len)
     steps = math.ceil(tokens / (global_batch * seq_len))
     per_device = global_batch // gpus
     capacity = spec.memory_gb * GiB
@@ -197,7 +250,7 @@ def make_plan(spec: GPUSpec, device_key: str, *, model: str = "base", gpus: int 
         return estimate_memory(shape, seq_len, mb, prec, device="cpu" if is_cpu else "cuda",
                                mask_rate=mask_rate, fused_attention=fused, grad_checkpointing=ckpt)
 
-    choices = [False, True] if grad_checkpointing == "auto" else [grad_checkpointing == "on"]
+    choices = [False, True] if args.grad_checkpointing == "auto" else [args.grad_checkpointing == "on"]
     micro, ckpt, fits = 1, choices[0], False
     for ck in choices:
         fitting = [d for d in divisors(per_device) if mem(d, ck).total <= capacity]
@@ -211,7 +264,7 @@ def make_plan(spec: GPUSpec, device_key: str, *, model: str = "base", gpus: int 
     from zh_bert.model import flops_per_token
 
     fpt = flops_per_token(cfg, seq_len, mask_rate)
-    recompute = 4 / 3 if ckpt else 1.0                    # one extra forward of the encoder
+    recompute = RECOMPUTE if ckpt else 1.0
     util = spec.utilisation.get(prec, 0.3) if utilisation is None else utilisation
     achieved = spec.peak_tflops(prec) * 1e12 * util
     tokens_per_step = global_batch * seq_len
@@ -228,9 +281,9 @@ def make_plan(spec: GPUSpec, device_key: str, *, model: str = "base", gpus: int 
     if not fused:
         notes.append("no fused SDPA kernel here: the s×s attention matrix is stored (counted above)")
     return Plan(
-        device=device_key, device_name=spec.name, arch=f"{spec.arch} sm_{spec.capability[0]}{spec.capability[1]}"
+        device=args.device, device_name=spec.name, arch=f"{spec.arch} sm_{spec.capability[0]}{spec.capability[1]}"
         if not is_cpu else "CPU", gpus=gpus, model=model, model_shape=shape.label(), params=shape.params,
-        vocab_size=vocab_size, seq_len=seq_len, global_batch=global_batch, tokens=tokens, steps=steps,
+        vocab_size=args.vocab_size, seq_len=seq_len, global_batch=global_batch, tokens=tokens, steps=steps,
         precision=prec, precision_warnings=warns, fits=fits, micro_batch=micro,
         accumulation=per_device // micro, grad_checkpointing=ckpt,
         memory_gb={k: round(v / GiB, 3) for k, v in {**asdict(m), "total": m.total}.items()},
@@ -241,12 +294,13 @@ def make_plan(spec: GPUSpec, device_key: str, *, model: str = "base", gpus: int 
         gpu_hours=days * 24 * gpus, install=spec.torch_wheel, notes=notes)
 
 
-def largest_within(spec: GPUSpec, device_key: str, days: float, **kw) -> Plan | None:
-    """The largest preset whose run fits in memory and finishes within `days`."""
+def largest_within(args: PlanArgs, spec: GPUSpec, utilisation: float | None = None,
+                   utilisation_source: str = "given") -> Plan | None:
+    """The largest preset whose run (as `args` otherwise) fits in memory and finishes within `args.days`."""
     best = None
     for name in PRESET_ORDER:
-        p = make_plan(spec, device_key, model=name, **kw)
-        if p.fits and p.days <= days:
+        p = make_plan(dataclasses.replace(args, model=name), spec, utilisation, utilisation_source)
+        if p.fits and p.days <= args.days:
             best = p
     return best
 
@@ -256,7 +310,8 @@ def largest_within(spec: GPUSpec, device_key: str, days: float, **kw) -> Plan | 
 def measure(model: str, seq_len: int, micro_batch: int, precision: str, *, vocab_size: int = 21128,
             steps: int = 3, mask_rate: float = 0.15, dropout: float = 0.1, attention_dropout: float = 0.0,
             device: str | None = None, grad_checkpointing: bool = False) -> dict:
-    """Time real training steps (zh-bert's own sparse-head model, AdamW, autocast) on the local device.
+    """Time real training steps (`pretrain.train_step` with its model, optimizer and precision handling) on
+    the local device ('cpu' or 'cuda'; None = the GPU if there is one).
 
     Returns tokens/s and, on CUDA, the peak allocated memory; the first step (allocations, kernel
     selection) is not timed.
@@ -267,45 +322,38 @@ def measure(model: str, seq_len: int, micro_batch: int, precision: str, *, vocab
     from transformers import BertForMaskedLM
 
     from zh_bert.model import PretrainModel
+    from zh_bert.pretrain import StepStats, lr_lambda, make_accelerator, make_optimizer, train_step
+    from zh_bert.recipe import Recipe
 
-    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    acc = make_accelerator(precision, cpu=(device or ("cuda" if torch.cuda.is_available() else "cpu")) == "cpu")
+    dev = acc.device
+    recipe = Recipe(lr=1e-4, warmup_steps=0, max_steps=steps + 1, global_batch=micro_batch, micro_batch=micro_batch)
     torch.manual_seed(0)
-    cfg = model_config(model, vocab_size, dropout, attention_dropout)
-    net = PretrainModel(BertForMaskedLM(cfg)).to(dev)
+    net = PretrainModel(BertForMaskedLM(model_config(model, vocab_size, dropout, attention_dropout)))
     if grad_checkpointing:
-        net.hf.gradient_checkpointing_enable()
-    opt = torch.optim.AdamW(net.parameters(), lr=1e-4, fused=dev.type == "cuda")
+        net.hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    opt, _ = make_optimizer(net, recipe)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(recipe))
+    net, opt = acc.prepare(net, opt)
+    net.train()
     g = torch.Generator().manual_seed(0)
-    ids = torch.randint(1000, vocab_size, (micro_batch, seq_len), generator=g).to(dev)
-    labels = torch.full_like(ids, -100)
-    pick = torch.rand(ids.shape, generator=g).to(dev) < mask_rate
-    labels[pick] = ids[pick]
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
-    scaler = torch.amp.GradScaler(dev.type) if precision == "fp16" and dev.type == "cuda" else None
-
-    def step():
-        with torch.autocast(dev.type, dtype=dtype, enabled=dtype is not None):
-            out = net(ids, attention_mask=torch.ones_like(ids), labels=labels)
-        loss = out["mlm_loss_sum"] / out["mlm_count"]
-        (scaler.scale(loss) if scaler else loss).backward()
-        if scaler:
-            scaler.step(opt)
-            scaler.update()
-        else:
-            opt.step()
-        opt.zero_grad(set_to_none=True)
+    ids = torch.randint(1000, vocab_size, (micro_batch, seq_len), generator=g)
+    labels = torch.where(torch.rand(ids.shape, generator=g) < mask_rate, ids, torch.full_like(ids, -100))
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids),
+             "labels": labels}
+    stats = StepStats()
 
     def sync():
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
 
-    step()
+    train_step(net, opt, sched, acc, [batch], recipe, stats)
     sync()
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
     t0 = time.perf_counter()
     for _ in range(steps):
-        step()
+        train_step(net, opt, sched, acc, [batch], recipe, stats)
     sync()
     dt = time.perf_counter() - t0
     result = {"device": str(dev), "model": model, "micro_batch": micro_batch, "seq_len": seq_len,
@@ -320,17 +368,13 @@ def measure(model: str, seq_len: int, micro_batch: int, precision: str, *, vocab
 
 # ---------------------------------------------------------------- CLI
 
-def _fmt_tokens(x: float) -> str:
-    return f"{x:.3g}"
-
-
 def render(p: Plan, best: Plan | None, budget_days: float) -> str:
     gb = p.memory_gb
     devs = f"{p.gpus} × {p.device_name}" if p.gpus > 1 else p.device_name
     lines = [
         f"zh-bert plan: {p.model} ({p.model_shape}, {p.params / 1e6:.1f}M params, vocab {p.vocab_size}) "
         f"on {devs} [{p.arch}, {p.device_memory_gb:g} GB each]",
-        f"  seq_len {p.seq_len}, global batch {p.global_batch}, {_fmt_tokens(p.tokens)} tokens = {p.steps:,} steps",
+        f"  seq_len {p.seq_len}, global batch {p.global_batch}, {p.tokens:.3g} tokens = {p.steps:,} steps",
         "",
         f"  precision      {p.precision}" + (f"   ({'; '.join(p.precision_warnings)})" if p.precision_warnings else ""),
         f"  micro-batch    {p.micro_batch}" + ("" if p.fits else "   DOES NOT FIT")
@@ -357,34 +401,9 @@ def render(p: Plan, best: Plan | None, budget_days: float) -> str:
     return "\n".join(lines)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
-        prog="zh-bert plan",
-        description="Memory, micro-batch, accumulation, precision and time of a BERT pretraining run on a GPU.")
-    ap.add_argument("--gpu", default="cpu", help=f"device: {', '.join(KNOWN_DEVICES)} (default cpu)")
-    ap.add_argument("--gpus", type=int, default=1, help="devices (a K80 board counts as 2; default 1)")
-    ap.add_argument("--model", default="base", help="preset (tiny, mini, small, medium, base, large) or config.json")
-    ap.add_argument("--seq-len", type=int, default=128)
-    ap.add_argument("--global-batch", type=int, default=256, help="sequences per optimizer step (all devices)")
-    ap.add_argument("--tokens", type=float, default=None,
-                    help="training tokens (default: BERT's 128-token phase, 900k steps × global batch × seq-len)")
-    ap.add_argument("--vocab-size", type=int, default=21128)
-    ap.add_argument("--precision", default="auto", choices=["auto", "fp32", "fp16", "bf16"])
-    ap.add_argument("--mask-rate", type=float, default=0.15)
-    ap.add_argument("--attention-dropout", type=float, default=0.0,
-                    help="recipe key attention_dropout (default 0.0); > 0 on a CPU stores the s×s attention matrix")
-    ap.add_argument("--objective", default="mlm", choices=["mlm", "mlm+nsp", "mlm+sop"])
-    ap.add_argument("--grad-checkpointing", default="auto", choices=["auto", "on", "off"],
-                    help="auto: only when nothing fits without it")
-    ap.add_argument("--utilisation", type=float, default=None, help="override the assumed fraction of peak")
-    ap.add_argument("--days", type=float, default=7.0, help="budget for 'largest preset that finishes' (default 7)")
-    ap.add_argument("--measure", action="store_true",
-                    help="run real steps on this machine's device and use the measured utilisation")
-    ap.add_argument("--measure-steps", type=int, default=3)
-    ap.add_argument("--measure-micro-batch", type=int, default=None,
-                    help="micro-batch for --measure (default: the planned one; capped at 8 on a CPU)")
-    ap.add_argument("--json", action="store_true", help="print the plan as JSON")
-    return ap
+def build_parser():
+    return derive_parser("zh-bert plan", "Memory, micro-batch, accumulation, precision and time of a BERT "
+                         "pretraining run on a GPU.", PlanArgs)
 
 
 def _check_measure_device(device_key: str, spec: GPUSpec) -> str:
@@ -402,41 +421,32 @@ def _check_measure_device(device_key: str, spec: GPUSpec) -> str:
     return "cuda"
 
 
+def _measure_utilisation(args: PlanArgs, spec: GPUSpec, plan: Plan) -> dict:
+    """`--measure`: real steps on this machine's device; the result carries the utilisation they imply."""
+    dev = _check_measure_device(args.device, spec)
+    mb = args.measure_micro_batch or (min(plan.micro_batch, 8) if dev == "cpu" else plan.micro_batch)
+    measured = measure(args.model, args.seq_len, mb, plan.precision, vocab_size=args.vocab_size,
+                       steps=args.measure_steps, mask_rate=args.mask_rate, device=dev,
+                       attention_dropout=args.attention_dropout, grad_checkpointing=plan.grad_checkpointing)
+    recompute = RECOMPUTE if plan.grad_checkpointing else 1.0
+    measured["utilisation"] = measured["tokens_per_s"] * plan.flops_per_token * recompute / (plan.peak_tflops * 1e12)
+    if dev == "cuda":
+        shape = ModelShape.from_config(model_config(args.model, args.vocab_size, 0.1, args.attention_dropout))
+        est = estimate_memory(shape, args.seq_len, mb, plan.precision, device="cpu", mask_rate=args.mask_rate,
+                              fused_attention=spec.sdpa_fused)
+        measured["estimated_allocated_gb"] = est.total / GiB
+    return measured
+
+
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
-    key = args.gpu.lower().replace("-", "").replace("_", "").replace(" ", "")
+    args = config_from_args(PlanArgs, build_parser().parse_args(argv))
     spec = get_spec(args.gpu)
-    if args.seq_len < 8 or args.global_batch < 1:
-        raise ZhBertError("--seq-len must be >= 8 and --global-batch >= 1")
-    if not 0 < args.mask_rate < 1:
-        raise ZhBertError(f"--mask-rate must be in (0, 1), got {args.mask_rate}")
-    if args.tokens is not None and args.tokens <= 0:
-        raise ZhBertError(f"--tokens must be positive, got {args.tokens}")
-    if args.utilisation is not None and not 0 < args.utilisation <= 1:
-        raise ZhBertError(f"--utilisation must be in (0, 1], got {args.utilisation}")
-    kw = dict(gpus=args.gpus, seq_len=args.seq_len, global_batch=args.global_batch, tokens=args.tokens,
-              vocab_size=args.vocab_size, precision=args.precision, mask_rate=args.mask_rate,
-              attention_dropout=args.attention_dropout, grad_checkpointing=args.grad_checkpointing, objective=args.objective)
-    plan = make_plan(spec, key, model=args.model, utilisation=args.utilisation, **kw)
+    plan = make_plan(args, spec)
     measured = None
     if args.measure:
-        dev = _check_measure_device(key, spec)
-        mb = args.measure_micro_batch or (min(plan.micro_batch, 8) if dev == "cpu" else plan.micro_batch)
-        measured = measure(args.model, args.seq_len, mb, plan.precision, vocab_size=args.vocab_size,
-                           steps=args.measure_steps, mask_rate=args.mask_rate, device=dev,
-                           attention_dropout=args.attention_dropout,
-                           grad_checkpointing=plan.grad_checkpointing)
-        recompute = 4 / 3 if plan.grad_checkpointing else 1.0
-        util = measured["tokens_per_s"] * plan.flops_per_token * recompute / (plan.peak_tflops * 1e12)
-        measured["utilisation"] = util
-        if dev == "cuda":
-            shape = ModelShape.from_config(model_config(args.model, args.vocab_size, 0.1, args.attention_dropout))
-            est = estimate_memory(shape, args.seq_len, mb, plan.precision, device="cpu", mask_rate=args.mask_rate,
-                                  fused_attention=spec.sdpa_fused)
-            measured["estimated_allocated_gb"] = est.total / GiB
-        plan = make_plan(spec, key, model=args.model, utilisation=util, utilisation_source="measured", **kw)
-    best = largest_within(spec, key, args.days, utilisation=plan.utilisation if measured else args.utilisation,
-                          utilisation_source=plan.utilisation_source, **kw)
+        measured = _measure_utilisation(args, spec, plan)
+        plan = make_plan(args, spec, measured["utilisation"], "measured")
+    best = largest_within(args, spec, plan.utilisation if measured else None, plan.utilisation_source)
     if args.json:
         out = asdict(plan)
         out["largest_within_days"] = {"days_budget": args.days, "model": best.model if best else None,

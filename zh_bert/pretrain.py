@@ -1,16 +1,26 @@
 """`zh-bert pretrain RECIPE.yaml [--set key=value ...] [--resume auto|PATH]`: masked-LM pretraining.
 
-One Accelerate loop for 1 CPU, 1 GPU or N processes. What makes it fast: the MLM head only at masked
-positions (`model.PretrainModel`), packed sequences from the shards (no padding), SDPA attention, fused
-AdamW, and no host<->device syncs beyond one per optimizer step. What makes it safe: the loss is
-normalised by the masked-token count of the whole global batch (so accumulation and DDP give the same
-update as one big batch), non-finite steps are skipped and a streak of them stops the run, and
-checkpoints hold everything needed to continue with exactly the losses of an uninterrupted run.
+One Accelerate loop for 1 CPU, 1 GPU or N processes, in three parts: `build_run` (data, model, optimizer,
+resume: everything the loop needs, in a `Run`), `fit` (the loop) and `finish` (final checkpoint and
+validation, `final/`, curves, run.json); `train` = the three.
+
+What makes it fast: the MLM head only at masked positions (`model.PretrainModel`), packed sequences from
+the shards (no padding), SDPA attention, fused AdamW and few host<->device syncs. Counted on CUDA with
+`torch.cuda.set_sync_debug_mode` (H200, torch 2.11), a step syncs: once for the finite-loss check that
+decides whether the step is applied; once per micro-batch in the sparse head (`nonzero` finds the masked
+positions); once more per padded micro-batch (the attention mask); in fp32 once more inside torch. The
+batch's token counts come from host tensors before the batch moves. With several processes each step
+also all-reduces those counts and the stop flag; logging (every `log_every` steps) and validation sync
+when they run.
+
+What makes it safe: the loss is normalised by the masked-token count of the whole global batch (so
+accumulation and DDP give the same update as one big batch), non-finite steps are skipped and a streak
+of them stops the run, and checkpoints hold everything needed to continue with exactly the losses of an
+uninterrupted run.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import math
@@ -19,34 +29,42 @@ import shutil
 import signal
 import sys
 import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any, Callable, Optional
 
+from zh_bert.config import build_parser as derive_parser
+from zh_bert.config import config_from_args, option
+from zh_bert.curves import plot_curves, read_metrics
 from zh_bert.errors import ZhBertError
+from zh_bert.fileio import atomic_dir, atomic_write, write_json, write_vocab_txt
+from zh_bert.recipe import Recipe, load_recipe, save_recipe
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="zh-bert pretrain", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="Every recipe key is documented in recipes/tiny-cpu.yaml.\n"
-                                       "example: zh-bert pretrain recipes/tiny-cpu.yaml --set max_steps=40")
-    p.add_argument("recipe", help="recipe YAML (see recipes/)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override one recipe key (repeatable), e.g. --set max_steps=40")
-    p.add_argument("--resume", metavar="auto|PATH",
-                   help="continue from the newest complete checkpoint in out_dir/checkpoints (auto) or PATH")
-    return p
+@dataclass
+class PretrainArgs:
+    """The `zh-bert pretrain` command line."""
+    recipe: str = option(positional=True, help="recipe YAML (see recipes/)")
+    set: list[str] = option(default_factory=list, action="append", metavar="KEY=VALUE",
+                            help="override one recipe key (repeatable), e.g. --set max_steps=40")
+    resume: Optional[str] = option(None, metavar="auto|PATH",
+                                   help="continue from the newest complete checkpoint in out_dir/checkpoints "
+                                        "(auto) or PATH")
+
+
+def build_parser():
+    return derive_parser("zh-bert pretrain", __doc__.split("\n\n")[0], PretrainArgs,
+                         epilog="Every recipe key is documented in recipes/tiny-cpu.yaml.\n"
+                                "example: zh-bert pretrain recipes/tiny-cpu.yaml --set max_steps=40")
 
 
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
+    args = config_from_args(PretrainArgs, build_parser().parse_args(argv))
     # OpenMP threads that spin while waiting make a CPU run on a shared machine several times slower
-    # (measured here: 2k vs 16k tokens/s for tiny-cpu with other jobs running). Must be set before torch
-    # starts its thread pool; the user's own setting wins.
+    # (2k vs 16k tokens/s for tiny-cpu with other jobs running). Must be set before torch starts its
+    # thread pool; the user's own setting wins.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    from zh_bert.recipe import load_recipe
-
-    recipe = load_recipe(args.recipe, args.set)
-    summary = train(recipe, resume=args.resume)
+    summary = train(load_recipe(args.recipe, args.set), resume=args.resume)
     return 0 if summary.get("status") in ("finished", "interrupted") else 1
 
 
@@ -69,7 +87,7 @@ def lr_lambda(recipe):
     return f
 
 
-def make_optimizer(model, recipe, device):
+def make_optimizer(model, recipe):
     """AdamW without decay on biases and LayerNorm weights; fused kernel where this torch has one."""
     import torch
 
@@ -84,7 +102,7 @@ def make_optimizer(model, recipe, device):
 
 
 class StepStats:
-    """Sums over a logging window, kept as device tensors so that logging is the only sync point."""
+    """Sums over a logging window, kept as device tensors: reading them (every log_every steps) syncs."""
 
     def __init__(self):
         self.reset()
@@ -102,9 +120,8 @@ class StepStats:
             self.nsp_correct = self.nsp_correct + out["nsp_correct"].detach()
 
 
-def train_step(model, optimizer, scheduler, accelerator, micro_batches: list[dict], recipe, stats: StepStats,
-               world_counts=None) -> dict:
-    """One optimizer step over `micro_batches` (this process's share of the global batch).
+def train_step(model, optimizer, scheduler, accelerator, micro_batches: list[dict], recipe, stats: StepStats) -> dict:
+    """One optimizer step over `micro_batches` (this process's share of the global batch, host tensors).
 
     Returns {'loss_finite', 'grad_norm', 'skipped', 'tokens' (of all processes)}. This is the whole training
     computation; everything else in this module is bookkeeping.
@@ -112,7 +129,7 @@ def train_step(model, optimizer, scheduler, accelerator, micro_batches: list[dic
     import torch
 
     device = accelerator.device
-    masked = sum(int((b["labels"] != -100).sum()) for b in micro_batches)
+    masked = sum(int((b["labels"] != -100).sum()) for b in micro_batches)   # host tensors: no device sync
     seqs = sum(int(b["input_ids"].shape[0]) for b in micro_batches)
     real = [int(b["attention_mask"].sum()) for b in micro_batches]
     tokens = sum(real)
@@ -206,8 +223,6 @@ def evaluate(model, loader, accelerator, max_batches: int) -> dict:
 
 def save_final(out: Path, hf_model, tokenizer, tokdir: Path | None) -> Path:
     """`out/final/`: stock HF model (safetensors) + tokenizer files + vocab.txt, written atomically."""
-    from zh_bert.fileio import atomic_dir, write_vocab_txt
-
     with atomic_dir(out / "final", overwrite=True) as tmp:
         hf_model.save_pretrained(str(tmp), safe_serialization=True)
         tokenizer.save_pretrained(str(tmp))
@@ -220,88 +235,166 @@ def save_final(out: Path, hf_model, tokenizer, tokdir: Path | None) -> Path:
     return out / "final"
 
 
-def _keep_metrics_until(path: Path, step: int) -> None:
-    """On resume: drop lines a killed run logged after its last checkpoint (they will be logged again)."""
-    from zh_bert.curves import read_metrics
-    from zh_bert.fileio import atomic_write
+class MetricsLog:
+    """`metrics.jsonl` (one JSON object per line) and TensorBoard scalars under `tb/`; only the main process
+    writes, the others hold a log whose `write` does nothing."""
 
-    if not path.is_file():
-        return
-    rows = [r for r in read_metrics(path) if r.get("step", 0) <= step]
-    with atomic_write(path) as f:
-        for r in rows:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    def __init__(self, out: Path, enabled: bool, resume_step: int | None):
+        self.path, self.enabled = out / "metrics.jsonl", enabled
+        self.file = self.writer = None
+        if not enabled:
+            return
+        out.mkdir(parents=True, exist_ok=True)
+        if resume_step is None:
+            self.path.unlink(missing_ok=True)
+        elif self.path.is_file():   # drop lines a killed run logged after its last checkpoint: they come again
+            rows = [r for r in read_metrics(self.path) if r.get("step", 0) <= resume_step]
+            with atomic_write(self.path) as f:
+                f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(str(out / "tb"))
+        self.file = open(self.path, "a", encoding="utf-8")
+
+    def write(self, row: dict) -> None:
+        if not self.enabled:
+            return
+        self.file.write(json.dumps(row, ensure_ascii=False) + "\n")
+        self.file.flush()
+        for k, v in row.items():
+            if k != "step" and isinstance(v, (int, float)):
+                self.writer.add_scalar(k if k.startswith("val_") else f"train/{k}", v, row["step"])
+
+    def close(self) -> None:
+        if self.enabled:
+            self.file.close()
+            self.writer.close()
 
 
 # ---------------------------------------------------------------------------------------------------------
 # the run
 
 
-def train(recipe, resume: str | None = None, log=None) -> dict:
-    """Run `recipe` (a validated Recipe); returns the run summary also written to out_dir/run.json."""
-    import torch
-    from accelerate import Accelerator, PartialState
-    from accelerate.utils import set_seed
+@dataclass
+class Run:
+    """Everything one pretraining run needs, built once by `build_run`; the counters are what a checkpoint
+    restores."""
+    recipe: Recipe
+    accelerator: Any
+    precision: str                  # fp32 | fp16 | bf16, as resolved for this device
+    warnings: list[str]
+    prepared: Any                   # pipeline.PreparedData: the SHARDDIR (and what built it)
+    tokdir: Optional[Path]
+    tokenizer: Any
+    train_ds: Any                   # data.ShardDataset
+    loader: Any                     # data.ShardLoader over train_ds
+    valid_loader: Any               # data.ShardLoader over the valid split, or None
+    model: Any                      # PretrainModel, prepared by Accelerate
+    hf: Any                         # the stock HF model inside it (what checkpoints and final/ hold)
+    optimizer: Any
+    scheduler: Any
+    adam_kind: str                  # fused | foreach
+    accum: int                      # micro-batches per optimizer step per process
+    say: Callable[[str], None]
+    metrics: Optional[MetricsLog] = None   # opened by build_run once the resume step is known
+    step: int = 0
+    tokens_seen: int = 0            # all processes
+    skipped_steps: int = 0
+    train_seconds: float = 0.0
+    status: str = "finished"        # finished | interrupted | diverged
+    val: Optional[dict] = None      # the latest validation
+    t_start: float = field(default_factory=time.time)
 
-    from zh_bert import checkpoint as ckpt
-    from zh_bert.data import ShardDataset, ShardLoader
-    from zh_bert.hardware import resolve_precision
-    from zh_bert.masking import MaskingConfig
-    from zh_bert.model import (PretrainModel, build_config, count_params, load_init, model_class,
-                               neighbour_attention_init)
-    from zh_bert.pipeline import prepare_data
-    from zh_bert.recipe import save_recipe
-    from zh_bert.tokenizer_files import load_tokenizer
+    @property
+    def out(self) -> Path:
+        return Path(self.recipe.out_dir)
 
-    from transformers.utils import logging as hf_logging
+    @property
+    def ckpt_root(self) -> Path:
+        return self.out / "checkpoints"
 
-    t_start = time.time()
-    hf_logging.disable_progress_bar()   # "Writing model shards" bars at every checkpoint
-    # without CUDA, Accelerate sets up gloo data parallelism (torchrun / accelerate launch) only when told cpu=True
-    cpu = not torch.cuda.is_available()
-    state = PartialState(cpu=cpu)
-    precision, warnings = resolve_precision(recipe.precision, state.device)
-    # Accelerate keeps its settings in a process-wide singleton; a second run in one process (ablate, tests)
-    # with another precision must start from a clean one. The distributed state (PartialState) is kept.
+    def save_checkpoint(self) -> Path:
+        from zh_bert import checkpoint as ckpt
+
+        state = {"loader": self.loader.state_dict(), "tokens_seen": self.tokens_seen,
+                 "skipped_steps": self.skipped_steps, "train_seconds": self.train_seconds,
+                 "recipe": self.recipe.to_dict()}
+        return ckpt.save_checkpoint(self.ckpt_root, self.step, accelerator=self.accelerator, hf_model=self.hf,
+                                    optimizer=self.optimizer, scheduler=self.scheduler, trainer_state=state,
+                                    keep_last=self.recipe.keep_last)
+
+    def resume_from(self, path: Path) -> None:
+        from zh_bert import checkpoint as ckpt
+
+        st = ckpt.load_checkpoint(path, accelerator=self.accelerator, hf_model=self.hf, optimizer=self.optimizer,
+                                  scheduler=self.scheduler)
+        self.loader.load_state_dict(st["loader"])
+        self.step, self.tokens_seen = st["step"], st["tokens_seen"]
+        self.skipped_steps, self.train_seconds = st.get("skipped_steps", 0), st.get("train_seconds", 0.0)
+
+    def validate(self) -> dict:
+        """Validation on the fixed-mask batches, logged; also kept as `val` for run.json."""
+        self.val = evaluate(self.model, self.valid_loader, self.accelerator, self.recipe.eval_batches)
+        self.metrics.write({"step": self.step, **self.val})
+        return self.val
+
+
+def make_accelerator(precision: str, cpu: bool):
+    """An Accelerator for `precision` (fp32 | fp16 | bf16, already resolved), on the CPU(s) or the GPU(s).
+
+    Accelerate keeps its settings in a process-wide singleton; a second run in one process (ablate, tests,
+    `plan --measure`) with another precision must start from a clean one. The distributed state
+    (PartialState) is kept.
+    """
+    from accelerate import Accelerator
     from accelerate.state import AcceleratorState, GradientState
+
     AcceleratorState._reset_state(reset_partial_state=False)
     GradientState._reset_state()
-    accelerator = Accelerator(mixed_precision={"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[precision], cpu=cpu)
-    main_proc, world = accelerator.is_main_process, accelerator.num_processes
-    say = log or (lambda *a: accelerator.print(*a, flush=True))
-    for w in warnings:
-        say(f"warning: {w}")
-    per_step = recipe.micro_batch * world
-    if recipe.global_batch % per_step:
-        raise ZhBertError(f"global_batch {recipe.global_batch} is not divisible by micro_batch {recipe.micro_batch} "
-                          f"× {world} processes = {per_step}")
-    accum = recipe.global_batch // per_step
-    out = Path(recipe.out_dir)
-    ckpt_root = out / "checkpoints"
-    resume_from = ckpt.find_resume(resume, ckpt_root)
-    if resume is None and ckpt.list_checkpoints(ckpt_root):
-        raise ZhBertError(f"{out} already holds a run (checkpoints in {ckpt_root}); continue it with "
-                          f"--resume auto, or choose another out_dir")
+    return Accelerator(mixed_precision={"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[precision], cpu=cpu)
 
-    # data: raw corpus -> shards (main process first, the others then find the cache)
-    with accelerator.main_process_first():
-        prepared = prepare_data(recipe, log=say)
+
+def _accelerator(recipe: Recipe):
+    """(Accelerator, precision, warnings) for this machine and `recipe.precision`."""
+    import torch
+    from accelerate import PartialState
+
+    from zh_bert.hardware import resolve_precision
+
+    # without CUDA, Accelerate sets up gloo data parallelism (torchrun / accelerate launch) only when told cpu=True
+    cpu = not torch.cuda.is_available()
+    precision, warnings = resolve_precision(recipe.precision, PartialState(cpu=cpu).device)
+    return make_accelerator(precision, cpu), precision, warnings
+
+
+def _datasets(recipe: Recipe, prepared):
+    """(tokdir, tokenizer, train split, valid split or None), checked against the recipe."""
+    from zh_bert.data import ShardDataset
+    from zh_bert.tokenizer_files import load_tokenizer
+
     tokdir = Path(recipe.tokenizer) if recipe.tokenizer else prepared.tokdir or (
         Path(recipe.init_from) if recipe.init_from else None)
     if tokdir is None:
         raise ZhBertError(f"data {prepared.sharddir} is a SHARDDIR: set 'tokenizer' to the TOKDIR it was built with")
     tokenizer = load_tokenizer(tokdir)
     train_ds = ShardDataset(prepared.sharddir, "train", tokenizer_fingerprint=tokenizer)
-    valid_ds = ShardDataset(prepared.sharddir, "valid") if train_ds.meta["counts"].get("valid", {}).get("sequences") else None
+    has_valid = train_ds.meta["counts"].get("valid", {}).get("sequences")
+    valid_ds = ShardDataset(prepared.sharddir, "valid") if has_valid else None
     if train_ds.seq_len != recipe.seq_len:
         raise ZhBertError(f"seq_len {recipe.seq_len} in the recipe, but {prepared.sharddir} was built with "
                           f"seq_len {train_ds.seq_len}; set seq_len: {train_ds.seq_len} or re-shard")
-    need = {"mlm+nsp": "nsp", "mlm+sop": "sop"}.get(recipe.objective)
-    if need and train_ds.pairs != need:
-        raise ZhBertError(f"objective {recipe.objective} needs shards built with --pairs {need}, but "
+    if recipe.pairs and train_ds.pairs != recipe.pairs:
+        raise ZhBertError(f"objective {recipe.objective} needs shards built with --pairs {recipe.pairs}, but "
                           f"{prepared.sharddir} has pairs={train_ds.pairs}")
+    return tokdir, tokenizer, train_ds, valid_ds
 
-    # model
+
+def _hf_model(recipe: Recipe, tokenizer, train_ds):
+    """The stock HF model to train: `init_from` fitted to the tokenizer, or a fresh preset (seeded)."""
+    from accelerate.utils import set_seed
+
+    from zh_bert.model import build_config, load_init, model_class, neighbour_attention_init
+
     set_seed(recipe.seed)
     if recipe.init_from:
         hf = load_init(recipe.init_from, tokenizer, recipe.objective, recipe.seq_len)
@@ -316,198 +409,231 @@ def train(recipe, resume: str | None = None, log=None) -> dict:
     train_ds.check_positions(hf.config.max_position_embeddings)
     if recipe.grad_checkpointing:
         hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return hf
+
+
+def build_run(recipe: Recipe, resume: str | None = None, log: Callable[[str], None] | None = None) -> Run:
+    """Accelerator, data (raw corpus -> shards first), model, optimizer and, with `resume`, the checkpoint's
+    state: a `Run` ready for `fit`."""
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    from zh_bert import checkpoint as ckpt
+    from zh_bert.data import ShardLoader
+    from zh_bert.model import PretrainModel, count_params
+    from zh_bert.pipeline import prepare_data
+
+    t_start = time.time()
+    hf_logging.disable_progress_bar()   # "Writing model shards" bars at every checkpoint
+    accelerator, precision, warnings = _accelerator(recipe)
+    world, rank = accelerator.num_processes, accelerator.process_index
+    say = log or (lambda *a: accelerator.print(*a, flush=True))
+    for w in warnings:
+        say(f"warning: {w}")
+    if recipe.global_batch % (recipe.micro_batch * world):
+        raise ZhBertError(f"global_batch {recipe.global_batch} is not divisible by micro_batch {recipe.micro_batch} "
+                          f"× {world} processes = {recipe.micro_batch * world}")
+    out = Path(recipe.out_dir)
+    resume_from = ckpt.find_resume(resume, out / "checkpoints")
+    if resume is None and ckpt.list_checkpoints(out / "checkpoints"):
+        raise ZhBertError(f"{out} already holds a run (checkpoints in {out / 'checkpoints'}); continue it with "
+                          f"--resume auto, or choose another out_dir")
+    with accelerator.main_process_first():   # the main process builds the shards, the others find the cache
+        prepared = prepare_data(recipe, log=say)
+    tokdir, tokenizer, train_ds, valid_ds = _datasets(recipe, prepared)
+    hf = _hf_model(recipe, tokenizer, train_ds)
     model = PretrainModel(hf)
-    optimizer, adam_kind = make_optimizer(model, recipe, accelerator.device)
+    optimizer, adam_kind = make_optimizer(model, recipe)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(recipe))
     model, optimizer = accelerator.prepare(model, optimizer)
-    hf = accelerator.unwrap_model(model).hf
-
-    masking = MaskingConfig(strategy=recipe.masking, mask_rate=recipe.mask_rate,
-                            mask_token_prob=recipe.mask_token_prob, random_token_prob=recipe.random_token_prob,
-                            max_ngram=recipe.max_ngram)
-    loader = ShardLoader(train_ds, recipe.micro_batch, masking, recipe.seed, rank=accelerator.process_index,
-                         world_size=world)
-    valid_loader = (ShardLoader(valid_ds, recipe.micro_batch, masking, recipe.seed, rank=accelerator.process_index,
+    loader = ShardLoader(train_ds, recipe.micro_batch, recipe.masking, recipe.seed, rank=rank, world_size=world)
+    valid_loader = (ShardLoader(valid_ds, recipe.micro_batch, recipe.masking, recipe.seed, rank=rank,
                                 world_size=world) if valid_ds is not None else None)
-
-    step, tokens_seen, skipped_total, train_seconds = 0, 0, 0, 0.0
-    metrics_path = out / "metrics.jsonl"
+    run = Run(recipe=recipe, accelerator=accelerator, precision=precision, warnings=warnings, prepared=prepared,
+              tokdir=tokdir, tokenizer=tokenizer, train_ds=train_ds, loader=loader, valid_loader=valid_loader,
+              model=model, hf=accelerator.unwrap_model(model).hf, optimizer=optimizer, scheduler=scheduler,
+              adam_kind=adam_kind, accum=recipe.global_batch // (recipe.micro_batch * world), say=say,
+              t_start=t_start)
     if resume_from is not None:
-        st = ckpt.load_checkpoint(resume_from, accelerator=accelerator, hf_model=hf, optimizer=optimizer,
-                                  scheduler=scheduler)
-        loader.load_state_dict(st["loader"])
-        step, tokens_seen = st["step"], st["tokens_seen"]
-        skipped_total, train_seconds = st.get("skipped_steps", 0), st.get("train_seconds", 0.0)
-        say(f"resumed from {resume_from} at step {step}")
-        if main_proc:
-            _keep_metrics_until(metrics_path, step)
-    elif main_proc:
-        out.mkdir(parents=True, exist_ok=True)
-        metrics_path.unlink(missing_ok=True)
-    if main_proc:
+        run.resume_from(resume_from)
+        say(f"resumed from {resume_from} at step {run.step}")
+    run.metrics = MetricsLog(out, accelerator.is_main_process, run.step if resume_from is not None else None)
+    if accelerator.is_main_process:
         save_recipe(recipe, out / "recipe.yaml")
     accelerator.wait_for_everyone()
+    say(f"model {recipe.model} ({type(run.hf).__name__}, {count_params(run.hf) / 1e6:.1f}M params, vocab "
+        f"{run.hf.config.vocab_size}) | objective {recipe.objective}, masking {recipe.masking.strategy} | {world} "
+        f"process(es) on {accelerator.device}, precision {precision} (requested {recipe.precision}) | global "
+        f"batch {recipe.global_batch} = {recipe.micro_batch} × {run.accum} accumulation × {world} | AdamW "
+        f"{adam_kind} | {len(train_ds)} train sequences of {train_ds.seq_len}")
+    return run
 
-    n_params = count_params(hf)
-    say(f"model {recipe.model} ({type(hf).__name__}, {n_params / 1e6:.1f}M params, vocab {hf.config.vocab_size}) | "
-        f"objective {recipe.objective}, masking {recipe.masking} | {world} process(es) on {accelerator.device}, "
-        f"precision {precision} (requested {recipe.precision}) | global batch {recipe.global_batch} = "
-        f"{recipe.micro_batch} × {accum} accumulation × {world} | AdamW {adam_kind} | "
-        f"{len(train_ds)} train sequences of {train_ds.seq_len}")
 
-    writer = None
-    if main_proc:
-        from torch.utils.tensorboard import SummaryWriter
-        writer = SummaryWriter(str(out / "tb"))
-    metrics_file = open(metrics_path, "a", encoding="utf-8") if main_proc else None
+def _due(every: int, step: int, last: int) -> bool:
+    """Periodic work (validation, checkpoint) at every `every`-th step except the last, which `finish` does."""
+    return bool(every) and step % every == 0 and step < last
 
-    def emit(row: dict):
-        if not main_proc:
-            return
-        metrics_file.write(json.dumps(row, ensure_ascii=False) + "\n")
-        metrics_file.flush()
-        for k, v in row.items():
-            if k != "step" and isinstance(v, (int, float)):
-                writer.add_scalar(k if k.startswith("val_") else f"train/{k}", v, row["step"])
 
-    def trainer_state() -> dict:
-        return {"loader": loader.state_dict(), "tokens_seen": tokens_seen, "skipped_steps": skipped_total,
-                "train_seconds": train_seconds, "recipe": recipe.to_dict()}
+def _train_row(run: Run, stats: StepStats, res: dict) -> dict:
+    """The metrics line for the logging window in `stats` (summed over processes): the logging sync."""
+    import torch
 
-    def save():
-        return ckpt.save_checkpoint(ckpt_root, step, accelerator=accelerator, hf_model=hf, optimizer=optimizer,
-                                    scheduler=scheduler, trainer_state=trainer_state(), keep_last=recipe.keep_last)
+    acc = run.accelerator
+    sums = torch.tensor([float(stats.loss), float(stats.correct), stats.masked, float(stats.nsp_loss),
+                         float(stats.nsp_correct), stats.seqs, stats.tokens], dtype=torch.float64)
+    if acc.num_processes > 1:
+        sums = acc.reduce(sums.to(acc.device), reduction="sum").cpu()
+    loss_s, corr, masked, nsp_l, nsp_c, seqs, toks = sums.tolist()
+    row = {"step": run.step, "loss": loss_s / max(masked, 1), "mlm_acc": corr / max(masked, 1),
+           "lr": run.scheduler.get_last_lr()[0], "tokens_per_s": toks / max(time.perf_counter() - stats.t0, 1e-9),
+           "grad_norm": float(res["grad_norm"]) if res["grad_norm"] is not None else None,
+           "tokens_seen": run.tokens_seen, "epoch": run.loader.state_dict()["epoch"],
+           "skipped_steps": run.skipped_steps, "elapsed_s": round(run.train_seconds, 3)}
+    if run.recipe.pairs:
+        row.update(nsp_loss=nsp_l / max(seqs, 1), nsp_acc=nsp_c / max(seqs, 1))
+    return row
 
+
+def _stop_requested(run: Run, flag: dict) -> str | None:
+    """The signal name if this process (or, under DDP, any process) was asked to stop: all stop together."""
+    import torch
+
+    stop, acc = flag["stop"], run.accelerator
+    if acc.num_processes > 1:
+        s = acc.reduce(torch.tensor([1.0 if stop else 0.0], device=acc.device), "sum")
+        stop = stop or ("signal" if s.item() > 0 else None)
+    return stop
+
+
+def fit(run: Run) -> None:
+    """Train from `run.step` to `recipe.max_steps`, logging, validating and checkpointing on schedule; stops
+    early on a signal (after saving a checkpoint) or a streak of non-finite losses (`run.status` says which)."""
     from tqdm.auto import tqdm
 
+    r, say = run.recipe, run.say
     tty = sys.stderr.isatty()
-    bar = tqdm(total=recipe.max_steps, initial=step, disable=not (tty and main_proc), dynamic_ncols=True,
-               unit="step")
-    stats, nan_streak, status, val = StepStats(), 0, "finished", None
-    batches = iter(loader)
-    model.train()
+    bar = tqdm(total=r.max_steps, initial=run.step, disable=not (tty and run.accelerator.is_main_process),
+               dynamic_ncols=True, unit="step")
+    stats, nan_streak = StepStats(), 0
+    batches = iter(run.loader)
+    run.model.train()
     with _stop_on_signals() as flag:
-        while step < recipe.max_steps:
+        while run.step < r.max_steps:
             t0 = time.perf_counter()
-            micro = [next(batches) for _ in range(accum)]
-            res = train_step(model, optimizer, scheduler, accelerator, micro, recipe, stats)
-            step += 1
-            tokens_seen += res["tokens"]   # all processes
-            train_seconds += time.perf_counter() - t0
-            skipped_total += int(res["skipped"])
+            micro = [next(batches) for _ in range(run.accum)]
+            res = train_step(run.model, run.optimizer, run.scheduler, run.accelerator, micro, r, stats)
+            run.step += 1
+            run.tokens_seen += res["tokens"]
+            run.train_seconds += time.perf_counter() - t0
+            run.skipped_steps += int(res["skipped"])
             nan_streak = 0 if res["loss_finite"] else nan_streak + 1
-            if nan_streak >= recipe.max_nan_streak:
-                status = "diverged"
-                say(f"error: the loss was NaN/inf for {nan_streak} consecutive steps (step {step}); stopping. "
+            if nan_streak >= r.max_nan_streak:
+                run.status = "diverged"
+                say(f"error: the loss was NaN/inf for {nan_streak} consecutive steps (step {run.step}); stopping. "
                     f"Lower lr, raise warmup_steps, or use precision: bf16/fp32 instead of fp16.")
                 break
-            if recipe.log_every and (step % recipe.log_every == 0 or step == recipe.max_steps):
-                sums = torch.tensor([float(stats.loss), float(stats.correct), stats.masked, float(stats.nsp_loss),
-                                     float(stats.nsp_correct), stats.seqs, stats.tokens], dtype=torch.float64)
-                if world > 1:
-                    sums = accelerator.reduce(sums.to(accelerator.device), reduction="sum").cpu()
-                loss_s, corr, masked, nsp_l, nsp_c, seqs, toks = sums.tolist()
-                dt = time.perf_counter() - stats.t0
-                row = {"step": step, "loss": loss_s / max(masked, 1), "mlm_acc": corr / max(masked, 1),
-                       "lr": scheduler.get_last_lr()[0], "tokens_per_s": toks / max(dt, 1e-9),
-                       "grad_norm": float(res["grad_norm"]) if res["grad_norm"] is not None else None,
-                       "tokens_seen": tokens_seen, "epoch": loader.state_dict()["epoch"],
-                       "skipped_steps": skipped_total, "elapsed_s": round(train_seconds, 3)}
-                if need:
-                    row.update(nsp_loss=nsp_l / max(seqs, 1), nsp_acc=nsp_c / max(seqs, 1))
-                emit(row)
+            if r.log_every and (run.step % r.log_every == 0 or run.step == r.max_steps):
+                row = _train_row(run, stats, res)
+                run.metrics.write(row)
                 bar.set_postfix(loss=f"{row['loss']:.3f}", acc=f"{row['mlm_acc']:.3f}", lr=f"{row['lr']:.2e}",
                                 tok_s=f"{row['tokens_per_s']:.0f}")
                 if not tty:
-                    say(f"step {step}/{recipe.max_steps} loss {row['loss']:.4f} mlm_acc {row['mlm_acc']:.4f} "
+                    say(f"step {run.step}/{r.max_steps} loss {row['loss']:.4f} mlm_acc {row['mlm_acc']:.4f} "
                         f"lr {row['lr']:.3e} tokens/s {row['tokens_per_s']:.0f}")
                 stats.reset()
             bar.update(1)
-            if valid_loader is not None and recipe.eval_every and step % recipe.eval_every == 0 and step < recipe.max_steps:
-                val = evaluate(model, valid_loader, accelerator, recipe.eval_batches)
-                emit({"step": step, **val})
-                say(f"step {step}: validation mlm_loss {val['val_mlm_loss']:.4f} mlm_acc {val['val_mlm_acc']:.4f}")
-            stop = flag["stop"]
-            if world > 1:   # every process must agree to stop at the same step
-                s = accelerator.reduce(torch.tensor([1.0 if stop else 0.0], device=accelerator.device), "sum")
-                stop = stop or ("signal" if s.item() > 0 else None)
+            if run.valid_loader is not None and _due(r.eval_every, run.step, r.max_steps):
+                val = run.validate()
+                say(f"step {run.step}: validation mlm_loss {val['val_mlm_loss']:.4f} mlm_acc {val['val_mlm_acc']:.4f}")
+            stop = _stop_requested(run, flag)
             if stop:
-                status = "interrupted"
-                path = save()
-                say(f"{stop}: saved {path} at step {step}; continue with --resume auto")
+                run.status = "interrupted"
+                say(f"{stop}: saved {run.save_checkpoint()} at step {run.step}; continue with --resume auto")
                 break
-            if recipe.save_every and step % recipe.save_every == 0 and step < recipe.max_steps:
-                save()
+            if _due(r.save_every, run.step, r.max_steps):
+                run.save_checkpoint()
     bar.close()
 
-    if status == "finished":
-        if not ckpt.list_checkpoints(ckpt_root) or ckpt.list_checkpoints(ckpt_root)[-1].name != ckpt.step_dir_name(step):
-            save()
-        if valid_loader is not None:
-            val = evaluate(model, valid_loader, accelerator, recipe.eval_batches)
-            emit({"step": step, **val})
-            say(f"final validation: mlm_loss {val['val_mlm_loss']:.4f} mlm_acc {val['val_mlm_acc']:.4f} "
-                f"(chance {1 / hf.config.vocab_size:.5f})")
-    summary = {}
-    if main_proc:
-        metrics_file.close()
-        writer.close()
-        if status == "finished":
-            save_final(out, hf, tokenizer, tokdir)
-        from zh_bert.curves import plot_curves
+
+def finish(run: Run) -> dict:
+    """After `fit`: the last checkpoint and validation, `final/`, curves.png and run.json (main process);
+    returns the run summary (other processes: just the status)."""
+    from zh_bert import checkpoint as ckpt
+
+    acc = run.accelerator
+    if run.status == "finished":
+        done = ckpt.list_checkpoints(run.ckpt_root)
+        if not done or done[-1].name != ckpt.step_dir_name(run.step):
+            run.save_checkpoint()
+        if run.valid_loader is not None:
+            val = run.validate()
+            run.say(f"final validation: mlm_loss {val['val_mlm_loss']:.4f} mlm_acc {val['val_mlm_acc']:.4f} "
+                    f"(chance {1 / run.hf.config.vocab_size:.5f})")
+    summary = {"status": run.status}
+    if acc.is_main_process:
+        run.metrics.close()
+        if run.status == "finished":
+            save_final(run.out, run.hf, run.tokenizer, run.tokdir)
         try:
-            plot_curves(metrics_path, out / "curves.png", title=f"{out.name}: {recipe.model} {recipe.objective}")
+            plot_curves(run.metrics.path, run.out / "curves.png",
+                        title=f"{run.out.name}: {run.recipe.model} {run.recipe.objective}")
         except Exception as e:  # a missing plot must not fail a finished run
-            say(f"warning: curves.png not written: {e}")
-        summary = _summary(recipe, hf, n_params, train_ds, prepared, precision, warnings, accelerator, accum,
-                           step, tokens_seen, train_seconds, time.time() - t_start, val, skipped_total,
-                           status, adam_kind)
-        from zh_bert.fileio import write_json
-        write_json(out / "run.json", summary)
-        if status == "finished":
-            say(f"done: {step} steps, {tokens_seen / 1e6:.2f}M tokens in {train_seconds:.0f}s -> {out / 'final'}")
-    accelerator.wait_for_everyone()
-    accelerator.end_training()
-    return summary if main_proc else {"status": status}
+            run.say(f"warning: curves.png not written: {e}")
+        summary = _summary(run)
+        write_json(run.out / "run.json", summary)
+        if run.status == "finished":
+            run.say(f"done: {run.step} steps, {run.tokens_seen / 1e6:.2f}M tokens in {run.train_seconds:.0f}s "
+                    f"-> {run.out / 'final'}")
+    acc.wait_for_everyone()
+    acc.end_training()
+    return summary
 
 
-def _summary(recipe, hf, n_params, train_ds, prepared, precision, warnings, accelerator, accum, step, tokens,
-             train_seconds, wall, val, skipped, status, adam_kind) -> dict:
+def train(recipe: Recipe, resume: str | None = None, log: Callable[[str], None] | None = None) -> dict:
+    """Run `recipe`; returns the run summary also written to out_dir/run.json."""
+    run = build_run(recipe, resume, log)
+    fit(run)
+    return finish(run)
+
+
+def _summary(run: Run) -> dict:
+    """run.json: what ran (model, vocab, data, objective, masking, hardware, batch) and what it gave."""
     import torch
 
-    c = hf.config
-    vocab_meta = None
-    tokdir = recipe.tokenizer or prepared.tokdir or recipe.init_from
-    if tokdir and (Path(tokdir) / "zh_bert_vocab.json").is_file():
-        vocab_meta = json.loads((Path(tokdir) / "zh_bert_vocab.json").read_text(encoding="utf-8"))
+    from zh_bert.model import count_params
+
+    recipe, c, acc = run.recipe, run.hf.config, run.accelerator
+    n_params = count_params(run.hf)
+    meta_path = run.tokdir / "zh_bert_vocab.json" if run.tokdir else None
+    vocab_meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path and meta_path.is_file() else None
+    on_cuda = acc.device.type == "cuda"
     return {
-        "status": status,
-        "model": {"preset": recipe.model, "class": type(hf).__name__, "init_from": recipe.init_from,
+        "status": run.status,
+        "model": {"preset": recipe.model, "class": type(run.hf).__name__, "init_from": recipe.init_from,
                   "attention_init": None if recipe.init_from else recipe.attention_init,
                   "num_hidden_layers": c.num_hidden_layers, "hidden_size": c.hidden_size,
                   "num_attention_heads": c.num_attention_heads, "intermediate_size": c.intermediate_size,
                   "vocab_size": c.vocab_size, "max_position_embeddings": c.max_position_embeddings,
                   "parameters": n_params},
         "parameters": n_params,
-        "vocab": {"kind": (vocab_meta or {}).get("kind"), "vocab_size": c.vocab_size, "tokenizer": str(tokdir),
+        "vocab": {"kind": (vocab_meta or {}).get("kind"), "vocab_size": c.vocab_size, "tokenizer": str(run.tokdir),
                   "meta": vocab_meta},
-        "data": {"sharddir": str(prepared.sharddir), "shard_meta": train_ds.meta, "clean_report": prepared.clean_report},
+        "data": {"sharddir": str(run.prepared.sharddir), "shard_meta": run.train_ds.meta,
+                 "clean_report": run.prepared.clean_report},
         "objective": recipe.objective,
-        "masking": {"strategy": recipe.masking, "mask_rate": recipe.mask_rate,
-                    "mask_token_prob": recipe.mask_token_prob, "random_token_prob": recipe.random_token_prob,
-                    "max_ngram": recipe.max_ngram},
-        "hardware": {"device": str(accelerator.device),
-                     "device_name": torch.cuda.get_device_name(accelerator.device) if accelerator.device.type == "cuda" else "cpu",
-                     "processes": accelerator.num_processes, "precision": precision,
-                     "precision_requested": recipe.precision, "warnings": warnings,
-                     "torch_threads": torch.get_num_threads(), "torch": torch.__version__, "adamw": adam_kind},
+        "masking": asdict(recipe.masking),
+        "hardware": {"device": str(acc.device), "device_name": torch.cuda.get_device_name(acc.device) if on_cuda else "cpu",
+                     "processes": acc.num_processes, "precision": run.precision,
+                     "precision_requested": recipe.precision, "warnings": run.warnings,
+                     "torch_threads": torch.get_num_threads(), "torch": torch.__version__, "adamw": run.adam_kind},
         "batch": {"global_batch": recipe.global_batch, "micro_batch": recipe.micro_batch,
-                  "accumulation": accum, "seq_len": recipe.seq_len},
-        "steps": step,
-        "skipped_steps": skipped,
-        "tokens_seen": tokens,
-        "tokens_per_s": tokens / train_seconds if train_seconds else None,
-        "train_seconds": round(train_seconds, 2),
-        "wall_clock_s": round(wall, 2),
-        "final_validation": {"mlm_loss": val["val_mlm_loss"], "mlm_acc": val["val_mlm_acc"]} if val else None,
+                  "accumulation": run.accum, "seq_len": recipe.seq_len},
+        "steps": run.step,
+        "skipped_steps": run.skipped_steps,
+        "tokens_seen": run.tokens_seen,
+        "tokens_per_s": run.tokens_seen / run.train_seconds if run.train_seconds else None,
+        "train_seconds": round(run.train_seconds, 2),
+        "wall_clock_s": round(time.time() - run.t_start, 2),
+        "final_validation": {"mlm_loss": run.val["val_mlm_loss"], "mlm_acc": run.val["val_mlm_acc"]}
+        if run.val else None,
     }

@@ -1,8 +1,11 @@
 """The recipe schema: one flat YAML mapping = one `Recipe`; `--set key=value` overrides one key.
 
 The field comments below are the schema documentation; `recipes/*.yaml` repeat them next to each key.
-Paths are kept as written; they resolve against the current directory (README commands run from the
-repo root).
+The masking keys (`masking` = the strategy, `mask_rate`, `mask_token_prob`, `random_token_prob`,
+`max_ngram`) stay flat in YAML and `--set`, as every recipe writes them, but live in one place in Python:
+`Recipe.masking`, a `zh_bert.masking.MaskingConfig` (`masking: {strategy: ngram, max_ngram: 4}` is
+accepted too). Paths are kept as written; they resolve against the current directory (README commands
+run from the repo root).
 """
 
 from __future__ import annotations
@@ -10,15 +13,13 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal, Mapping, Optional, Union
 
 from zh_bert.config import from_dict, load_yaml, parse_set
-from zh_bert.errors import ZhBertError
+from zh_bert.errors import ZhBertError, unknown_key_error
+from zh_bert.masking import MaskingConfig
 
-OBJECTIVES = ("mlm", "mlm+nsp", "mlm+sop")
-MASKINGS = ("token", "wwm", "ngram", "unigram-noise")
-
-# accepted alternative spellings -> field; they also feed "did you mean" (`lerning_rate` -> `lr`)
+# accepted alternative spellings -> key; they also feed "did you mean" (`lerning_rate` -> `lr`)
 ALIASES = {
     "learning_rate": "lr",
     "steps": "max_steps",
@@ -35,6 +36,8 @@ ALIASES = {
     "gradient_checkpointing": "grad_checkpointing",
     "tokenizer_dir": "tokenizer",
 }
+# flat recipe key -> MaskingConfig field (the strategy is the recipe key `masking`, as in `--masking`)
+MASKING_KEYS = {("masking" if f.name == "strategy" else f.name): f.name for f in dataclasses.fields(MaskingConfig)}
 
 
 @dataclass
@@ -49,11 +52,9 @@ class Recipe:
     attention_init: Literal["stock", "neighbour"] = "stock"  # from-scratch start; see model.neighbour_attention_init
     # --- objective and masking (see zh_bert.masking)
     objective: Literal["mlm", "mlm+nsp", "mlm+sop"] = "mlm"
-    masking: Literal["token", "wwm", "ngram", "unigram-noise"] = "wwm"
-    mask_rate: float = 0.15                  # fraction of tokens predicted
-    mask_token_prob: float = 0.8             # of predicted tokens: replaced by [MASK]
-    random_token_prob: float = 0.1           # of predicted tokens: replaced by a random token (rest kept)
-    max_ngram: int = 3                       # longest span for masking: ngram
+    masking: MaskingConfig = field(default_factory=MaskingConfig)
+    # ^ flat keys: masking (strategy token|wwm|ngram|unigram-noise, "wwm"), mask_rate (0.15), mask_token_prob
+    #   (0.8), random_token_prob (0.1), max_ngram (3, 1..4); their meaning: zh_bert.masking.MaskingConfig
     # --- shape and batch
     seq_len: int = 128                       # tokens per sequence (must match the SHARDDIR's)
     global_batch: int = 32                   # sequences per optimizer step, all processes together
@@ -93,56 +94,98 @@ class Recipe:
     def data_paths(self) -> list[str]:
         return [self.data] if isinstance(self.data, str) else list(self.data)
 
-    def validate(self, where: str = "recipe") -> "Recipe":
-        """Cross-field checks that a type check cannot do; errors name the keys involved."""
-        def bad(msg):
-            raise ZhBertError(f"{where}: {msg}")
+    @property
+    def pairs(self) -> Optional[str]:
+        """The sentence pairs the shards must hold for `objective` (`zh-bert shard --pairs`): nsp, sop or None."""
+        return {"mlm+nsp": "nsp", "mlm+sop": "sop"}.get(self.objective)
 
+    def __post_init__(self):
+        """Cross-field checks that a type check cannot do; errors name the keys involved."""
+        if not isinstance(self.masking, MaskingConfig):
+            raise ZhBertError(f"'masking' must be a MaskingConfig, got {self.masking!r}")
         if not self.data_paths:
-            bad("'data' is empty: give a SHARDDIR or raw corpus files")
+            raise ZhBertError("'data' is empty: give a SHARDDIR or raw corpus files")
         for key in ("seq_len", "global_batch", "micro_batch", "max_steps", "keep_last", "eval_batches",
                     "max_nan_streak"):
             if getattr(self, key) < 1:
-                bad(f"'{key}' must be at least 1, got {getattr(self, key)}")
-        for key in ("warmup_steps", "save_every", "log_every", "eval_every", "max_ngram", "valid_docs"):
+                raise ZhBertError(f"'{key}' must be at least 1, got {getattr(self, key)}")
+        for key in ("warmup_steps", "save_every", "log_every", "eval_every", "valid_docs"):
             if getattr(self, key) < 0:
-                bad(f"'{key}' must be >= 0, got {getattr(self, key)}")
+                raise ZhBertError(f"'{key}' must be >= 0, got {getattr(self, key)}")
         if self.global_batch % self.micro_batch:
-            bad(f"global_batch {self.global_batch} is not a multiple of micro_batch {self.micro_batch}")
-        if not 0 < self.mask_rate < 1:
-            bad(f"'mask_rate' must be between 0 and 1, got {self.mask_rate}")
-        if min(self.mask_token_prob, self.random_token_prob) < 0 or self.mask_token_prob + self.random_token_prob > 1:
-            bad(f"mask_token_prob + random_token_prob must be within [0, 1], got "
-                f"{self.mask_token_prob} + {self.random_token_prob}")
+            raise ZhBertError(f"global_batch {self.global_batch} is not a multiple of micro_batch {self.micro_batch}")
         if not self.lr > 0:
-            bad(f"'lr' must be positive, got {self.lr}")
+            raise ZhBertError(f"'lr' must be positive, got {self.lr}")
         if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
-            bad(f"'betas' must be two numbers in [0, 1), got {self.betas}")
+            raise ZhBertError(f"'betas' must be two numbers in [0, 1), got {self.betas}")
         for key in ("dropout", "attention_dropout"):
             if not 0 <= getattr(self, key) < 1:
-                bad(f"'{key}' must be in [0, 1), got {getattr(self, key)}")
+                raise ZhBertError(f"'{key}' must be in [0, 1), got {getattr(self, key)}")
         if self.seq_len > 512 and self.init_from is None and not self.model.endswith(".json"):
-            bad(f"seq_len {self.seq_len} exceeds the presets' 512 positions")
+            raise ZhBertError(f"seq_len {self.seq_len} exceeds the presets' 512 positions")
         if self.seq_len < 8:
-            bad(f"seq_len {self.seq_len} is too short (at least 8)")
-        return self
+            raise ZhBertError(f"seq_len {self.seq_len} is too short (at least 8)")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "recipe") -> "Recipe":
+        """A validated Recipe from recipe keys (flat or nested masking, aliases allowed); every error
+        starts with `where`."""
+        flat = _flat_keys(data, where)
+        masking = {MASKING_KEYS[k]: flat.pop(k) for k in list(flat) if k in MASKING_KEYS}
+        try:
+            flat["masking"] = from_dict(MaskingConfig, masking, where=f"{where}: masking")
+            return from_dict(cls, flat, where=where)
+        except ZhBertError as e:   # __post_init__ messages do not know the file; from_dict's do
+            msg = str(e)
+            raise ZhBertError(msg if msg.startswith(f"{where}: ") else f"{where}: {msg}") from None
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The flat recipe mapping (masking keys inline, as recipes write them): `from_dict` reads it back."""
+        out: dict[str, Any] = {}
+        for key, value in dataclasses.asdict(self).items():
+            if key == "masking":
+                out.update({k: value[name] for k, name in MASKING_KEYS.items()})
+            else:
+                out[key] = value
+        return out
+
+
+# every key a recipe may set, in recipe order
+KEYS = tuple(Recipe().to_dict())
+
+
+def _flat_keys(data: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """`data` with aliases resolved and a nested `masking:` mapping flattened; unknown keys name `where`."""
+    if not isinstance(data, Mapping):
+        raise ZhBertError(f"{where}: expected a mapping of key: value, got {type(data).__name__}")
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        key = ALIASES.get(str(key), str(key))
+        if key == "masking" and isinstance(value, MaskingConfig):
+            value = dataclasses.asdict(value)
+        if key == "masking" and isinstance(value, Mapping):
+            by_field = {name: k for k, name in MASKING_KEYS.items()}
+            for sub, v in value.items():
+                if sub not in by_field:
+                    raise unknown_key_error(str(sub), by_field, f"{where}: masking")
+                out[by_field[sub]] = v
+        elif key in KEYS:
+            out[key] = value
+        else:
+            raise unknown_key_error(key, KEYS, where, ALIASES)
+    return out
 
 
 def load_recipe(path: str | Path | None, overrides: dict[str, Any] | list[str] | None = None) -> Recipe:
-    """Recipe from a YAML file (None = all defaults) with `--set` overrides applied, validated."""
-    data = load_yaml(path) if path is not None else {}
+    """Recipe from a YAML file (None = all defaults) with `--set` overrides applied, validated once on
+    the merged keys (so an override may fix what the file alone would not pass)."""
     where = str(path) if path is not None else "recipe"
-    recipe = from_dict(Recipe, data, where=where, aliases=ALIASES)
+    data = _flat_keys(load_yaml(path) if path is not None else {}, where)
     if overrides:
         sets = parse_set(overrides) if isinstance(overrides, list) else dict(overrides)
-        given = from_dict(Recipe, sets, where="--set", aliases=ALIASES)  # checks names and types
-        for key in sets:
-            name = ALIASES.get(key, key)
-            setattr(recipe, name, getattr(given, name))
-    return recipe.validate(where)
+        data.update(_flat_keys(sets, "--set"))
+        where += " with --set"
+    return Recipe.from_dict(data, where)
 
 
 def save_recipe(recipe: Recipe, path: str | Path) -> None:
