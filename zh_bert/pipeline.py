@@ -61,7 +61,7 @@ def prepare_data(recipe, log=print) -> PreparedData:
     if len(paths) == 1 and is_sharddir(paths[0]):
         return PreparedData(paths[0], None, None)
     tokenizer = recipe.tokenizer or recipe.init_from   # a given tokenizer is used, not rebuilt
-    pairs = {"mlm": None, "mlm+nsp": "nsp", "mlm+sop": "sop"}[recipe.objective]
+    pairs = recipe.pairs
     settings = {"doc_sep": recipe.doc_sep, "vocab_kind": None if tokenizer else recipe.vocab_kind,
                 "vocab_size": None if tokenizer else recipe.vocab_size,
                 "tokenizer": str(Path(tokenizer).resolve()) if tokenizer else None,
