@@ -16,10 +16,10 @@ import pytest
 import torch
 import yaml
 
-from conftest import REPO
+from conftest import CHAR_SEQ, REPO
 from zh_bert.errors import ZhBertError
 
-SEQ = 64
+SEQ = CHAR_SEQ
 ONE_THREAD = {**os.environ, "OMP_NUM_THREADS": "1"}   # the subprocesses match this process (see below)
 
 
@@ -31,20 +31,6 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="session")
-def char_data(tmp_path_factory, sample_jsonl):
-    """A char TOKDIR built by `zh-bert vocab` and a SHARDDIR built by `zh-bert shard` from 600 real docs."""
-    from zh_bert.shard import main as shard_main
-    from zh_bert.vocab import main as vocab_main
-
-    root = tmp_path_factory.mktemp("pretrain_data")
-    tokdir, sharddir = root / "tok", root / "shards"
-    assert vocab_main([str(sample_jsonl), "-o", str(tokdir), "--kind", "char", "--size", "4000", "-q"]) == 0
-    assert shard_main([str(sample_jsonl), "--tokenizer", str(tokdir), "-o", str(sharddir), "--seq-len", str(SEQ),
-                       "--valid-docs", "40", "--workers", "1"]) == 0
-    return tokdir, sharddir
 
 
 def write_recipe(path: Path, tokdir, sharddir, **over) -> Path:
@@ -63,12 +49,12 @@ def metrics(run: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_end_to_end_loss_falls_and_checkpoint_fills_masks(tmp_path, char_data):
+def test_end_to_end_loss_falls_and_checkpoint_fills_masks(tmp_path, char_shards):
     from transformers import pipeline
 
     from zh_bert.pretrain import main
 
-    tokdir, sharddir = char_data
+    tokdir, sharddir = char_shards
     recipe = write_recipe(tmp_path / "r.yaml", tokdir, sharddir)
     assert main([str(recipe)]) == 0
     run = tmp_path / "run"
@@ -99,12 +85,12 @@ def test_end_to_end_loss_falls_and_checkpoint_fills_masks(tmp_path, char_data):
 
 
 @pytest.mark.slow
-def test_kill9_then_resume_auto_reproduces_losses(tmp_path, char_data):
+def test_kill9_then_resume_auto_reproduces_losses(tmp_path, char_shards):
     """A real `zh-bert pretrain` process is killed with SIGKILL after its first checkpoint; `--resume auto`
     must then log exactly the per-step losses of an uninterrupted run (CPU, same seed, tolerance 1e-5)."""
     from zh_bert.pretrain import main
 
-    tokdir, sharddir = char_data
+    tokdir, sharddir = char_shards
     common = dict(max_steps=14, save_every=4, log_every=1, eval_every=0, micro_batch=8, global_batch=16,
                   precision="fp32", keep_last=3)
     ref = write_recipe(tmp_path / "ref" / "r.yaml", tokdir, sharddir, **common)
@@ -138,7 +124,7 @@ def test_kill9_then_resume_auto_reproduces_losses(tmp_path, char_data):
     assert max(diffs.values()) <= 1e-5, diffs
 
 
-def test_accumulation_4x8_equals_1x32(char_data):
+def test_accumulation_4x8_equals_1x32(char_shards):
     """One optimizer step on 32 sequences as 4 micro-batches of 8 equals one batch of 32: the loss is
     normalised by the masked-token count of the whole global batch. Tolerance: 1e-6 on every parameter
     (fp32 summation order only)."""
@@ -151,7 +137,7 @@ def test_accumulation_4x8_equals_1x32(char_data):
     from zh_bert.recipe import Recipe
     from zh_bert.tokenizer_files import load_tokenizer
 
-    tokdir, sharddir = char_data
+    tokdir, sharddir = char_shards
     ds = ShardDataset(sharddir, "train")
     loader = iter(ShardLoader(ds, 8, MaskingConfig(strategy="wwm"), seed=3))
     micro = [next(loader) for _ in range(4)]
@@ -176,11 +162,11 @@ def test_accumulation_4x8_equals_1x32(char_data):
     assert moved > 1e-4 and worst <= 1e-6, (worst, moved)
 
 
-def test_checkpoint_with_other_vocab_size_is_refused(tiny_model_dir, char_data):
+def test_checkpoint_with_other_vocab_size_is_refused(tiny_model_dir, char_shards):
     from zh_bert.model import load_init
     from zh_bert.tokenizer_files import load_tokenizer
 
-    tok = load_tokenizer(char_data[0])
+    tok = load_tokenizer(char_shards[0])
     with pytest.raises(ZhBertError) as e:
         load_init(tiny_model_dir, tok, "mlm", SEQ)
     msg = str(e.value)
@@ -212,26 +198,26 @@ def test_vocab_extension_grows_embeddings_from_known_characters(tmp_path, tiny_m
     assert BertForMaskedLM.from_pretrained(str(tmp_path / "ext")).config.vocab_size == 21130
 
 
-def test_global_batch_must_divide_over_processes(tmp_path, char_data):
+def test_global_batch_must_divide_over_processes(tmp_path, char_shards):
     from zh_bert.pretrain import main
 
-    tokdir, sharddir = char_data
+    tokdir, sharddir = char_shards
     with pytest.raises(ZhBertError, match="global_batch 24 is not a multiple of micro_batch 16"):
         main([str(write_recipe(tmp_path / "r.yaml", tokdir, sharddir)), "--set", "global_batch=24"])
 
 
-def test_shards_of_another_tokenizer_are_refused(tmp_path, char_data, google_tokdir):
+def test_shards_of_another_tokenizer_are_refused(tmp_path, char_shards, google_tokdir):
     from zh_bert.pretrain import main
 
-    tokdir, sharddir = char_data
+    tokdir, sharddir = char_shards
     recipe = write_recipe(tmp_path / "r.yaml", google_tokdir, sharddir)
     with pytest.raises(ZhBertError, match="fingerprint"):
         main([str(recipe)])
 
 
 @pytest.mark.slow
-def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path, char_data):
-    tokdir, sharddir = char_data
+def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path, char_shards):
+    tokdir, sharddir = char_shards
     recipe = write_recipe(tmp_path / "r.yaml", tokdir, sharddir, max_steps=100_000, save_every=0, log_every=1,
                           eval_every=0, micro_batch=8, global_batch=8, precision="fp32")
     run = tmp_path / "run"
@@ -279,16 +265,13 @@ def test_the_training_loop_fits_on_a_screen():
     assert len(inspect.getsource(fit).splitlines()) <= 80
 
 
-def test_sentence_order_objective_trains_and_needs_matching_shards(tmp_path, char_data, sample_jsonl):
+def test_sentence_order_objective_trains_and_needs_matching_shards(tmp_path, char_shards, sample_jsonl, build_shards):
     """mlm+sop on `--pairs sop` shards logs the pair loss and accuracy; mlm+nsp on the same shards is refused
     before training, naming the flag that builds the right ones."""
     from zh_bert.pretrain import main
-    from zh_bert.shard import main as shard_main
 
-    tokdir, _ = char_data
-    sop = tmp_path / "sop_shards"
-    assert shard_main([str(sample_jsonl), "--tokenizer", str(tokdir), "-o", str(sop), "--seq-len", str(SEQ),
-                       "--valid-docs", "40", "--workers", "1", "--pairs", "sop"]) == 0
+    tokdir, _ = char_shards
+    sop = build_shards(sample_jsonl, tokdir, "--seq-len", str(SEQ), "--valid-docs", "40", "--pairs", "sop")
     recipe = write_recipe(tmp_path / "r.yaml", tokdir, sop, objective="mlm+sop", max_steps=4, log_every=2,
                           eval_every=0, save_every=0, precision="fp32")
     assert main([str(recipe)]) == 0
