@@ -275,12 +275,20 @@ def add_options(parser: argparse.ArgumentParser, cls: type) -> argparse.Argument
     return parser
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a bad command line as a ZhBertError: the CLI then prints it as the one line
+    `zh-bert CMD: error: ...` like every other mistake, instead of a usage block plus an error line."""
+
+    def error(self, message: str):
+        raise ZhBertError(f"{message} (see {self.prog} --help)")
+
+
 def build_parser(prog: str, description: str, *classes: type, epilog: str | None = None,
                  subcommands: Mapping[str, tuple[str, tuple[type, ...]]] | None = None) -> argparse.ArgumentParser:
     """An argparse parser whose options are the `option` fields of `classes`; `subcommands` maps a name to
     (help, classes) for commands like `zh-bert eval mlm|cloze` (the chosen name lands in `.command`)."""
-    p = argparse.ArgumentParser(prog=prog, description=description, epilog=epilog,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _Parser(prog=prog, description=description, epilog=epilog,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
     for cls in classes:
         add_options(p, cls)
     if subcommands:
