@@ -2,8 +2,8 @@
 traceback, and nothing new in the working folder that could be taken for a finished output.
 
 One table; each row is (id, argv, what the error line must contain). `{w}` in argv is the row's working folder
-(cwd of the command), which the `bad_files` below are written into first; `{tiny}` is a real tiny model
-folder, `{tok}` a real tokenizer folder, `{shards}` a real SHARDDIR. A row may name paths it is allowed to
+(cwd of the command), which `write_bad_files` fills first; `{tiny}` is a real tiny model folder, `{truncated}`
+the same with its model.safetensors cut in half, `{tok}` a real tokenizer folder, `{shards}` a real SHARDDIR. A row may name paths it is allowed to
 leave behind (for example a folder that existed before the command).
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,6 +81,10 @@ CASES: list[Case] = [
     Case("eval-broken-text", ["eval", "mlm", "{tiny}", "--text", "broken.jsonl", "--no-record"], "broken.jsonl:2"),
     Case("eval-batch-size-0", ["eval", "mlm", "{tiny}", "--text", "docs.jsonl", "--batch-size", "0", "--no-record"],
          "--batch-size"),
+    Case("eval-truncated-weights", ["eval", "mlm", "{truncated}", "--text", "docs.jsonl", "--no-record"],
+         "cannot load"),
+    Case("finetune-truncated-weights", ["finetune", "{truncated}", "--task", "chnsenticorp", "--no-record"],
+         "cannot load"),
     Case("finetune-unknown-task", ["finetune", "{tiny}", "--task", "chnsenticorpp", "--no-record"], "chnsenticorp"),
 
     # ------------------------------------------------------------------ publish / download / models / demo
@@ -94,7 +99,11 @@ def _tree(root: Path) -> set[str]:
 
 @pytest.fixture(scope="module")
 def bad_root(tmp_path_factory, tiny_model_dir, google_tokdir, sample_jsonl, build_shards):
-    return {"tiny": str(tiny_model_dir), "tok": str(google_tokdir),
+    truncated = tmp_path_factory.mktemp("truncated") / "model"
+    shutil.copytree(tiny_model_dir, truncated)
+    weights = truncated / "model.safetensors"
+    os.truncate(weights, weights.stat().st_size // 2)          # a killed copy
+    return {"tiny": str(tiny_model_dir), "tok": str(google_tokdir), "truncated": str(truncated),
             "shards": str(build_shards(sample_jsonl, google_tokdir, "--seq-len", "64"))}
 
 

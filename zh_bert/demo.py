@@ -22,6 +22,7 @@ from zh_bert.config import option
 from zh_bert.download import default_out, download_hf
 from zh_bert.errors import ZhBertError
 from zh_bert.tokenizer_files import load_tokenizer
+from zh_bert.weights import load_pretrained
 
 MAX_CHARS = 256        # longer input is refused with a message (also bounds latency)
 MAX_BLANKS = 8
@@ -209,7 +210,7 @@ def load_model(name: str):
         if not rundir.is_model_dir(path):
             download_hf(repo_id, path)
     tok = load_tokenizer(path)
-    model = AutoModelForMaskedLM.from_pretrained(str(path)).eval()
+    model = load_pretrained(AutoModelForMaskedLM, path, "a masked-LM model").eval()
     return model, tok
 
 

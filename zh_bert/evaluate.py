@@ -32,6 +32,7 @@ from zh_bert.masking import MaskingConfig, mask_batch
 from zh_bert.segment import SEGMENTERS, Segmenter
 from zh_bert.shard import Specials, TextEncoder, pack_sequences
 from zh_bert.tokenizer_files import load_tokenizer
+from zh_bert.weights import load_pretrained
 
 
 # --------------------------------------------------------------------------- model
@@ -44,10 +45,7 @@ def load_mlm(ckpt):
     ckpt_dir = model_dir(ckpt)
     tok = load_tokenizer(ckpt_dir)
     hf_logging.disable_progress_bar()
-    try:
-        model = AutoModelForMaskedLM.from_pretrained(str(ckpt_dir))
-    except (OSError, ValueError) as e:
-        raise ZhBertError(f"{ckpt_dir}: cannot load a masked-LM model: {e}") from None
+    model = load_pretrained(AutoModelForMaskedLM, ckpt_dir, "a masked-LM model")
     if model.config.vocab_size < len(tok):
         raise ZhBertError(f"{ckpt_dir}: tokenizer has {len(tok)} tokens but the model's vocab_size is "
                           f"{model.config.vocab_size}")

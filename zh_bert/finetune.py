@@ -28,6 +28,7 @@ from zh_bert.rundir import model_dir
 from zh_bert.evaluate import CheckpointArgs
 from zh_bert.tasks import DATASET_NAMES, TaskData, load_task
 from zh_bert.tokenizer_files import load_tokenizer
+from zh_bert.weights import load_pretrained
 
 
 @dataclass
@@ -169,12 +170,9 @@ def load_classifier(ckpt_dir: Path, num_labels: int, random_init: bool, labels: 
 
     id2label = dict(enumerate(labels))
     kw = dict(num_labels=num_labels, id2label=id2label, label2id={v: k for k, v in id2label.items()})
-    try:
-        if random_init:
-            return AutoModelForSequenceClassification.from_config(AutoConfig.from_pretrained(str(ckpt_dir), **kw))
-        return AutoModelForSequenceClassification.from_pretrained(str(ckpt_dir), **kw)
-    except (OSError, ValueError) as e:
-        raise ZhBertError(f"{ckpt_dir}: cannot load as a classifier: {e}") from None
+    if random_init:
+        return AutoModelForSequenceClassification.from_config(load_pretrained(AutoConfig, ckpt_dir, "a config", **kw))
+    return load_pretrained(AutoModelForSequenceClassification, ckpt_dir, "a classifier", **kw)
 
 
 def train_one(ckpt_dir: Path, task: TaskData, cfg: FinetuneConfig, seed: int, tok=None, log=print) -> dict:

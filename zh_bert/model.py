@@ -149,10 +149,9 @@ def load_init(init_from: str | Path, tokenizer, objective: str, seq_len: int):
                    f"their first {old_n} tokens differ")
             raise ZhBertError(f"vocab size mismatch: checkpoint {ckpt} has vocab_size {old_n} but the tokenizer "
                               f"has {new_n} tokens ({why}); use the checkpoint's tokenizer or one that extends it")
-    try:
-        model = model_class(objective).from_pretrained(str(ckpt))
-    except (OSError, ValueError) as e:
-        raise ZhBertError(f"init_from: cannot load {ckpt}: {e}") from None
+    from zh_bert.weights import load_pretrained
+
+    model = load_pretrained(model_class(objective), ckpt, "init_from")
     if new_n > old_n:
         extend_vocab(model, new_tokens, old_n, tokenizer)
     return model

@@ -1,0 +1,30 @@
+"""Loading a model folder with one-line errors.
+
+A user's folder can be broken in many ways that transformers reports as a deep traceback: a truncated or
+corrupt `model.safetensors` (a killed copy, a full disk), a `config.json` with a non-numeric size, missing
+weights. Every command that loads a model goes through `load_pretrained`, so each of these is one line naming
+the folder, and a real bug elsewhere still keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from zh_bert.errors import ZhBertError
+
+
+def _load_errors() -> tuple[type[BaseException], ...]:
+    from safetensors import SafetensorError
+
+    return (OSError, ValueError, TypeError, KeyError, AttributeError, json.JSONDecodeError, SafetensorError)
+
+
+def load_pretrained(cls: Any, path: str | Path, what: str = "a model", **kwargs: Any) -> Any:
+    """`cls.from_pretrained(path, **kwargs)` (a model or config class); a broken folder is a ZhBertError."""
+    try:
+        return cls.from_pretrained(str(path), **kwargs)
+    except _load_errors() as e:
+        reason = (str(e).strip().split("\n")[0] or type(e).__name__)[:300]
+        raise ZhBertError(f"{path}: cannot load {what}: {reason}") from None
