@@ -160,7 +160,8 @@ def plan_runs(spec: AblationSpec) -> list[Run]:
         elif key == "corpus_fraction":
             f = v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
             if f is None or not 0 < f <= 1:   # nan fails `0 < f` too
-                raise ZhBertError(f"grid.corpus_fraction: {v!r} is not a number in (0, 1]")
+                raise ZhBertError(f"grid.corpus_fraction: {v!r} is not in (0, 1] (a number: the fraction of "
+                                  f"the corpus)")
             runs.append(Run(f"corpus={int(round(f * 100))}%", f"{f:.0%}", {}, fraction=float(f)))
         else:
             runs.append(Run(f"{key}={v}", v, {key: v}))
@@ -526,8 +527,8 @@ def main(argv: list[str]) -> int:
     p = plan(args)
     spec, runs, out, cli_set = p.spec, p.runs, p.out, p.cli_set
     for r in runs:
-        print(f"{r.label}: pretrain {p.base} --set " + " ".join(f"{k}={v}" for k, v in
-                                                             {**spec.set, **r.overrides, **cli_set}.items()), flush=True)
+        sets = {**spec.set, **r.overrides, **cli_set}
+        print(f"{r.label}: pretrain {p.base} --set " + " ".join(f"{k}={v}" for k, v in sets.items()), flush=True)
     if args.dry_run:
         return 0
     data_by_fraction, heldout = {}, None

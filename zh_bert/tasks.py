@@ -225,8 +225,8 @@ def load_task(spec: str, columns: str | None = None) -> TaskData:
         if len(paths) not in (2, 3):
             raise ZhBertError(f"--task {spec}: expected tsv:TRAIN,DEV[,TEST]")
         splits = [read_tsv(p, columns) for p in paths]
-        return _finish(Path(paths[0]).parent.name or "tsv", splits[0], splits[1], splits[2] if len(splits) == 3 else None,
-                       paths)
+        return _finish(Path(paths[0]).parent.name or "tsv", splits[0], splits[1],
+                       splits[2] if len(splits) == 3 else None, paths)
     if spec == "chnsenticorp":
         files = [task_data_dir("chnsenticorp") / f"{s}.tsv" for s in ("train", "dev", "test")]
         return _finish("chnsenticorp", *(read_tsv(f, columns or "label,text_a") for f in files), files)
