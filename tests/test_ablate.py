@@ -223,3 +223,19 @@ def test_a_corpus_carved_from_other_settings_is_refused(small_spec, tmp_path):
     write_yaml(small_spec, {**spec, "heldout_docs": 6})
     with pytest.raises(ZhBertError, match="delete"):
         ablate.plan(ablate.AblateArgs(spec=str(small_spec), dry_run=True))
+
+
+def test_a_later_run_dir_from_other_settings_is_refused_before_any_training(small_spec, monkeypatch, capsys):
+    from zh_bert import pretrain
+    from zh_bert.recipe import load_recipe, save_recipe
+
+    trained = []
+    monkeypatch.setattr(pretrain, "train", lambda *a, **k: trained.append(a) or {"status": "finished"})
+    other = small_spec.parent / "out" / "runs" / "masking=wwm"
+    other.mkdir(parents=True)
+    save_recipe(load_recipe(small_spec.parent / "base.yaml", {"max_steps": 7}), other / "recipe.yaml")
+    before = _tree(small_spec.parent)
+    assert cli.main(["ablate", str(small_spec)]) == 2
+    err = capsys.readouterr().err
+    assert "masking=wwm holds a run with other settings" in err and err.count("\n") == 1, err
+    assert not trained and _tree(small_spec.parent) == before     # run 1 not trained, corpus not carved

@@ -26,7 +26,6 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-import yaml
 
 from zh_bert.config import build_parser as derive_parser, config_from_args, from_dict, load_yaml, option, parse_set
 from zh_bert.corpus_io import read_documents
@@ -215,19 +214,25 @@ def check_carved(files: list[Path], corpus: Path, heldout_docs: int, doc_sep: st
                           f"{corpus.parent} or use --out-dir")
 
 
-def carve_corpus(files: list[Path], out: Path, heldout_docs: int, fractions: set[float], doc_sep: str) -> tuple[dict, Path]:
+def carved_paths(files: list[Path], out: Path, fractions: set[float]) -> dict[float, list[str]]:
+    """Where `carve_corpus` puts each fraction's training copies: known before (and without) carving."""
+    return {f: [str(out / f"train-{int(round(f * 100))}" / f"{i:02d}-{path.name}") for i, path in enumerate(files)]
+            for f in fractions}
+
+
+def carve_corpus(files: list[Path], out: Path, heldout_docs: int, fractions: set[float],
+                 doc_sep: str) -> tuple[dict, Path]:
     """Training copies of the corpus without the held-out docs (per fraction) + one held-out text file."""
     sep = "\n\n" if doc_sep == "blank" else "\n"
     check_carved(files, out, heldout_docs, doc_sep)
-    heldout, train = [], {f: [] for f in fractions}
-    for i, (path, (keep, held)) in enumerate(zip(files, split_corpus(files, heldout_docs, doc_sep))):
+    heldout, train = [], carved_paths(files, out, fractions)
+    for i, (keep, held) in enumerate(split_corpus(files, heldout_docs, doc_sep)):
         heldout += [d.replace("\n", " ") for d in held]
         for f in fractions:
-            dst = out / f"train-{int(round(f * 100))}" / f"{i:02d}-{path.name}"
+            dst = Path(train[f][i])
             if not dst.is_file():
                 with atomic_write(dst) as fh:
                     fh.write(sep.join(keep[:max(1, int(len(keep) * f))]) + "\n")
-            train[f].append(str(dst))
     held_path = out / "heldout.txt"
     if heldout and not held_path.is_file():
         with atomic_write(held_path) as fh:
@@ -243,7 +248,7 @@ def _check_same_recipe(run_dir: Path, recipe) -> None:
     path = run_dir / "recipe.yaml"
     if not path.is_file():
         return
-    old, new = yaml.safe_load(path.read_text(encoding="utf-8")) or {}, json.loads(json.dumps(recipe.to_dict()))
+    old, new = load_yaml(path), json.loads(json.dumps(recipe.to_dict()))
     diff = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
     if diff:
         raise ZhBertError(f"{run_dir} holds a run with other settings ({'; '.join(diff[:4])}); delete it or "
@@ -509,6 +514,10 @@ def plan(args: AblateArgs) -> Plan:
     runs = _select(all_runs, args.only)
     shared = load_recipe(None, {**base_data, **spec.set, **cli_set})
     corpus = _check_data(spec, spec_path, shared, runs, out)
+    data = carved_paths(corpus, out / "corpus", {r.fraction for r in runs}) if corpus is not None else {}
+    for r in runs:   # a run dir from other settings is refused now, not after the runs before it trained
+        _check_same_recipe(out / "runs" / _slug(r.label), run_recipe(spec, r, base_data, out, data.get(r.fraction),
+                                                                     cli_set))
     if spec.finetune.task:
         try:
             check_trainable(load_task(spec.finetune.task), spec.finetune.config, spec.finetune.seed_list())
