@@ -11,7 +11,6 @@ written: staged text files are even checked for it.
 from __future__ import annotations
 
 import fnmatch
-import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from zh_bert.card import build_card
 from zh_bert.config import option
 from zh_bert.errors import ZhBertError
 from zh_bert.fileio import atomic_dir
-from zh_bert.hub import endpoint_and_host, hub_errors, with_retries
+from zh_bert.hub import check_repo_id, endpoint_and_host, hub_errors, with_retries
 from zh_bert.rundir import FINAL, Checkpoint, locate
 from zh_bert.tokenizer_files import TOKENIZER_FILES
 
@@ -89,11 +88,6 @@ def stage(src: Checkpoint, dest: Path, repo_id: str, license: str, token: str | 
     return sorted(p.name for p in dest.iterdir())
 
 
-def check_repo_id(repo_id: str) -> None:
-    if not re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", repo_id) or ".." in repo_id or repo_id.endswith("."):
-        raise ZhBertError(f"--repo-id '{repo_id}': expected ORG/NAME (letters, digits, '-', '_', '.')")
-
-
 def _check_namespace(api, repo_id: str) -> None:
     """Refuse before any write when the token cannot own `repo_id` (a clearer message than the server's 403)."""
     me = api.whoami()
@@ -142,7 +136,7 @@ class PublishConfig:
     message: str | None = option(None, flags=("-m",), help="commit message")
 
     def __post_init__(self):
-        check_repo_id(self.repo_id)
+        check_repo_id(self.repo_id, "--repo-id")
         if self.output and not self.dry_run:
             raise ZhBertError("-o/--output is for --dry-run (the staged folder); drop it or add --dry-run")
 
