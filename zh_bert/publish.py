@@ -25,7 +25,7 @@ from zh_bert.config import option
 from zh_bert.errors import ZhBertError
 from zh_bert.fileio import atomic_dir
 from zh_bert.hub import check_repo_id, endpoint_and_host, hub_errors, with_retries
-from zh_bert.rundir import FINAL, Checkpoint, locate
+from zh_bert.rundir import FINAL, Checkpoint, check_weights, locate
 from zh_bert.tokenizer_files import TOKENIZER_FILES
 
 #: from the model folder (out_dir/final or a checkpoint or any stock BERT folder)
@@ -67,22 +67,8 @@ def select_files(src: Checkpoint) -> tuple[dict[str, Path], list[str]]:
         raise ZhBertError(f"{src.model_dir}: no safetensors weights{hint}; zh-bert publishes safetensors only")
     if not any(n in chosen for n in ("tokenizer.json", "vocab.txt", "spiece.model")):
         raise ZhBertError(f"{src.model_dir}: no tokenizer files (tokenizer.json / vocab.txt)")
-    _check_weights(chosen)
+    check_weights(p for n, p in chosen.items() if n.endswith(".safetensors"))
     return chosen, skipped
-
-
-def _check_weights(chosen: dict[str, Path]) -> None:
-    """Every safetensors file must open (header and size agree): a truncated copy is never published."""
-    from safetensors import SafetensorError, safe_open
-
-    for name, path in chosen.items():
-        if name.endswith(".safetensors"):
-            try:
-                with safe_open(str(path), framework="numpy"):
-                    pass
-            except (SafetensorError, OSError, ValueError) as e:
-                reason = (str(e).strip().split("\n")[0] or type(e).__name__)[:200]
-                raise ZhBertError(f"{path}: cannot open the weights ({reason}); truncated or corrupt?") from None
 
 
 def _check_no_secret(files: dict[str, Path], token: str | None) -> None:
