@@ -162,6 +162,21 @@ def test_modelscope_http_api(tiny_model_dir, tmp_path):
         assert {p.name for p in out.iterdir()} == set(files) - {"README.md"}
 
 
+def test_full_disk_is_one_line_and_leaves_nothing(tiny_model_dir, sandbox, monkeypatch, capsys):
+    import errno
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("shutil.copyfile", full)
+    out = sandbox / "cwd" / "out"
+    with modelscope_server(_model_files(tiny_model_dir)) as url:
+        rc = download("tiny/bert", "--source", "modelscope", "--endpoint", url, "-o", out)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and f"{out}: cannot write (No space left on device)" in lines[0], lines
+    assert not list((sandbox / "cwd").iterdir()) and not list((sandbox / "tmp").iterdir())
+
+
 def _tree(root: Path) -> dict[str, int]:
     return {str(p.relative_to(root)): p.stat().st_size for p in root.rglob("*") if p.is_file()}
 

@@ -110,6 +110,8 @@ def assemble(snapshot: Path, out: Path, overwrite: bool = False) -> Path:
             _ensure_tokenizer_files(tmp)
     except FileExistsError:
         raise ZhBertError(f"{out}: already exists (choose another -o, or remove it)") from None
+    except OSError as e:  # a full disk, no permission: nothing was renamed into place
+        raise ZhBertError(f"{out}: cannot write ({e.strerror or e}); nothing was written") from None
     return out
 
 
