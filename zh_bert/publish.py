@@ -5,7 +5,9 @@ curves, run summary): a `.env`, optimizer states or anything else sitting in the
 Hub, whatever it is called. The upload is one commit (create the repo if missing; intermediate checkpoints
 go to a branch with `--revision step-10000`), retried on transient errors; a retry re-sends only files the
 server does not already have. The token comes from `HF_TOKEN` or `hf auth login` and is never printed or
-written: staged text files are even checked for it.
+written: every file is checked for it before the first copy (a dry run too), and a staging folder never
+outlives the command (removed on error, on Ctrl-C, and after a kill by the next publish). Weights must open
+before anything is staged, and the run's text files are published without absolute local paths.
 """
 
 from __future__ import annotations
