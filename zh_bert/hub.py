@@ -57,7 +57,7 @@ def remote_name(name: object, where: str) -> str:
     bad = None
     if not isinstance(name, str) or not name:
         bad = "an empty name"
-    elif name.startswith(("/", "~")) or _DRIVE.match(name):
+    elif name.startswith("/") or _DRIVE.match(name):
         bad = "an absolute path"
     elif "\\" in name:
         bad = "a backslash"
