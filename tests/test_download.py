@@ -294,3 +294,24 @@ def test_hub_error_messages():
     with pytest.raises(KeyError):
         with hub_errors("mirror.example"):
             raise KeyError("a bug keeps its traceback")
+
+
+def test_scratch_dir_removes_leftovers_of_killed_runs(tmp_path, monkeypatch):
+    """The temp folders of download (ModelScope) and publish carry their process id: a killed run's folder
+    is removed by the next run, a live process's folder is kept, and the new one is gone after the block."""
+    import os
+
+    from zh_bert.hub import scratch_dir
+
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    dead = tmp_path / "zh-bert-ms-999999999-abcd"   # above Linux's pid_max: no such process
+    alive = tmp_path / f"zh-bert-ms-{os.getppid()}-abcd"
+    other = tmp_path / "zh-bert-msx"
+    for d in (dead, alive, other):
+        d.mkdir()
+        (d / "model.safetensors").write_bytes(b"partial")
+    with pytest.raises(KeyboardInterrupt):
+        with scratch_dir("zh-bert-ms-") as tmp:
+            assert tmp.name.startswith(f"zh-bert-ms-{os.getpid()}-") and not dead.exists()
+            raise KeyboardInterrupt
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([alive.name, other.name])

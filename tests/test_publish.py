@@ -239,6 +239,21 @@ def test_dry_run_refuses_a_file_holding_the_token(with_output, run_dir, tmp_path
     assert _token_copies(tmp_path) == [run / "metrics.jsonl"]  # the source only
 
 
+def test_token_in_weights_metadata_is_refused(tiny_model_dir, tmp_path, scratch, monkeypatch, capsys):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    save_file(load_file(str(model / "model.safetensors")), str(model / "model.safetensors"),
+              metadata={"format": "pt", "note": TOKEN})
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    rc, out, err = publish(capsys, model, "--repo-id", "alice/x", "--dry-run", "-o", tmp_path / "staged")
+    assert rc == 2 and "model.safetensors: contains your Hugging Face token" in err and TOKEN not in out + err
+    assert not (tmp_path / "staged").exists() and not list(scratch.iterdir())
+
+
 @pytest.mark.parametrize("failure", [KeyboardInterrupt, RuntimeError])
 @pytest.mark.parametrize("with_output", [True, False])
 def test_staging_is_removed_on_every_exit(failure, with_output, run_dir, tmp_path, scratch, monkeypatch):

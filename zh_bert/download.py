@@ -14,7 +14,6 @@ import json
 import os
 import pickle
 import shutil
-import tempfile
 import urllib.error
 import urllib.parse
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from zh_bert.catalog import resolve
 from zh_bert.config import option
 from zh_bert.errors import ZhBertError
 from zh_bert.fileio import atomic_dir
-from zh_bert.hub import check_listing, endpoint_and_host, hub_errors, is_transient, local_path
+from zh_bert.hub import check_listing, endpoint_and_host, hub_errors, is_transient, local_path, scratch_dir
 from zh_bert.tokenizer_files import TOKENIZER_FILES
 
 #: files a model folder needs besides its weights
@@ -176,11 +175,11 @@ def download_modelscope(model_id: str, out: Path, *, revision: str | None = None
         if not names:
             raise ZhBertError(f"{model_id}: ModelScope ({ep}) lists no files for revision {rev}")
         wanted = wanted_files(names, where)
-        with tempfile.TemporaryDirectory(prefix="zh-bert-ms-") as tmp:
+        with scratch_dir("zh-bert-ms-") as tmp:
             for name in wanted:
-                with get(base, Revision=rev, FilePath=name) as r, open(local_path(Path(tmp), name, where), "wb") as f:
+                with get(base, Revision=rev, FilePath=name) as r, open(local_path(tmp, name, where), "wb") as f:
                     shutil.copyfileobj(r, f, 1 << 20)
-            return assemble(Path(tmp), out, overwrite=overwrite)
+            return assemble(tmp, out, overwrite=overwrite)
     except urllib.error.HTTPError as e:
         what = "not found" if e.code == 404 else f"HTTP {e.code}"
         raise ZhBertError(f"{model_id}: ModelScope ({ep}) answered {what}") from None

@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable, Iterable, TypeVar
@@ -82,6 +84,32 @@ def local_path(root: Path, name: str, where: str) -> Path:
     if not path.resolve().is_relative_to(root.resolve()):
         raise ZhBertError(f"{where}: file {name!r} would be written outside {root}; refused")
     return path
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, another user's
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def scratch_dir(prefix: str):
+    """A private temp folder `<prefix><pid>-XXXX`, removed on every exit (error, Ctrl-C). Folders of the
+    same prefix whose process is gone (killed with -9) are removed first, so a leftover never outlives
+    the next run."""
+    for d in Path(tempfile.gettempdir()).glob(f"{prefix}*-*"):
+        pid = d.name[len(prefix):].split("-")[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(d, ignore_errors=True)
+    path = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def endpoint_and_host(endpoint: str | None) -> tuple[str | None, str]:

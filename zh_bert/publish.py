@@ -17,7 +17,6 @@ import fnmatch
 import os
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from zh_bert.card import build_card
 from zh_bert.config import option
 from zh_bert.errors import ZhBertError
 from zh_bert.fileio import atomic_dir
-from zh_bert.hub import check_repo_id, endpoint_and_host, hub_errors, with_retries
+from zh_bert.hub import check_repo_id, endpoint_and_host, hub_errors, scratch_dir, with_retries
 from zh_bert.rundir import FINAL, Checkpoint, check_weights, locate
 from zh_bert.tokenizer_files import TOKENIZER_FILES
 
@@ -80,7 +79,13 @@ def _check_no_secret(files: dict[str, Path], token: str | None) -> None:
         return
     needle = token.encode()
     for name, p in files.items():
-        if p.suffix != ".safetensors" and p.stat().st_size <= MAX_TEXT_SCAN and needle in p.read_bytes():
+        if p.suffix == ".safetensors":  # tensors are numbers; the JSON header (metadata) is text
+            with open(p, "rb") as f:
+                size = int.from_bytes(f.read(8), "little")
+                data = f.read(min(size, MAX_TEXT_SCAN))
+        else:
+            data = p.read_bytes() if p.stat().st_size <= MAX_TEXT_SCAN else b""
+        if needle in data:
             raise ZhBertError(f"{name}: contains your Hugging Face token; refusing to stage or upload it")
 
 
@@ -209,23 +214,6 @@ def _token(required: bool = True) -> str | None:
     return token or None
 
 
-STAGING_PREFIX = "zh-bert-publish-"
-
-
-def _clean_stale_staging() -> None:
-    """Remove staging folders of publish runs that were killed (their process is gone)."""
-    for d in Path(tempfile.gettempdir()).glob(f"{STAGING_PREFIX}*-*"):
-        pid = d.name[len(STAGING_PREFIX):].split("-")[0]
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            shutil.rmtree(d, ignore_errors=True)
-        except OSError:  # alive, another user's
-            pass
-
-
 def _test_kill_point(step: str) -> None:
     """Test hook: `ZH_BERT_KILL_AFTER=step` makes the process SIGKILL itself right after `step`."""
     if os.environ.get("ZH_BERT_KILL_AFTER") == step:
@@ -249,15 +237,11 @@ def staging(cfg: PublishConfig, src: Checkpoint, token: str | None):
             raise ZhBertError(f"{out}: already exists; choose a new -o folder") from None
         yield out, names
         return
-    _clean_stale_staging()
-    parent = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-"))
-    try:
+    with scratch_dir("zh-bert-publish-") as parent:
         where = parent / cfg.repo_id.split("/")[-1]
         names = stage(src, where, cfg.repo_id, cfg.license, token=token)
         _test_kill_point("staged")
         yield where, names
-    finally:
-        shutil.rmtree(parent, ignore_errors=True)
 
 
 def publish(cfg: PublishConfig) -> str | None:
