@@ -150,6 +150,23 @@ CASES: list[Case] = [
     # ------------------------------------------------------------------ publish / download / models / demo
     Case("publish-not-a-model", ["publish", "a_dir", "--repo-id", "me/x", "--dry-run", "-o", "staged"], "a_dir"),
     Case("download-bad-repo-id", ["download", "not a repo", "-o", "dl"], "not a repo"),
+    Case("download-dotdot-repo-id", ["download", "../..", "-o", "dl"], "'../..'"),
+    Case("download-dotdot-name", ["download", "org/..", "--source", "modelscope", "-o", "dl"], "expected ORG/NAME"),
+    Case("download-dotdot-no-slash", ["download", "..", "-o", "dl"], "'..'"),
+    Case("publish-truncated-weights", ["publish", "{truncated}", "--repo-id", "me/x", "--dry-run", "-o", "staged"],
+         "cannot open the weights"),
+    Case("publish-truncated-no-output", ["publish", "{truncated}", "--repo-id", "me/x", "--dry-run"],
+         "truncated or corrupt"),
+    Case("publish-dotdot-repo-id", ["publish", "{tiny}", "--repo-id", "../..", "--dry-run"], "expected ORG/NAME"),
+    Case("publish-output-exists", ["publish", "{tiny}", "--repo-id", "me/x", "--dry-run", "-o", "a_dir"],
+         "already exists"),
+    Case("demo-port-0", ["demo", "{tiny}", "--port", "0"], "--port"),
+    Case("demo-port-70000", ["demo", "{tiny}", "--port", "70000"], "--port"),
+    Case("demo-port-abc", ["demo", "{tiny}", "--port", "abc"], "--port"),
+    Case("demo-bad-host", ["demo", "{tiny}", "--host", "no-such-host.invalid"], "--host"),
+    Case("demo-truncated-weights", ["demo", "{truncated}", "--port", "65001"], "cannot open the weights"),
+    Case("demo-not-a-model", ["demo", "a_dir", "--port", "65002"], "a_dir"),
+    Case("demo-negative-threads", ["demo", "{tiny}", "--threads", "-1"], "--threads"),
 ]
 
 
