@@ -21,6 +21,7 @@ from zh_bert.clean.report import REPORT_SUFFIX
 from zh_bert.clean.source import Problems, RawDoc, inner_name, open_binary
 from zh_bert.clean.wikitext import read_mediawiki
 from zh_bert.config import option
+from zh_bert.corpus_io import lone_surrogate
 from zh_bert.errors import ZhBertError
 
 Format = Literal["auto", "text", "jsonl", "json", "wikiextractor", "mediawiki"]
@@ -98,12 +99,11 @@ def detect_encoding(path: Path, sample: bytes) -> str:
     if sample.startswith(b"\xef\xbb\xbf"):
         return "utf-8-sig"
     lines = sample.split(b"\n")
-    if len(lines) > 1 and len(sample) >= SNIFF_BYTES:
-        lines = lines[:-1]  # the last line may be cut mid-character
+    cut = len(sample) >= SNIFF_BYTES  # the sample may end mid-character: its last piece is not final
     bad = 0
-    for line in lines:
+    for k, line in enumerate(lines):
         try:
-            line.decode("utf-8")
+            codecs.getincrementaldecoder("utf-8")().decode(line, final=not (cut and k == len(lines) - 1))
         except UnicodeDecodeError:
             bad += 1
     if bad == 0 or bad <= 0.05 * len(lines):
@@ -233,6 +233,15 @@ def record_text(obj, field_name: str, field_given: bool) -> str | None:
     return None
 
 
+def _usable(text: str, path: Path, where: int, problems: Problems) -> bool:
+    """False (and counted as 'bad_text' at file:line) for JSON text holding a lone surrogate: like an
+    undecodable byte it costs its document, not the run."""
+    bad = lone_surrogate(text)
+    if bad:
+        problems.add("bad_text", path, where, bad)
+    return bad is None
+
+
 def read_jsonl(path: Path, field_name: str, field_given: bool, encoding: str,
                problems: Problems) -> Iterator[RawDoc]:
     for i, line in read_lines(path, encoding, problems):
@@ -247,7 +256,8 @@ def read_jsonl(path: Path, field_name: str, field_given: bool, encoding: str,
         if text is None:
             problems.add("no_text_field", path, i, f"no string field '{field_name}'")
             continue
-        yield RawDoc(text, f"{path}:{i}")
+        if _usable(text, path, i, problems):
+            yield RawDoc(text, f"{path}:{i}")
 
 
 def read_json(path: Path, field_name: str, field_given: bool, encoding: str,
@@ -273,7 +283,7 @@ def read_json(path: Path, field_name: str, field_given: bool, encoding: str,
     if isinstance(data, dict) and isinstance(data.get("data"), list):  # SQuAD / CMRC / DRCD
         for k, article in enumerate(data["data"]):
             paras = [p.get("context", "") for p in article.get("paragraphs", []) if isinstance(p, dict)]
-            if paras:
+            if paras and _usable("\n".join(paras), path, k, problems):
                 yield RawDoc("\n".join(paras), f"{path}#{article.get('id', k)}")
         return
     records = data if isinstance(data, list) else [data]
@@ -282,7 +292,8 @@ def read_json(path: Path, field_name: str, field_given: bool, encoding: str,
         if text is None:
             problems.add("no_text_field", path, k, f"record {k} has no string field '{field_name}'")
             continue
-        yield RawDoc(text, f"{path}#{k}")
+        if _usable(text, path, k, problems):
+            yield RawDoc(text, f"{path}#{k}")
 
 
 _DOC_OPEN_RE = re.compile(r'<doc\b([^>]*)>')
