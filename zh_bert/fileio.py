@@ -8,6 +8,7 @@ import errno
 import json
 import os
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 from typing import IO, Iterator
@@ -24,6 +25,14 @@ def _tmp_name(path: Path) -> Path:
 _ACTIVE: set[Path] = set()
 # errnos that mean "the disk or the file system said no", not a bug: one line naming the path.
 _DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG, errno.EACCES, errno.EPERM}
+
+
+def fault_point(step: str) -> None:
+    """Test hook: SIGKILL this process right after `step` when ZH_BERT_FAULT names it, so a kill at that
+    exact moment is reproducible. Steps: `written:NAME` (output complete under its temp name),
+    `replaced:NAME` (renamed into place), `between:NAME` (between the two renames of `replace_dir`)."""
+    if os.environ.get("ZH_BERT_FAULT") == step:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _disk_error(path: Path, e: OSError) -> ZhBertError:
@@ -50,7 +59,9 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None 
         f.flush()
         os.fsync(f.fileno())
         f.close()
+        fault_point(f"written:{path.name}")
         os.replace(tmp, path)
+        fault_point(f"replaced:{path.name}")
     except BaseException as e:
         f.close()
         with contextlib.suppress(FileNotFoundError):
@@ -141,15 +152,19 @@ def replace_dir(tmp: Path, path: Path) -> None:
     `tmp` -> `path`, and a kill between the two renames is undone by the next `recover(path)`."""
     if not path.exists():
         os.replace(tmp, path)
+        fault_point(f"replaced:{path.name}")
         return
-    if _exchange(tmp, path):
+    if not os.environ.get("ZH_BERT_FAULT", "").startswith("between:") and _exchange(tmp, path):
+        fault_point(f"replaced:{path.name}")
         _remove(tmp)  # now holds the previous copy
         return
     old = path.with_name(f".{path.name}.old-{os.getpid()}")
     _ACTIVE.add(old)
     try:
         os.replace(path, old)
+        fault_point(f"between:{path.name}")
         os.replace(tmp, path)
+        fault_point(f"replaced:{path.name}")
         _remove(old)
     finally:
         _ACTIVE.discard(old)
@@ -179,6 +194,7 @@ def atomic_dir(path: str | os.PathLike, overwrite: bool = False) -> Iterator[Pat
     os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700; a published dir should read like any other
     try:
         yield tmp
+        fault_point(f"written:{path.name}")
         replace_dir(tmp, path)
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
