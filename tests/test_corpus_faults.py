@@ -147,7 +147,7 @@ def test_vocab_force_replaces_only_a_tokdir(tmp_path, docs, capsys):
     thesis.mkdir()
     (thesis / "thesis.tex").write_text("四年的心血", encoding="utf-8")
     rc, err = _cli(["vocab", str(docs), "-o", str(thesis), "--force", "-q"], capsys)
-    assert rc == 2 and len(err) == 1 and "refusing to replace" in err[0] and "thesis.tex" in err[0]
+    assert rc == 2 and len(err) == 1 and "refusing to overwrite" in err[0] and "thesis.tex" in err[0]
     assert _tree(thesis) == {"thesis.tex": "四年的心血".encode()}
     tok = tmp_path / "tok"                          # a real TOKDIR, with a user's note added to it
     assert _cli(["vocab", str(docs), "-o", str(tok), "--kind", "char", "--size", "3000", "-q"], capsys)[0] == 0
@@ -253,7 +253,7 @@ def test_clean_replaces_only_its_own_output(tmp_path, capsys):
     mine = tmp_path / "notes.jsonl"
     mine.write_text('{"my": "data"}\n', encoding="utf-8")
     rc, err = _clean(src, mine, capsys)
-    assert rc == 2 and len(err) == 1 and "refusing to replace" in err[0]
+    assert rc == 2 and len(err) == 1 and "refusing to overwrite" in err[0]
     assert mine.read_text(encoding="utf-8") == '{"my": "data"}\n'
     out = tmp_path / "out.jsonl"
     assert _clean(src, out, capsys)[0] == 0 and _clean(src, out, capsys)[0] == 0   # its own: replaced

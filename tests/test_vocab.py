@@ -356,7 +356,7 @@ def test_existing_output_refused_unless_force(tmp_path, sample_jsonl, capsys):
     assert rc == 2 and "exists; pass --force" in err and (out / "keep.txt").exists()
     # --force replaces only a TOKDIR this command wrote, never a folder holding anything else
     rc, err = run_cli(["vocab", str(sample_jsonl), "-o", str(out), "--max-docs", "50", "--force", "-q"], capsys)
-    assert rc == 2 and "refusing to replace" in err and "keep.txt" in err and (out / "keep.txt").exists()
+    assert rc == 2 and "refusing to overwrite" in err and "keep.txt" in err and (out / "keep.txt").exists()
     (out / "keep.txt").unlink()
     assert cli(["vocab", str(sample_jsonl), "-o", str(out), "--max-docs", "60", "--force", "-q"]) == 0  # empty: no loss
     assert cli(["vocab", str(sample_jsonl), "-o", str(out), "--max-docs", "50", "--force", "-q"]) == 0

@@ -213,14 +213,14 @@ def check_replaceable(path: str | os.PathLike, marker: str, allowed, what: str) 
     if not os.path.lexists(path):
         return
     if not path.is_dir() or path.is_symlink():
-        raise ZhBertError(f"{path}: exists and is not {what}; refusing to replace it")
+        raise ZhBertError(f"{path}: exists and is not {what}; refusing to overwrite it")
     entries = list(path.iterdir())
     if not entries:
         return
     foreign = [p.name for p in entries if not (p.is_file() and not p.is_symlink() and allowed(p.name))]
     if not (path / marker).is_file() or foreign:
         extra = f" (it holds {', '.join(sorted(foreign)[:3])})" if foreign else f" (no {marker})"
-        raise ZhBertError(f"{path}: exists and is not {what}{extra}; refusing to replace it")
+        raise ZhBertError(f"{path}: exists and is not {what}{extra}; refusing to overwrite it")
 
 
 def read_text(path: str | os.PathLike, encoding: str = "utf-8") -> str:

@@ -186,7 +186,7 @@ def _prepare_output(out: Path) -> Path:
         recover(p)
     if out.exists() and out.stat().st_size and not written_by_clean(out):
         raise ZhBertError(f"-o {out}: exists and was not written by zh-bert clean (no {rpath.name} naming it "
-                          f"beside it); refusing to replace it")
+                          f"beside it); refusing to overwrite it")
     return rpath
 
 
@@ -277,6 +277,7 @@ def clean(job: CleanJob) -> dict:
                 options={"format": read.fmt, "doc_sep": read.doc_sep, "field": read.field_name or "text",
                          "encoding": read.encoding, **asdict(cfg)})
             report.update(output_bytes=size, output_sha256=digest.hexdigest())
+            report = json.loads(json.dumps(report))  # returned exactly as written and as `read_report` reads it
             # written before OUT is renamed; a kill between the two renames leaves a report that does not
             # match the OUT on disk, and `read_report` takes no such report
             write_json(rpath, report)
