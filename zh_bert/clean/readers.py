@@ -233,13 +233,20 @@ def record_text(obj, field_name: str, field_given: bool) -> str | None:
     return None
 
 
-def _usable(text: str, path: Path, where: int, problems: Problems) -> bool:
-    """False (and counted as 'bad_text' at file:line) for JSON text holding a lone surrogate: like an
-    undecodable byte it costs its document, not the run."""
+def _record_doc(obj, field_name: str, field_given: bool, path: Path, where: int, source: str,
+                problems: Problems) -> RawDoc | None:
+    """The document of one JSON record, or None (counted at file:line) when it has no text field or its
+    text holds a lone surrogate (JSON's "\\ud800": like an undecodable byte it costs its document, not the
+    run)."""
+    text = record_text(obj, field_name, field_given)
+    if text is None:
+        problems.add("no_text_field", path, where, f"no string field '{field_name}'")
+        return None
     bad = lone_surrogate(text)
     if bad:
         problems.add("bad_text", path, where, bad)
-    return bad is None
+        return None
+    return RawDoc(text, source)
 
 
 def read_jsonl(path: Path, field_name: str, field_given: bool, encoding: str,
@@ -252,12 +259,9 @@ def read_jsonl(path: Path, field_name: str, field_given: bool, encoding: str,
         except json.JSONDecodeError as e:
             problems.add("bad_json", path, i, e.msg)
             continue
-        text = record_text(obj, field_name, field_given)
-        if text is None:
-            problems.add("no_text_field", path, i, f"no string field '{field_name}'")
-            continue
-        if _usable(text, path, i, problems):
-            yield RawDoc(text, f"{path}:{i}")
+        doc = _record_doc(obj, field_name, field_given, path, i, f"{path}:{i}", problems)
+        if doc:
+            yield doc
 
 
 def read_json(path: Path, field_name: str, field_given: bool, encoding: str,
@@ -283,17 +287,15 @@ def read_json(path: Path, field_name: str, field_given: bool, encoding: str,
     if isinstance(data, dict) and isinstance(data.get("data"), list):  # SQuAD / CMRC / DRCD
         for k, article in enumerate(data["data"]):
             paras = [p.get("context", "") for p in article.get("paragraphs", []) if isinstance(p, dict)]
-            if paras and _usable("\n".join(paras), path, k, problems):
-                yield RawDoc("\n".join(paras), f"{path}#{article.get('id', k)}")
+            doc = _record_doc("\n".join(paras), "", False, path, k, f"{path}#{article.get('id', k)}", problems)
+            if paras and doc:
+                yield doc
         return
     records = data if isinstance(data, list) else [data]
     for k, obj in enumerate(records):
-        text = record_text(obj, field_name, field_given)
-        if text is None:
-            problems.add("no_text_field", path, k, f"record {k} has no string field '{field_name}'")
-            continue
-        if _usable(text, path, k, problems):
-            yield RawDoc(text, f"{path}#{k}")
+        doc = _record_doc(obj, field_name, field_given, path, k, f"{path}#{k}", problems)
+        if doc:
+            yield doc
 
 
 _DOC_OPEN_RE = re.compile(r'<doc\b([^>]*)>')
