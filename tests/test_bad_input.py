@@ -61,6 +61,7 @@ CASES: list[Case] = [
     Case("clean-undetectable-encoding", ["clean", "corpusrel_binary.txt", "-o", "out.jsonl"], "--encoding"),
     Case("clean-output-is-a-dir", ["clean", "docs.jsonl", "-o", "a_dir"], "is a directory"),
     Case("clean-output-not-its-own", ["clean", "docs.jsonl", "-o", "broken.jsonl"], "refusing to overwrite"),
+    Case("clean-empty-into-new-folder", ["clean", "empty.jsonl", "-o", "new/sub/out.jsonl"], "no documents"),
 
     # ------------------------------------------------------------------ vocab
     Case("vocab-broken-jsonl", ["vocab", "broken.jsonl", "-o", "tok"], "broken.jsonl:2"),

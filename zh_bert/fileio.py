@@ -35,6 +35,23 @@ def fault_point(step: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _make_parents(path: Path) -> list[Path]:
+    """Create the missing folders above `path`; returns them, deepest first, so that a failed write can
+    take them away again (`_remove_made`) and leave nothing new behind."""
+    made, d = [], path.parent
+    while not d.exists() and d != d.parent:
+        made.append(d)
+        d = d.parent
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return made
+
+
+def _remove_made(made: list[Path]) -> None:
+    for d in made:
+        with contextlib.suppress(OSError):
+            d.rmdir()  # only if still empty
+
+
 def _disk_error(path: Path, e: OSError) -> ZhBertError:
     return ZhBertError(f"{path}: cannot write ({e.strerror or e}); nothing was changed")
 
@@ -46,11 +63,12 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None 
     path = Path(path)
     if path.is_dir():
         raise ZhBertError(f"{path}: is a directory; give a file name")
-    tmp = _tmp_name(path)
+    tmp, made = _tmp_name(path), []
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        made = _make_parents(path)
         f = open(tmp, mode, encoding=None if "b" in mode else encoding)
     except OSError as e:
+        _remove_made(made)
         if e.errno in _DISK_ERRNOS:
             raise _disk_error(path, e) from None
         raise
@@ -66,6 +84,7 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None 
         f.close()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        _remove_made(made)
         if isinstance(e, OSError) and e.errno in _DISK_ERRNOS:
             raise _disk_error(path, e) from None
         raise
@@ -181,10 +200,12 @@ def atomic_dir(path: str | os.PathLike, overwrite: bool = False) -> Iterator[Pat
     recover(path)
     if path.exists() and not overwrite:
         raise FileExistsError(path)
+    made = []
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        made = _make_parents(path)
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=path.parent))
     except OSError as e:
+        _remove_made(made)
         if e.errno in _DISK_ERRNOS:
             raise _disk_error(path, e) from None
         raise
@@ -198,6 +219,7 @@ def atomic_dir(path: str | os.PathLike, overwrite: bool = False) -> Iterator[Pat
         replace_dir(tmp, path)
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        _remove_made(made)
         if isinstance(e, OSError) and e.errno in _DISK_ERRNOS:
             raise _disk_error(path, e) from None
         raise
