@@ -34,6 +34,9 @@ def write_bad_files(w: Path) -> None:
     (w / "recipe_ngram.yaml").write_text("masking: ngram\nmax_ngram: 5\n", encoding="utf-8")
     (w / "not_yaml.yaml").write_text("a: [1, 2\n", encoding="utf-8")
     (w / "a_dir").mkdir()
+    (w / "corpusrel_thesis").mkdir()                                 # someone's folder, not a command's output
+    (w / "corpusrel_thesis" / "thesis.tex").write_text("四年的心血\n", encoding="utf-8")
+    (w / "corpusrel_binary.txt").write_bytes(bytes(range(128, 256)) * 300)   # no text encoding fits
     _evalrel_files(w)
 
 
@@ -77,13 +80,25 @@ CASES: list[Case] = [
 
     # ------------------------------------------------------------------ clean
     Case("clean-missing-input", ["clean", "nope.txt", "-o", "out.jsonl"], "nope.txt"),
-    Case("clean-empty-input", ["clean", "empty.jsonl", "-o", "out.jsonl"], "no documents"),
+    Case("clean-empty-input", ["clean", "empty.jsonl", "-o", "out.jsonl"], "no documents in empty.jsonl"),
+    Case("clean-lone-surrogate", ["clean", "surrogate.jsonl", "-o", "out.jsonl"], "surrogate.jsonl:1: lone surrogate"),
+    Case("clean-undetectable-encoding", ["clean", "corpusrel_binary.txt", "-o", "out.jsonl"], "--encoding"),
+    Case("clean-output-is-a-dir", ["clean", "docs.jsonl", "-o", "a_dir"], "is a directory"),
+    Case("clean-output-not-its-own", ["clean", "docs.jsonl", "-o", "broken.jsonl"], "refusing to overwrite"),
+    Case("clean-empty-into-new-folder", ["clean", "empty.jsonl", "-o", "new/sub/out.jsonl"], "no documents"),
 
     # ------------------------------------------------------------------ vocab
     Case("vocab-broken-jsonl", ["vocab", "broken.jsonl", "-o", "tok"], "broken.jsonl:2"),
     Case("vocab-no-text", ["vocab", "notext.jsonl", "-o", "tok"], "notext.jsonl:1"),
     Case("vocab-empty", ["vocab", "empty.jsonl", "-o", "tok"], "empty"),
     Case("vocab-not-utf8", ["vocab", "gbk.txt", "-o", "tok"], "gbk.txt"),
+    Case("vocab-lone-surrogate", ["vocab", "surrogate.jsonl", "-o", "tok"], "surrogate.jsonl:1: lone surrogate"),
+    Case("vocab-force-foreign-dir", ["vocab", "docs.jsonl", "-o", "corpusrel_thesis", "--force"], "thesis.tex"),
+    Case("vocab-exists-no-force", ["vocab", "docs.jsonl", "-o", "{tok}"], "--force"),
+    Case("vocab-size-zero", ["vocab", "docs.jsonl", "-o", "tok", "--size", "0"], "--size"),
+    Case("vocab-report-lone-surrogate", ["vocab", "report", "{tok}", "surrogate.jsonl"], "surrogate.jsonl:1"),
+    Case("vocab-report-json-is-dir", ["vocab", "report", "{tok}", "docs.jsonl", "--json", "a_dir"], "a_dir"),
+    Case("vocab-report-not-tokdir", ["vocab", "report", "a_dir", "docs.jsonl"], "a_dir"),
 
     # ------------------------------------------------------------------ shard / inspect
     Case("shard-empty", ["shard", "empty.jsonl", "--tokenizer", "{tok}", "-o", "sh"], "empty"),
@@ -91,6 +106,14 @@ CASES: list[Case] = [
     Case("shard-seq-too-short", ["shard", "docs.jsonl", "--tokenizer", "{tok}", "-o", "sh", "--seq-len", "4"],
          "--seq-len"),
     Case("inspect-not-sharddir", ["inspect", "a_dir"], "a_dir"),
+    Case("shard-lone-surrogate", ["shard", "surrogate.jsonl", "--tokenizer", "{tok}", "-o", "sh"],
+         "surrogate.jsonl:1: lone surrogate"),
+    Case("shard-broken-jsonl", ["shard", "broken.jsonl", "--tokenizer", "{tok}", "-o", "sh"], "broken.jsonl:2"),
+    Case("shard-foreign-dir", ["shard", "docs.jsonl", "--tokenizer", "{tok}", "-o", "corpusrel_thesis"],
+         "thesis.tex"),
+    Case("shard-output-is-a-file", ["shard", "docs.jsonl", "--tokenizer", "{tok}", "-o", "docs.jsonl"],
+         "not a shard directory"),
+    Case("inspect-missing", ["inspect", "nope"], "nope"),
 
     # ------------------------------------------------------------------ pretrain / plan
     Case("pretrain-missing-recipe", ["pretrain", "nope.yaml"], "nope.yaml"),

@@ -219,6 +219,26 @@ def test_undetectable_encoding_rejected(tmp_path):
     assert not [f for f in tmp_path.iterdir() if f.name.startswith(".o.jsonl")]
 
 
+def test_utf8_sample_cut_mid_character_is_utf8(tmp_path, clue_lines):
+    """One real Chinese line longer than the 64 KiB encoding sample: the sample ends inside a character,
+    which is not a reason to call the file something other than UTF-8."""
+    from zh_bert.clean.readers import SNIFF_BYTES, detect_encoding
+
+    line = ""
+    for l in clue_lines:
+        line += l.strip()
+        if len(line.encode("utf-8")) > SNIFF_BYTES + 1000:
+            break
+    data = line.encode("utf-8")
+    cont = lambda byte: 0x80 <= byte < 0xC0  # noqa: E731 (a UTF-8 continuation byte)
+    start = next(i for i in range(len(data)) if not cont(data[i]) and cont(data[i + SNIFF_BYTES]))
+    src = tmp_path / "long.txt"
+    src.write_bytes(data[start:] + b"\n")                 # its first 64 KiB end inside a character
+    assert detect_encoding(src, src.read_bytes()[:SNIFF_BYTES]) == "utf-8"
+    docs, report = run([src], tmp_path / "o.jsonl", "--max-chars", "1000000")
+    assert len(docs) == 1 and report["inputs"][0]["encoding"] == "utf-8"
+
+
 def test_invalid_bytes_in_the_middle(tmp_path, clue_lines):
     raw = [l.encode("utf-8") for l in clue_lines[:20]]
     raw[9] = raw[9][:30] + b"\xff\xfe\xc3" + raw[9][30:]  # line 10: broken bytes mid-line

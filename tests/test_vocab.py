@@ -354,8 +354,13 @@ def test_existing_output_refused_unless_force(tmp_path, sample_jsonl, capsys):
     (out / "keep.txt").write_text("x")
     rc, err = run_cli(["vocab", str(sample_jsonl), "-o", str(out), "--max-docs", "50", "--size", "6000"], capsys)
     assert rc == 2 and "exists; pass --force" in err and (out / "keep.txt").exists()
+    # --force replaces only a TOKDIR this command wrote, never a folder holding anything else
+    rc, err = run_cli(["vocab", str(sample_jsonl), "-o", str(out), "--max-docs", "50", "--force", "-q"], capsys)
+    assert rc == 2 and "refusing to overwrite" in err and "keep.txt" in err and (out / "keep.txt").exists()
+    (out / "keep.txt").unlink()
+    assert cli(["vocab", str(sample_jsonl), "-o", str(out), "--max-docs", "60", "--force", "-q"]) == 0  # empty: no loss
     assert cli(["vocab", str(sample_jsonl), "-o", str(out), "--max-docs", "50", "--force", "-q"]) == 0
-    assert not (out / "keep.txt").exists() and (out / "tokenizer.json").exists()
+    assert sorted(p.name for p in out.parent.iterdir()) == ["tok"] and (out / "tokenizer.json").exists()
     assert json.loads((out / "zh_bert_vocab.json").read_text(encoding="utf-8"))["corpus_docs"] == 50
 
 

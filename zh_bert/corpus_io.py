@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -17,6 +18,18 @@ from zh_bert.errors import ZhBertError
 
 JSONL_SUFFIXES = (".jsonl", ".json")
 _EXPECTED = 'expected `zh-bert clean` output: {"text": ..., "source": ...} per line'
+
+
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
+
+
+def lone_surrogate(text: str) -> str | None:
+    """What is wrong with the first lone surrogate in `text` (JSON's "\\ud800" decodes to one: it is not a
+    Unicode character and cannot be written as UTF-8), or None when there is none."""
+    m = _SURROGATE_RE.search(text)
+    if m is None:
+        return None
+    return f"lone surrogate \\u{ord(m.group()):04x} at character {m.start() + 1} (not a Unicode character)"
 
 
 def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
@@ -55,6 +68,9 @@ def document_text(line: str, path: str | os.PathLike, lineno: int) -> str:
     obj = _json(line, path, lineno, f"; {_EXPECTED}")
     if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
         raise ZhBertError(f'{path}:{lineno}: no "text" string; {_EXPECTED}')
+    bad = lone_surrogate(obj["text"])
+    if bad:
+        raise ZhBertError(f"{path}:{lineno}: {bad} in \"text\"")
     return obj["text"]
 
 

@@ -17,6 +17,7 @@ from zh_bert.clean import CleanJob, clean
 from zh_bert.clean.readers import ReadOptions
 from zh_bert.clean.report import read_report
 from zh_bert.errors import ZhBertError
+from zh_bert.fileio import recover
 from zh_bert.shard import ShardConfig, build_shards
 from zh_bert.vocab.build import VocabConfig, VocabOptions, build_vocab
 
@@ -68,9 +69,13 @@ def prepare_data(recipe, log=print) -> PreparedData:
                 "seq_len": recipe.seq_len, "pairs": pairs, "valid_docs": recipe.valid_docs}
     root = Path(recipe.data_cache or Path(recipe.out_dir) / "data") / cache_key(paths, settings)
     docs, tokdir, sharddir = root / "docs.jsonl", root / "tokenizer", root / "shards"
-    if not docs.is_file():
+    for d in (tokdir, sharddir):
+        recover(d)  # a stage killed while replacing its output: the previous complete one stands
+    report = read_report(docs) if docs.is_file() else None  # docs without its own report: incomplete
+    if report is None:
         log(f"[data] clean {' '.join(map(str, paths))} -> {docs}")
-        clean(CleanJob(inputs=[str(p) for p in paths], output=str(docs), read=ReadOptions(doc_sep=recipe.doc_sep)))
+        report = clean(CleanJob(inputs=[str(p) for p in paths], output=str(docs),
+                                read=ReadOptions(doc_sep=recipe.doc_sep)))
     if not tokenizer and not (tokdir / "tokenizer_config.json").is_file():
         log(f"[data] vocab --kind {recipe.vocab_kind} -> {tokdir}")
         build_vocab(VocabConfig(corpus=[str(docs)], output=str(tokdir), quiet=True,
@@ -80,4 +85,4 @@ def prepare_data(recipe, log=print) -> PreparedData:
         log(f"[data] shard --tokenizer {tok} --seq-len {recipe.seq_len} -> {sharddir}")
         build_shards(ShardConfig(corpus=[str(docs)], tokenizer=tok, output=str(sharddir), seq_len=recipe.seq_len,
                                  valid_docs=recipe.valid_docs, pairs=pairs))
-    return PreparedData(sharddir, None if tokenizer else tokdir, read_report(docs))
+    return PreparedData(sharddir, None if tokenizer else tokdir, report)

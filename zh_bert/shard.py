@@ -29,13 +29,13 @@ from typing import Iterator, Literal, Optional
 
 import numpy as np
 
-from zh_bert.clean.report import read_report
+from zh_bert.clean.report import file_digest, read_report
 from zh_bert.config import build_parser as _build_parser
 from zh_bert.config import config_from_args, option
 from zh_bert.corpus_io import document_text, iter_lines
 from zh_bert.data import FORMAT_VERSION, ids_dtype
 from zh_bert.errors import ZhBertError
-from zh_bert.fileio import atomic_dir
+from zh_bert.fileio import atomic_dir, check_replaceable, recover
 from zh_bert.segment import DEFAULT_SEGMENTER, SEGMENTERS, Segmenter, check_segmenter, token_word_starts
 from zh_bert.text import BERT_CJK_RANGES, is_bert_punct, sentence_end_offsets
 from zh_bert.tokenizer_files import load_tokenizer, tokenizer_fingerprint
@@ -460,11 +460,7 @@ class SplitWriter:
 
 
 def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
+    return file_digest(path)[1]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -535,16 +531,23 @@ def _cache_key(cfg: ShardConfig, hashes: list[str], fingerprint: str) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
 
 
+_SPLIT_FILES = ("ids.bin", "word_start.bin", "lengths.npy", "doc_starts.npy", "b_start.npy", "nsp.npy")
+# Every file `build_shards` writes: a rebuild replaces a dir holding these and nothing else.
+SHARD_FILES = frozenset({"meta.json", "unigram_counts.npy"} | {f"{s}.{f}" for s in ("train", "valid")
+                                                                 for f in _SPLIT_FILES})
+
+
 def _up_to_date(out: Path, cache_key: str) -> bool:
-    """True when `out` holds shards with this cache key; an existing non-shard output is refused."""
+    """True when `out` holds shards with this cache key. Leftovers of an interrupted earlier build are
+    recovered first; an existing output that is not a shard dir this command wrote is refused."""
+    recover(out)
+    check_replaceable(out, "meta.json", SHARD_FILES.__contains__, "a shard directory")
     if (out / "meta.json").is_file():
         try:
             old = json.loads((out / "meta.json").read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError):
             old = {}
         return old.get("cache_key") == cache_key
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ZhBertError(f"{out}: exists and is not a shard directory; refusing to overwrite it")
     return False
 
 
@@ -621,7 +624,7 @@ def build_shards(cfg: ShardConfig) -> Path:
             "counts": counts, "segmenter": cfg.segmenter,
             "user_dict": str(cfg.user_dict) if cfg.user_dict else None,
             "valid_docs": int(n_valid), "seed": cfg.seed, "char_lookup": encoder.fast,
-            "sources": [{"path": str(p), "sha256": h, "clean_report": read_report(p)} for p, h in zip(paths, hashes)],
+            "sources": [{"path": str(p), "sha256": h, "clean_report": read_report(p, h)} for p, h in zip(paths, hashes)],
             "text": {"documents": totals["docs"], "chars": totals["chars"], "bytes": totals["bytes"]},
             "build": {"workers": cfg.workers, "wall_clock_s": round(wall, 3),
                       "mb_per_s": round(totals["bytes"] / 1e6 / max(wall, 1e-9), 2)},

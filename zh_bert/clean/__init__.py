@@ -6,13 +6,15 @@ in submission order and the main process deduplicates and writes them, so the ou
 `--workers`. At most 2 batches per worker are in flight: memory stays flat on any corpus size.
 
 Output: OUT.jsonl (one `{"text", "source"}` per line, paragraphs joined by "\\n") and OUT.report.json,
-both written under temporary names and renamed only when complete.
+both written under temporary names and renamed only when complete. The report records the size and
+sha256 of the OUT.jsonl it describes; `read_report` ignores a report that does not match the file.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import hashlib
 import json
 import multiprocessing as mp
 import os
@@ -27,13 +29,13 @@ from zh_bert.clean.dedup import DEDUP_MODES, DedupMode, Deduplicator, MinHashCon
 from zh_bert.clean.filters import FilterConfig, quality_reason, remove_boilerplate
 from zh_bert.clean.normalize import NormalizeConfig, Normalizer
 from zh_bert.clean.readers import ReadOptions, expand_inputs, read_input
-from zh_bert.clean.report import Tally, read_report, report_path
+from zh_bert.clean.report import Tally, read_report, report_path, written_by_clean
 from zh_bert.clean.source import Problems, RawDoc
 from zh_bert.clean.wikitext import wikitext_to_text
 from zh_bert.config import build_parser as _build_parser
 from zh_bert.config import config_from_args, option
 from zh_bert.errors import ZhBertError
-from zh_bert.fileio import atomic_write, write_json
+from zh_bert.fileio import atomic_write, recover, write_json
 
 __all__ = ["main", "clean", "build_parser", "report_path", "read_report", "CleanJob", "CleanConfig",
            "ReadOptions", "DocCleaner"]
@@ -174,20 +176,27 @@ def _batched(docs: Iterable[RawDoc]) -> Iterator[list[RawDoc]]:
 
 
 # --- outputs -------------------------------------------------------------------------------------
-def _remove_stale_temps(path: Path) -> None:
-    """Delete temp files that a killed earlier run left beside `path` (their pid is gone)."""
-    prefix = f".{path.name}.tmp-"
-    if not path.parent.is_dir():
-        return
-    for f in path.parent.iterdir():
-        if f.name.startswith(prefix):
-            try:
-                pid = int(f.name[len(prefix):])
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                f.unlink(missing_ok=True)
-            except (ValueError, PermissionError):
-                pass
+def _prepare_output(out: Path) -> Path:
+    """Check `-o` before any work: leftovers of killed runs are removed, and an existing file is replaced
+    only when it is a clean output (its report beside it names it) or empty. Returns the report path."""
+    rpath = report_path(out)
+    if out.is_dir():
+        raise ZhBertError(f"-o {out}: is a directory; give a file name such as {out}/docs.jsonl")
+    for p in (out, rpath):
+        recover(p)
+    if out.exists() and out.stat().st_size and not written_by_clean(out):
+        raise ZhBertError(f"-o {out}: exists and was not written by zh-bert clean (no {rpath.name} naming it "
+                          f"beside it); refusing to overwrite it")
+    return rpath
+
+
+def _no_documents(files: list[Path], tally: Tally, problems: Problems) -> ZhBertError:
+    names = ", ".join(map(str, files[:3])) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+    first = next((w[0] for w in problems.where.values() if w), None)
+    return ZhBertError(
+        f"no documents in {names}: {tally.docs_in} read, none left after cleaning "
+        f"(filtered: {dict(tally.filtered) or 'none'}; unreadable lines: {problems.counts or 'none'}"
+        + (f", first {first}" if first else "") + "); nothing written")
 
 
 class _Progress:
@@ -217,16 +226,12 @@ def clean(job: CleanJob) -> dict:
     """Clean `job.inputs` into `job.output` (+ its report, see `report_path`); returns the report dict."""
     t0 = time.time()
     read, cfg, out = job.read, job.config, Path(job.output)
-    if out.is_dir():
-        raise ZhBertError(f"-o {out}: is a directory; give a file name such as {out}/docs.jsonl")
+    rpath = _prepare_output(out)
     files, skipped = expand_inputs(job.inputs)
     if not files:
         raise ZhBertError(f"no input files found in {', '.join(job.inputs)}")
     workers = job.workers or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                               else os.cpu_count() or 1)
-    rpath = report_path(out)
-    for p in (out, rpath):
-        _remove_stale_temps(p)
 
     problems = Problems()
     per_file: dict[str, int] = {}
@@ -243,7 +248,8 @@ def clean(job: CleanJob) -> dict:
     dedup = Deduplicator(cfg.dedup, cfg.minhash)
     progress = _Progress(sum(f.stat().st_size for f in files), job.quiet)
     try:
-        with atomic_write(out) as fout:
+        with atomic_write(out, "wb") as fout:
+            digest, size = hashlib.sha256(), 0
             for res in _map_ordered(cfg, _batched(docs()), workers):
                 progress.update(res)
                 tally.add_batch(res)
@@ -257,12 +263,12 @@ def clean(job: CleanJob) -> dict:
                     tally.chars_out += nchars
                     lines.append(line)
                 if lines:
-                    fout.write("\n".join(lines) + "\n")
+                    data = ("\n".join(lines) + "\n").encode("utf-8")
+                    digest.update(data)
+                    size += len(data)
+                    fout.write(data)
             if tally.docs_out == 0:
-                raise ZhBertError(
-                    f"no documents left after cleaning {tally.docs_in} read from {len(files)} file(s) "
-                    f"(filtered: {dict(tally.filtered) or 'none'}; unreadable lines: {problems.counts or 'none'}); "
-                    f"nothing written")
+                raise _no_documents(files, tally, problems)
             default_enc = read.encoding if read.encoding != "auto" else "utf-8"
             report = tally.to_report(
                 seconds=time.time() - t0, problems=problems, skipped=skipped, workers=workers, output=str(out),
@@ -270,7 +276,11 @@ def clean(job: CleanJob) -> dict:
                          "encoding": problems.encodings.get(str(f), default_enc)} for f in files],
                 options={"format": read.fmt, "doc_sep": read.doc_sep, "field": read.field_name or "text",
                          "encoding": read.encoding, **asdict(cfg)})
-            write_json(rpath, report)  # before OUT.jsonl is renamed: a complete OUT implies its report
+            report.update(output_bytes=size, output_sha256=digest.hexdigest())
+            report = json.loads(json.dumps(report))  # returned exactly as written and as `read_report` reads it
+            # written before OUT is renamed; a kill between the two renames leaves a report that does not
+            # match the OUT on disk, and `read_report` takes no such report
+            write_json(rpath, report)
     finally:
         progress.close()
     return report

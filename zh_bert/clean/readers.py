@@ -21,6 +21,7 @@ from zh_bert.clean.report import REPORT_SUFFIX
 from zh_bert.clean.source import Problems, RawDoc, inner_name, open_binary
 from zh_bert.clean.wikitext import read_mediawiki
 from zh_bert.config import option
+from zh_bert.corpus_io import lone_surrogate
 from zh_bert.errors import ZhBertError
 
 Format = Literal["auto", "text", "jsonl", "json", "wikiextractor", "mediawiki"]
@@ -98,12 +99,11 @@ def detect_encoding(path: Path, sample: bytes) -> str:
     if sample.startswith(b"\xef\xbb\xbf"):
         return "utf-8-sig"
     lines = sample.split(b"\n")
-    if len(lines) > 1 and len(sample) >= SNIFF_BYTES:
-        lines = lines[:-1]  # the last line may be cut mid-character
+    cut = len(sample) >= SNIFF_BYTES  # the sample may end mid-character: its last piece is not final
     bad = 0
-    for line in lines:
+    for k, line in enumerate(lines):
         try:
-            line.decode("utf-8")
+            codecs.getincrementaldecoder("utf-8")().decode(line, final=not (cut and k == len(lines) - 1))
         except UnicodeDecodeError:
             bad += 1
     if bad == 0 or bad <= 0.05 * len(lines):
@@ -233,6 +233,22 @@ def record_text(obj, field_name: str, field_given: bool) -> str | None:
     return None
 
 
+def _record_doc(obj, field_name: str, field_given: bool, path: Path, where: int, source: str,
+                problems: Problems) -> RawDoc | None:
+    """The document of one JSON record, or None (counted at file:line) when it has no text field or its
+    text holds a lone surrogate (JSON's "\\ud800": like an undecodable byte it costs its document, not the
+    run)."""
+    text = record_text(obj, field_name, field_given)
+    if text is None:
+        problems.add("no_text_field", path, where, f"no string field '{field_name}'")
+        return None
+    bad = lone_surrogate(text)
+    if bad:
+        problems.add("bad_text", path, where, bad)
+        return None
+    return RawDoc(text, source)
+
+
 def read_jsonl(path: Path, field_name: str, field_given: bool, encoding: str,
                problems: Problems) -> Iterator[RawDoc]:
     for i, line in read_lines(path, encoding, problems):
@@ -243,11 +259,9 @@ def read_jsonl(path: Path, field_name: str, field_given: bool, encoding: str,
         except json.JSONDecodeError as e:
             problems.add("bad_json", path, i, e.msg)
             continue
-        text = record_text(obj, field_name, field_given)
-        if text is None:
-            problems.add("no_text_field", path, i, f"no string field '{field_name}'")
-            continue
-        yield RawDoc(text, f"{path}:{i}")
+        doc = _record_doc(obj, field_name, field_given, path, i, f"{path}:{i}", problems)
+        if doc:
+            yield doc
 
 
 def read_json(path: Path, field_name: str, field_given: bool, encoding: str,
@@ -273,16 +287,15 @@ def read_json(path: Path, field_name: str, field_given: bool, encoding: str,
     if isinstance(data, dict) and isinstance(data.get("data"), list):  # SQuAD / CMRC / DRCD
         for k, article in enumerate(data["data"]):
             paras = [p.get("context", "") for p in article.get("paragraphs", []) if isinstance(p, dict)]
-            if paras:
-                yield RawDoc("\n".join(paras), f"{path}#{article.get('id', k)}")
+            doc = _record_doc("\n".join(paras), "", False, path, k, f"{path}#{article.get('id', k)}", problems)
+            if paras and doc:
+                yield doc
         return
     records = data if isinstance(data, list) else [data]
     for k, obj in enumerate(records):
-        text = record_text(obj, field_name, field_given)
-        if text is None:
-            problems.add("no_text_field", path, k, f"record {k} has no string field '{field_name}'")
-            continue
-        yield RawDoc(text, f"{path}#{k}")
+        doc = _record_doc(obj, field_name, field_given, path, k, f"{path}#{k}", problems)
+        if doc:
+            yield doc
 
 
 _DOC_OPEN_RE = re.compile(r'<doc\b([^>]*)>')

@@ -5,6 +5,7 @@ inputs with their encodings, every option in effect, time)."""
 from __future__ import annotations
 
 import collections
+import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -23,16 +24,40 @@ def report_path(out: str | os.PathLike) -> Path:
     return out.with_name(stem + REPORT_SUFFIX)
 
 
-def read_report(out: str | os.PathLike) -> dict | None:
-    """The report `zh-bert clean` wrote beside its output `out`; None when there is none (a corpus not
-    made by clean) or it is unreadable."""
-    path = report_path(out)
-    if not path.is_file():
-        return None
+def _load(path: Path) -> dict | None:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
         return None
+    return obj if isinstance(obj, dict) else None
+
+
+def file_digest(path: str | os.PathLike) -> tuple[int, str]:
+    """(size in bytes, sha256 hex) of a file: what a report says about the output it describes."""
+    h, n = hashlib.sha256(), 0
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+            n += len(block)
+    return n, h.hexdigest()
+
+
+def read_report(out: str | os.PathLike, sha256: str | None = None) -> dict | None:
+    """The report `zh-bert clean` wrote for the output `out` now on disk; None when there is none (a corpus
+    not made by clean), it is unreadable, or it describes other bytes than `out` holds (a run killed
+    between writing its report and renaming its output, or an output edited since): a report is taken
+    only for the exact file it was written with. `sha256`: the caller's hash of `out`, saves a pass."""
+    report, out = _load(report_path(out)), Path(out)
+    if report is None or not out.is_file() or report.get("output_bytes") != out.stat().st_size:
+        return None
+    return report if report.get("output_sha256") == (sha256 or file_digest(out)[1]) else None
+
+
+def written_by_clean(out: str | os.PathLike) -> bool:
+    """True when a clean report beside `out` names it: `out` is a clean output (possibly one whose
+    replacement was interrupted), so a new run may replace it. Anything else is the user's file."""
+    report = _load(report_path(out))
+    return report is not None and Path(str(report.get("output", ""))).name == Path(out).name
 
 
 @dataclass

@@ -23,7 +23,7 @@ class RawDoc:
 
 @dataclass
 class Problems:
-    """Lines the readers could not use, by kind ('undecodable', 'bad_json'), with file:line."""
+    """Lines the readers could not use, by kind ('undecodable', 'bad_json', 'no_text_field', 'bad_text'), with file:line."""
     counts: dict = field(default_factory=dict)
     where: dict = field(default_factory=dict)
     encodings: dict = field(default_factory=dict)  # path -> encoding used (detected or given)

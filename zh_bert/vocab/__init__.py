@@ -18,6 +18,7 @@ from pathlib import Path
 
 from zh_bert.config import build_parser as _build_parser
 from zh_bert.config import config_from_args
+from zh_bert.errors import ZhBertError
 from zh_bert.fileio import write_json
 from zh_bert.vocab.build import KINDS, VocabConfig, VocabOptions, build_vocab
 from zh_bert.vocab.report import ReportConfig, format_reports, vocab_report, vocab_reports
@@ -42,6 +43,9 @@ def build_report_parser() -> argparse.ArgumentParser:
 
 def report_main(argv: list[str]) -> int:
     cfg = config_from_args(ReportConfig, build_report_parser().parse_args(argv))
+    if cfg.json_path and Path(cfg.json_path).is_dir():  # before the work, not after it
+        raise ZhBertError(f"--json {cfg.json_path}: is a directory; give a file name such as "
+                          f"{Path(cfg.json_path) / 'report.json'}")
     reports = vocab_reports(cfg)
     print(format_reports(reports))
     if cfg.json_path:

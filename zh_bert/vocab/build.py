@@ -32,7 +32,7 @@ from typing import Iterable, Literal, Optional
 from zh_bert.config import option
 from zh_bert.corpus_io import read_documents
 from zh_bert.errors import ZhBertError
-from zh_bert.fileio import atomic_dir, read_vocab_txt
+from zh_bert.fileio import atomic_dir, check_replaceable, read_vocab_txt, recover
 from zh_bert.text import is_bert_cjk, is_bert_punct, sentence_end_offsets
 
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -627,6 +627,12 @@ def build_tokenizer(docs: list[str], o: VocabOptions):
     return tk, tokens, {}, stats
 
 
+META_FILE = "zh_bert_vocab.json"
+# Every file `write_tokdir` may write: `--force` replaces a dir holding these and nothing else.
+TOKDIR_FILES = frozenset({"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt",
+                          "spiece.model", META_FILE})
+
+
 def write_tokdir(out: Path, tk, tokens: list[str], kind: str, extra: dict[str, bytes], meta: dict) -> None:
     """Write every file of a TOKDIR into `out` (a fresh temp dir: the caller renames it when complete)."""
     out.mkdir(parents=True, exist_ok=True)
@@ -669,10 +675,10 @@ def build_vocab(config: VocabConfig) -> Path:
     """Build the TOKDIR `config.output` (atomically: nothing appears unless every file was written and
     verified); returns its path. Its zh_bert_vocab.json says what was built."""
     out, o = Path(config.output), config.options
+    recover(out)
     if out.exists() and not config.force:
         raise ZhBertError(f"{out}: output directory exists; pass --force to replace it")
-    if out.exists() and not out.is_dir():
-        raise ZhBertError(f"{out}: exists and is not a directory")
+    check_replaceable(out, META_FILE, TOKDIR_FILES.__contains__, "a tokenizer dir written by zh-bert vocab")
     t0 = time.perf_counter()
     docs = read_documents(config.corpus, config.max_docs)
     tk, tokens, extra, stats = build_tokenizer(docs, o)
