@@ -132,6 +132,8 @@ CASES: list[Case] = [
          "cannot load"),
     Case("finetune-truncated-weights", ["finetune", "{truncated}", "--task", "chnsenticorp", "--no-record"],
          "cannot load"),
+    Case("eval-lone-surrogate", ["eval", "mlm", "{tiny}", "--text", "surrogate.jsonl", "--no-record"],
+         "surrogate.jsonl:1"),
     Case("finetune-unknown-task", ["finetune", "{tiny}", "--task", "chnsenticorpp", "--no-record"], "chnsenticorp"),
     Case("eval-cloze-not-utf8", ["eval", "cloze", "{tiny}", "--data", "gbk.txt", "--no-record"], "gbk.txt"),
     Case("eval-batch-size-negative", ["eval", "mlm", "{tiny}", "--text", "docs.jsonl", "--batch-size", "-3",
