@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import types
 import typing
 from pathlib import Path
@@ -83,9 +84,12 @@ def _coerce(value: Any, tp: Any, key: str, where: str) -> Any:
         if isinstance(value, bool):
             raise ZhBertError(f"{where}: '{key}' must be a number, got {value!r}")
         try:
-            return float(value)
+            number = float(value)
         except (TypeError, ValueError):
             raise ZhBertError(f"{where}: '{key}' must be a number, got {value!r}") from None
+        if not math.isfinite(number):   # nan/inf pass every range check written as `x < limit` and train garbage
+            raise ZhBertError(f"{where}: '{key}' must be a finite number, got {value!r}")
+        return number
     if tp is str:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             return str(value)
@@ -191,6 +195,28 @@ class Choice:
                                          f"choose from {', '.join(map(str, self.values))}")
 
 
+def finite_float(text: str) -> float:
+    """argparse `type` of every float option: a number, and not nan or inf."""
+    try:
+        number = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not math.isfinite(number):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return number
+
+
+def check_finite(cfg: Any, as_flag: bool = True) -> None:
+    """Refuse nan/inf in any float field of dataclass `cfg` (the Python API, where `_coerce` does not run),
+    naming the field as the flag the user typed (`as_flag`) or as the key ('lr')."""
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        values = value if isinstance(value, (list, tuple)) else [value]
+        if any(isinstance(v, float) and not math.isfinite(v) for v in values):
+            name = f"--{f.name.replace('_', '-')}" if as_flag else f"'{f.name}'"
+            raise ZhBertError(f"{name} must be a finite number, got {value!r}")
+
+
 def at_least(cfg: Any, minimum: float, *names: str) -> None:
     """Refuse a numeric setting below `minimum`, naming it as the flag the user typed (--batch-size)."""
     for name in names:
@@ -245,12 +271,14 @@ def add_options(parser: argparse.ArgumentParser, cls: type) -> argparse.Argument
             kw.setdefault("metavar", "{" + ",".join(map(str, typing.get_args(tp))) + "}")
         elif origin in (list, tuple):
             inner = _unwrap_optional((typing.get_args(tp) or (str,))[0])
-            kw["type"] = inner if inner in (int, float) else str
+            kw["type"] = finite_float if inner is float else inner if inner is int else str
             if typing.get_origin(inner) is typing.Literal:
                 kw["type"] = Choice(typing.get_args(inner))
             kw["nargs"] = "+" if md["positional"] and not has_default else ("*" if md["positional"] else "+")
-        elif tp in (int, float, str):
+        elif tp in (int, str):
             kw["type"] = tp
+        elif tp is float:
+            kw["type"] = finite_float
         kw.update(md["kw"])
         if kw.get("action") == "append":
             kw.pop("nargs", None)
