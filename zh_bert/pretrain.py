@@ -485,6 +485,9 @@ def build_run(recipe: Recipe, resume: str | None = None, log: Callable[[str], No
             say(f"note: {done}")
     accelerator.wait_for_everyone()
     resume_from, branch_of, changed = resume_point(recipe, resume, say)
+    if not recipe.init_from:   # a bad model config.json is one line before any data work
+        from zh_bert.model import build_config
+        build_config(recipe.model, 1)
     with accelerator.main_process_first():   # the main process builds the shards, the others find the cache
         prepared = prepare_data(recipe, log=say)
     tokdir, tokenizer, train_ds, valid_ds = _datasets(recipe, prepared)
@@ -670,7 +673,11 @@ def finish(run: Run) -> dict:
 def train(recipe: Recipe, resume: str | None = None, log: Callable[[str], None] | None = None) -> dict:
     """Run `recipe`; returns the run summary also written to out_dir/run.json."""
     run = build_run(recipe, resume, log)
-    fit(run)
+    try:
+        fit(run)
+    except BaseException:   # e.g. a checkpoint that could not be saved: close the logs, keep what they hold
+        run.metrics.close()
+        raise
     return finish(run)
 
 
