@@ -299,7 +299,9 @@ def find_resume(resume: str | None, ckpt_root: Path, warn=print) -> Path | None:
         return None
     reason = incomplete_reason(Path(resume), deep=True)
     if reason is not None:
-        raise ZhBertError(f"--resume {resume}: not a complete checkpoint: {reason}")
+        hint = (f" ({resume} is a run dir: give one of its checkpoints, or --resume auto with out_dir: {resume})"
+                if (Path(resume) / "checkpoints").is_dir() else "")
+        raise ZhBertError(f"--resume {resume}: not a complete checkpoint: {reason}{hint}")
     return Path(resume)
 
 
