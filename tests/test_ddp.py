@@ -195,3 +195,15 @@ def test_resume_under_two_processes(ddp):
     pa, pb = load_params(two), load_params(resumed)
     worst = max(float(abs(pa[k] - pb[k]).max()) for k in pa)
     assert worst <= 1e-6, f"resumed parameters differ by {worst:.2e}"
+
+
+def test_every_rank_writes_its_part_of_each_checkpoint_and_the_manifest_lists_it(ddp):
+    """The main process writes manifest.json after a collective: rank 1's RNG file is listed with its size."""
+    from zh_bert import checkpoint as ckpt
+
+    two = ddp["two"]
+    assert_two_processes(two)
+    for c in (two / "checkpoints").iterdir():
+        files = json.loads((c / "manifest.json").read_text())["files"]
+        assert {"rng-rank0.pt", "rng-rank1.pt", "optimizer.pt", "model.safetensors", "trainer_state.json"} <= set(files)
+        assert ckpt.incomplete_reason(c, deep=True) is None
