@@ -195,17 +195,6 @@ class Choice:
                                          f"choose from {', '.join(map(str, self.values))}")
 
 
-def finite_float(text: str) -> float:
-    """argparse `type` of every float option: a number, and not nan or inf."""
-    try:
-        number = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-    if not math.isfinite(number):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
-    return number
-
-
 def check_finite(cfg: Any, as_flag: bool = True) -> None:
     """Refuse nan/inf in any float field of dataclass `cfg` (the Python API, where `_coerce` does not run),
     naming the field as the flag the user typed (`as_flag`) or as the key ('lr')."""
@@ -271,14 +260,12 @@ def add_options(parser: argparse.ArgumentParser, cls: type) -> argparse.Argument
             kw.setdefault("metavar", "{" + ",".join(map(str, typing.get_args(tp))) + "}")
         elif origin in (list, tuple):
             inner = _unwrap_optional((typing.get_args(tp) or (str,))[0])
-            kw["type"] = finite_float if inner is float else inner if inner is int else str
+            kw["type"] = inner if inner in (int, float) else str
             if typing.get_origin(inner) is typing.Literal:
                 kw["type"] = Choice(typing.get_args(inner))
             kw["nargs"] = "+" if md["positional"] and not has_default else ("*" if md["positional"] else "+")
-        elif tp in (int, str):
+        elif tp in (int, float, str):
             kw["type"] = tp
-        elif tp is float:
-            kw["type"] = finite_float
         kw.update(md["kw"])
         if kw.get("action") == "append":
             kw.pop("nargs", None)
@@ -329,9 +316,12 @@ def build_parser(prog: str, description: str, *classes: type, epilog: str | None
 
 
 def config_from_args(cls: type[T], args: argparse.Namespace) -> T:
-    """Instantiate `cls` from the parsed options that belong to it (its `__post_init__` validates)."""
+    """Instantiate `cls` from the parsed options that belong to it (its `__post_init__` validates); no float
+    option may be nan or inf (argparse's `float` reads both)."""
     values = vars(args)
-    return cls(**{f.name: values[f.name] for f in cli_fields(cls) if f.name in values})
+    cfg = cls(**{f.name: values[f.name] for f in cli_fields(cls) if f.name in values})
+    check_finite(cfg)   # after the dataclass's own checks, so that their messages come first
+    return cfg
 
 
 def parse_config(cls: type[T], argv: list[str], prog: str, description: str, epilog: str | None = None) -> T:
