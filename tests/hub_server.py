@@ -328,3 +328,35 @@ class HubServer:
     def __exit__(self, *exc) -> None:
         self._server.should_exit = True
         self._thread.join(timeout=10)
+
+
+@contextlib.contextmanager
+def modelscope_server(files: dict[str, bytes], listing: list | None = None):
+    """A fake of ModelScope's HTTP API on 127.0.0.1 serving `files`; `listing` (default: their names) is
+    what the file list answers, so a test can list names a hostile server would. Any FilePath asked for
+    is answered, as a hostile server would."""
+    from fastapi import FastAPI, Response
+
+    app = FastAPI()
+    names = list(files) if listing is None else listing
+
+    @app.get("/api/v1/models/{ns}/{name}/repo/files")
+    def list_files(ns: str, name: str, Revision: str = "master"):
+        return {"Code": 200, "Data": {"Files": [{"Path": k, "Name": k, "Type": "blob",
+                                                 "Size": len(files.get(k, b""))} for k in names]}}
+
+    @app.get("/api/v1/models/{ns}/{name}/repo")
+    def get(ns: str, name: str, FilePath: str, Revision: str = "master"):
+        return Response(files.get(FilePath, b"EVIL"))
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    t = threading.Thread(target=server.run, daemon=True)
+    t.start()
+    while not server.started:
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        t.join(5)

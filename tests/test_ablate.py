@@ -137,3 +137,105 @@ def test_bundled_ablation_recipes_parse():
         for run in plan_runs(spec):
             r = load_recipe(base, {**spec.set, **run.overrides})   # every run is a valid recipe
             assert r.max_steps == spec.set.get("max_steps", r.max_steps)
+
+
+def _tree(root):
+    return {str(p.relative_to(root)): p.stat().st_size for p in root.rglob("*")}
+
+
+@pytest.fixture
+def small_spec(tmp_path):
+    """A valid spec on a 40-document corpus (base recipe next to it), fine-tuning off."""
+    corpus = tmp_path / "wiki.txt"
+    corpus.write_text("\n".join(read_lines(SAMPLE / "zhwiki_sampled.txt", 40)) + "\n", encoding="utf-8")
+    write_yaml(tmp_path / "base.yaml", {"data": [str(corpus)], "model": "tiny", "seq_len": 64, "global_batch": 8,
+                                        "micro_batch": 8, "max_steps": 2})
+    return write_yaml(tmp_path / "grid.yaml", {"name": "s", "base": "base.yaml", "out_dir": str(tmp_path / "out"),
+                                               "grid": {"masking": ["token", "wwm"]}, "heldout_docs": 5,
+                                               "finetune": None})
+
+
+def test_dry_run_checks_everything_and_writes_nothing(small_spec, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    before = _tree(tmp_path)
+    assert cli.main(["ablate", str(small_spec), "--dry-run"]) == 0
+    assert "masking=token: pretrain" in capsys.readouterr().out
+    assert _tree(tmp_path) == before                       # no corpus carved, no out dir, no run dir
+    spec = yaml.safe_load(small_spec.read_text(encoding="utf-8"))
+    for bad, says in [({"grid": {"masking": ["token", "foo"]}}, "run masking=foo"),
+                      ({"grid": {"max_steps": [3, -5]}}, "run max_steps=-5"),
+                      ({"grid": {"masking": ["wwm", "wwm"]}}, "appears twice"),
+                      ({"heldout_docs": 30}, "too few to hold out 30")]:
+        write_yaml(small_spec, {**spec, **bad})
+        assert cli.main(["ablate", str(small_spec), "--dry-run"]) == 2
+        err = capsys.readouterr().err
+        assert says in err and err.count("\n") == 1, err
+        assert _tree(tmp_path) == {**before, "grid.yaml": small_spec.stat().st_size}
+
+
+def test_a_bad_last_grid_value_is_refused_before_the_first_run_trains(small_spec, monkeypatch, capsys):
+    """Run 1 is valid, run 2 is not: nothing is pretrained, carved or written (not even with --only run 1)."""
+    from zh_bert import pretrain
+
+    trained = []
+    monkeypatch.setattr(pretrain, "train", lambda *a, **k: trained.append(a) or {"status": "finished"})
+    spec = yaml.safe_load(small_spec.read_text(encoding="utf-8"))
+    write_yaml(small_spec, {**spec, "grid": {"max_steps": [2, -5]}})
+    for extra in ([], ["--only", "max_steps=2"]):
+        assert cli.main(["ablate", str(small_spec), *extra]) == 2
+        assert "run max_steps=-5" in capsys.readouterr().err
+    assert not trained and not (small_spec.parent / "out").exists()
+
+
+def test_spec_errors_name_the_key(tmp_path):
+    with pytest.raises(ZhBertError, match="empty spec"):
+        load_spec(_empty(tmp_path))
+    from zh_bert.ablate import AblationSpec
+
+    with pytest.raises(ZhBertError, match="'a' appears twice|x=a"):   # the Python API checks labels too
+        AblationSpec(name="x", grid={"x": [{"label": "a", "set": {}}, {"label": "a", "set": {"masking": "wwm"}}]})
+    for bad in (float("nan"), float("inf"), "abc", True):
+        with pytest.raises(ZhBertError, match="corpus_fraction"):
+            AblationSpec(name="x", grid={"corpus_fraction": [0.5, bad]})
+
+
+def _empty(folder):
+    from pathlib import Path
+
+    path = Path(folder) / "empty.yaml"
+    path.write_text("", encoding="utf-8")
+    return path
+
+
+def test_a_corpus_carved_from_other_settings_is_refused(small_spec, tmp_path):
+    """heldout_docs changed after a carve: the old training copies and held-out text are not reused."""
+    from pathlib import Path
+
+    from zh_bert.ablate import carve_corpus
+
+    files = [tmp_path / "wiki.txt"]
+    train, held = carve_corpus(files, tmp_path / "out" / "corpus", 5, {1.0}, "line")
+    assert len(held.read_text(encoding="utf-8").split("\n")) == 6 and Path(train[1.0][0]).is_file()
+    assert carve_corpus(files, tmp_path / "out" / "corpus", 5, {1.0}, "line")[1] == held   # same: reused
+    with pytest.raises(ZhBertError, match="carved from other corpus files or another heldout_docs"):
+        carve_corpus(files, tmp_path / "out" / "corpus", 6, {1.0}, "line")
+    spec = yaml.safe_load(small_spec.read_text(encoding="utf-8"))
+    write_yaml(small_spec, {**spec, "heldout_docs": 6})
+    with pytest.raises(ZhBertError, match="delete"):
+        ablate.plan(ablate.AblateArgs(spec=str(small_spec), dry_run=True))
+
+
+def test_a_later_run_dir_from_other_settings_is_refused_before_any_training(small_spec, monkeypatch, capsys):
+    from zh_bert import pretrain
+    from zh_bert.recipe import load_recipe, save_recipe
+
+    trained = []
+    monkeypatch.setattr(pretrain, "train", lambda *a, **k: trained.append(a) or {"status": "finished"})
+    other = small_spec.parent / "out" / "runs" / "masking=wwm"
+    other.mkdir(parents=True)
+    save_recipe(load_recipe(small_spec.parent / "base.yaml", {"max_steps": 7}), other / "recipe.yaml")
+    before = _tree(small_spec.parent)
+    assert cli.main(["ablate", str(small_spec)]) == 2
+    err = capsys.readouterr().err
+    assert "masking=wwm holds a run with other settings" in err and err.count("\n") == 1, err
+    assert not trained and _tree(small_spec.parent) == before     # run 1 not trained, corpus not carved

@@ -34,6 +34,35 @@ def write_bad_files(w: Path) -> None:
     (w / "recipe_ngram.yaml").write_text("masking: ngram\nmax_ngram: 5\n", encoding="utf-8")
     (w / "not_yaml.yaml").write_text("a: [1, 2\n", encoding="utf-8")
     (w / "a_dir").mkdir()
+    _evalrel_files(w)
+    _trainrel_files(w)
+
+
+def _evalrel_files(w: Path) -> None:
+    """Fine-tuning splits and ablation specs (base recipe on docs.jsonl, relative to the working folder)."""
+    (w / "evalrel_one_class.tsv").write_text("".join(f"1\t好的产品，第{i}号。\n" for i in range(8)), encoding="utf-8")
+    (w / "evalrel_dev.tsv").write_text("".join(f"{i % 2}\t测试句子，第{i}号。\n" for i in range(6)), encoding="utf-8")
+    (w / "evalrel_cloze.jsonl").write_text('{"text": "我爱[MASK]京。", "answer": "北"}\n', encoding="utf-8")
+    (w / "evalrel_leaked.tsv").write_text("0\t测试句子，第0号。\n1\t测试句子，第1号。\n", encoding="utf-8")
+    (w / "evalrel_base.yaml").write_text("data: [docs.jsonl]\nmodel: tiny\nseq_len: 64\nglobal_batch: 8\n"
+                                         "micro_batch: 8\nmax_steps: 2\n", encoding="utf-8")
+    head = "name: evalrel\nbase: evalrel_base.yaml\nheldout_docs: 2\nfinetune: null\n"
+    specs = {"empty": "", "ok": "grid: {max_steps: [1, 2]}\n", "masking_foo": "grid: {masking: [token, foo]}\n",
+             "max_steps_neg": "grid: {max_steps: [10, -5]}\n", "dup_labels": "grid: {masking: [token, token]}\n",
+             "dup_mapping": "grid: {x: [{label: a, set: {masking: wwm}}, {label: a, set: {masking: token}}]}\n",
+             "fraction_text": "grid: {corpus_fraction: [abc, 1]}\n", "heldout_too_many": "grid: {masking: [token, wwm]}\n",
+             "wd_nan": "grid: {masking: [token, wwm]}\nfinetune_weight_decay: .nan\n",
+             "lr_inf": "grid: {masking: [token, wwm]}\nfinetune_lr: .inf\n",
+             "one_class": "grid: {masking: [token, wwm]}\nfinetune: tsv:evalrel_one_class.tsv,evalrel_dev.tsv\n"}
+    for name, body in specs.items():
+        text = "" if name == "empty" else head + body
+        if name == "heldout_too_many":
+            text = text.replace("heldout_docs: 2", "heldout_docs: 10")
+        (w / f"evalrel_{name}.yaml").write_text(text, encoding="utf-8")
+
+
+def _trainrel_files(w: Path) -> None:
+    """A pretraining recipe that writes into the working folder, model configs no BERT can have, a broken init_from."""
     (w / "trainrel_recipe.yaml").write_text("model: tiny\nout_dir: run\nmax_steps: 2\nseq_len: 64\n"
                                             "global_batch: 8\nmicro_batch: 8\n", encoding="utf-8")
     (w / "trainrel_size_text.json").write_text('{"hidden_size": "abc", "num_attention_heads": 2}', encoding="utf-8")
@@ -112,10 +141,63 @@ CASES: list[Case] = [
     Case("finetune-truncated-weights", ["finetune", "{truncated}", "--task", "chnsenticorp", "--no-record"],
          "cannot load"),
     Case("finetune-unknown-task", ["finetune", "{tiny}", "--task", "chnsenticorpp", "--no-record"], "chnsenticorp"),
+    Case("eval-cloze-not-utf8", ["eval", "cloze", "{tiny}", "--data", "gbk.txt", "--no-record"], "gbk.txt"),
+    Case("eval-batch-size-negative", ["eval", "mlm", "{tiny}", "--text", "docs.jsonl", "--batch-size", "-3",
+                                      "--no-record"], "--batch-size must be >= 1, got -3"),
+    Case("eval-cloze-batch-size-0", ["eval", "cloze", "{tiny}", "--data", "docs.jsonl", "--batch-size", "0",
+                                     "--no-record"], "--batch-size"),
+    Case("eval-cloze-truncated-weights", ["eval", "cloze", "{truncated}", "--data", "evalrel_cloze.jsonl", "--no-record"],
+         "cannot load"),
+    Case("eval-mask-rate-nan", ["eval", "mlm", "{tiny}", "--text", "docs.jsonl", "--mask-rate", "nan",
+                                "--no-record"], "mask_rate"),
+    Case("finetune-batch-size-negative", ["finetune", "{tiny}", "--task", "chnsenticorp", "--batch-size", "-3",
+                                          "--no-record"], "--batch-size"),
+    Case("finetune-lr-nan", ["finetune", "{tiny}", "--task", "chnsenticorp", "--lr", "nan", "--no-record"], "--lr"),
+    Case("finetune-weight-decay-inf", ["finetune", "{tiny}", "--task", "chnsenticorp", "--weight-decay", "inf",
+                                       "--no-record"], "--weight-decay must be a finite number"),
+    Case("finetune-train-one-class", ["finetune", "{tiny}", "--task", "tsv:evalrel_one_class.tsv,evalrel_dev.tsv",
+                                      "--no-record"], "evalrel_one_class.tsv: the train split"),
+    Case("finetune-train-all-leaked", ["finetune", "{tiny}", "--task", "tsv:evalrel_leaked.tsv,evalrel_dev.tsv",
+                                       "--no-record"], "no examples left"),
+    Case("finetune-max-train-one-class", ["finetune", "{tiny}", "--task", "tsv:evalrel_dev.tsv,evalrel_one_class.tsv",
+                                          "--max-train", "1", "--no-record"], "--max-train 1"),
+    Case("ablate-empty-spec", ["ablate", "evalrel_empty.yaml"], "empty spec"),
+    Case("ablate-masking-foo", ["ablate", "evalrel_masking_foo.yaml"], "run masking=foo"),
+    Case("ablate-dry-masking-foo", ["ablate", "evalrel_masking_foo.yaml", "--dry-run"], "run masking=foo"),
+    Case("ablate-dry-max-steps-neg", ["ablate", "evalrel_max_steps_neg.yaml", "--dry-run"], "max_steps"),
+    Case("ablate-max-steps-neg-only-first", ["ablate", "evalrel_max_steps_neg.yaml", "--only", "max_steps=10"],
+         "run max_steps=-5"),
+    Case("ablate-dry-dup-labels", ["ablate", "evalrel_dup_labels.yaml", "--dry-run"], "appears twice"),
+    Case("ablate-dup-mapping-labels", ["ablate", "evalrel_dup_mapping.yaml"], "x=a"),
+    Case("ablate-fraction-not-a-number", ["ablate", "evalrel_fraction_text.yaml", "--dry-run"], "'abc'"),
+    Case("ablate-dry-heldout-too-many", ["ablate", "evalrel_heldout_too_many.yaml", "--dry-run"], "hold out 10"),
+    Case("ablate-weight-decay-nan", ["ablate", "evalrel_wd_nan.yaml"], "finetune_weight_decay"),
+    Case("ablate-lr-inf", ["ablate", "evalrel_lr_inf.yaml", "--dry-run"], "finetune_lr"),
+    Case("ablate-set-lr-nan", ["ablate", "evalrel_ok.yaml", "--set", "finetune_lr=nan"], "finetune_lr"),
+    Case("ablate-finetune-one-class", ["ablate", "evalrel_one_class.yaml", "--dry-run"], "only one class"),
+    Case("ablate-set-masking-foo", ["ablate", "evalrel_ok.yaml", "--set", "masking=foo", "--dry-run"],
+         "masking"),
 
     # ------------------------------------------------------------------ publish / download / models / demo
     Case("publish-not-a-model", ["publish", "a_dir", "--repo-id", "me/x", "--dry-run", "-o", "staged"], "a_dir"),
     Case("download-bad-repo-id", ["download", "not a repo", "-o", "dl"], "not a repo"),
+    Case("download-dotdot-repo-id", ["download", "../..", "-o", "dl"], "'../..'"),
+    Case("download-dotdot-name", ["download", "org/..", "--source", "modelscope", "-o", "dl"], "expected ORG/NAME"),
+    Case("download-dotdot-no-slash", ["download", "..", "-o", "dl"], "'..'"),
+    Case("publish-truncated-weights", ["publish", "{truncated}", "--repo-id", "me/x", "--dry-run", "-o", "staged"],
+         "cannot open the weights"),
+    Case("publish-truncated-no-output", ["publish", "{truncated}", "--repo-id", "me/x", "--dry-run"],
+         "truncated or corrupt"),
+    Case("publish-dotdot-repo-id", ["publish", "{tiny}", "--repo-id", "../..", "--dry-run"], "expected ORG/NAME"),
+    Case("publish-output-exists", ["publish", "{tiny}", "--repo-id", "me/x", "--dry-run", "-o", "a_dir"],
+         "already exists"),
+    Case("demo-port-0", ["demo", "{tiny}", "--port", "0"], "--port"),
+    Case("demo-port-70000", ["demo", "{tiny}", "--port", "70000"], "--port"),
+    Case("demo-port-abc", ["demo", "{tiny}", "--port", "abc"], "--port"),
+    Case("demo-bad-host", ["demo", "{tiny}", "--host", "no-such-host.invalid"], "--host"),
+    Case("demo-truncated-weights", ["demo", "{truncated}", "--port", "65001"], "cannot open the weights"),
+    Case("demo-not-a-model", ["demo", "a_dir", "--port", "65002"], "a_dir"),
+    Case("demo-negative-threads", ["demo", "{tiny}", "--threads", "-1"], "--threads"),
 ]
 
 

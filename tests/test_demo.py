@@ -186,5 +186,43 @@ def test_model_arguments(nudged_tiny, tmp_path):
     assert model_arg("zh-org/tiny-zh") == "zh-org/tiny-zh" and model_arg("uer-tiny") == "uer-tiny"
     with pytest.raises(ZhBertError, match="no such checkpoint"):
         model_arg(str(tmp_path / "missing"))
-    with pytest.raises(ZhBertError, match="--port: must be between 0 and 65535, got 70000"):
+    with pytest.raises(ZhBertError, match="--port: must be between 1 and 65535, got 70000"):
         DemoConfig(port=70000)
+    with pytest.raises(ZhBertError, match="--port: must be between 1 and 65535, got 0"):
+        DemoConfig(port=0)
+
+
+def _demo_fails_before_gradio(args: list[str], cwd: Path) -> str:
+    """Run `zh-bert demo ARGS` in a fresh interpreter; it must fail with one line, without importing Gradio."""
+    code = ("import sys; from zh_bert.cli import main; rc = main(sys.argv[1:]); "
+            "assert 'gradio' not in sys.modules, 'gradio was imported'; sys.exit(rc)")
+    r = subprocess.run([sys.executable, "-c", code, "demo", *args], cwd=cwd, capture_output=True, text=True,
+                       timeout=120)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("zh-bert demo: error: "), r.stderr
+    return lines[0]
+
+
+def test_port_in_use_is_one_line_before_gradio(nudged_tiny, tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        line = _demo_fails_before_gradio([str(nudged_tiny), "--port", str(port)], tmp_path)
+    assert f"--port {port}: cannot listen on 127.0.0.1:{port}" in line
+
+
+def test_broken_second_model_is_one_line_at_start(nudged_tiny, tmp_path):
+    """Models load lazily on the page, but every local MODEL named on the command line is checked first."""
+    import os
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(nudged_tiny, broken)
+    os.truncate(broken / "model.safetensors", 1000)
+    line = _demo_fails_before_gradio([str(nudged_tiny), str(broken), "--port", "65003"], tmp_path)
+    assert f"{broken / 'model.safetensors'}: cannot open the weights" in line
+    (broken / "config.json").write_text("{not json")
+    line = _demo_fails_before_gradio([str(nudged_tiny), str(broken), "--port", "65003"], tmp_path)
+    assert f"{broken}: cannot load a model config" in line

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from _hub_helpers import TOKEN, top5
-from hub_server import free_port, serving
+from hub_server import free_port, modelscope_server, serving
 from zh_bert.cli import main
 
 REPO_ID = "zh-org/tiny-roundtrip"
@@ -147,40 +147,103 @@ def test_download_failures(case, hub, online, tmp_path, capsys):
     assert rc == 2 and len(err.splitlines()) == 1 and expect in err, err
 
 
+def _model_files(model_dir: Path) -> dict[str, bytes]:
+    return {n: (model_dir / n).read_bytes() for n in ("config.json", "model.safetensors", "tokenizer.json",
+                                                     "tokenizer_config.json", "vocab.txt")}
+
+
 def test_modelscope_http_api(tiny_model_dir, tmp_path):
     """--source modelscope speaks ModelScope's HTTP API (no `modelscope` package); a fake on 127.0.0.1."""
-    import threading
-
-    import uvicorn
-    from fastapi import FastAPI, Response
-
-    files = {n: (tiny_model_dir / n).read_bytes() for n in ("config.json", "model.safetensors", "tokenizer.json",
-                                                           "tokenizer_config.json", "vocab.txt")}
+    files = _model_files(tiny_model_dir)
     files["README.md"] = b"# card"
-    app = FastAPI()
-
-    @app.get("/api/v1/models/{ns}/{name}/repo/files")
-    def listing(ns: str, name: str, Revision: str = "master"):
-        return {"Code": 200, "Data": {"Files": [{"Path": k, "Name": k, "Type": "blob", "Size": len(v)}
-                                                 for k, v in files.items()]}}
-
-    @app.get("/api/v1/models/{ns}/{name}/repo")
-    def get(ns: str, name: str, FilePath: str, Revision: str = "master"):
-        return Response(files[FilePath])
-
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    t = threading.Thread(target=server.run, daemon=True)
-    t.start()
-    while not server.started:
-        time.sleep(0.02)
-    try:
+    with modelscope_server(files) as url:
         out = tmp_path / "ms"
-        assert download("tiny/bert", "--source", "modelscope", "--endpoint", f"http://127.0.0.1:{port}", "-o", out) == 0
+        assert download("tiny/bert", "--source", "modelscope", "--endpoint", url, "-o", out) == 0
         assert {p.name for p in out.iterdir()} == set(files) - {"README.md"}
-    finally:
-        server.should_exit = True
-        t.join(5)
+
+
+def test_full_disk_is_one_line_and_leaves_nothing(tiny_model_dir, sandbox, monkeypatch, capsys):
+    import errno
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("shutil.copyfile", full)
+    out = sandbox / "cwd" / "out"
+    with modelscope_server(_model_files(tiny_model_dir)) as url:
+        rc = download("tiny/bert", "--source", "modelscope", "--endpoint", url, "-o", out)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and f"{out}: cannot write (No space left on device)" in lines[0], lines
+    assert not list((sandbox / "cwd").iterdir()) and not list((sandbox / "tmp").iterdir())
+
+
+def _tree(root: Path) -> dict[str, int]:
+    return {str(p.relative_to(root)): p.stat().st_size for p in root.rglob("*") if p.is_file()}
+
+
+#: names a hostile or broken server may list; each must be refused before anything is fetched
+HOSTILE = ["../x.safetensors", "sub/../../x.safetensors", "{abs}/abs.safetensors", "..\\x.safetensors",
+           "C:/x.safetensors", "", "./model.safetensors", "a//x.safetensors", "..", "x\nmodel.safetensors"]
+
+
+@pytest.fixture
+def sandbox(tmp_path, monkeypatch):
+    """cwd and the system temp dir inside tmp_path/box, so a write anywhere the command could reach shows."""
+    box = tmp_path / "box"
+    (box / "cwd").mkdir(parents=True)
+    (box / "tmp").mkdir()
+    monkeypatch.chdir(box / "cwd")
+    monkeypatch.setattr("tempfile.tempdir", str(box / "tmp"))
+    return box
+
+
+def _assert_refused(rc, err, box: Path, out: Path, before: dict) -> None:
+    lines = err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and lines[0].startswith("zh-bert download: error: "), err
+    assert "refusing to download" in lines[0] and "Traceback" not in err
+    assert not out.exists() and _tree(box.parent) == before, set(_tree(box.parent)) ^ set(before)
+    assert not list((box / "tmp").iterdir())
+
+
+@pytest.mark.parametrize("bad", HOSTILE)
+def test_modelscope_hostile_listing_writes_nothing(bad, tiny_model_dir, sandbox, capsys):
+    bad = bad.format(abs=sandbox)
+    files = _model_files(tiny_model_dir)
+    out = sandbox / "cwd" / "out"
+    before = _tree(sandbox.parent)
+    with modelscope_server(files, listing=list(files) + [bad]) as url:
+        rc = download("evil/model", "--source", "modelscope", "--endpoint", url, "-o", out)
+    _assert_refused(rc, capsys.readouterr().err, sandbox, out, before)
+
+
+@pytest.mark.parametrize("bad", HOSTILE)
+def test_hub_hostile_listing_writes_nothing(bad, hub, tiny_model_dir, online, sandbox, capsys):
+    """The same names from a Hub (or a mirror through HF_ENDPOINT): refused before the first file request."""
+    from hub_server import Repo
+
+    bad = bad.format(abs=sandbox)
+    repo = Repo(owner="evil", private=False)
+    repo.commit("main", {**_model_files(tiny_model_dir), bad: b"EVIL"}, "add")
+    hub.repos["evil/model"] = repo
+    out = sandbox / "cwd" / "out"
+    before = _tree(sandbox.parent)
+    n_requests = len(hub.log)
+    rc = download("evil/model", "-o", out, "--endpoint", hub.url, "--cache-dir", sandbox / "cwd" / "cache")
+    _assert_refused(rc, capsys.readouterr().err, sandbox, out, before)
+    assert not [p for m, p in hub.log[n_requests:] if "/resolve/" in p]  # not one file was asked for
+
+
+def test_remote_name_rules():
+    from zh_bert.errors import ZhBertError
+    from zh_bert.hub import check_listing, local_path, remote_name
+
+    good = ["model.safetensors", "onnx/model.onnx", "a b/中文.txt", "x..y.json", "~/x"]
+    assert check_listing(good, "w") == good
+    for bad in ["", None, 3, "/etc/passwd", "C:x", "d:\\x", "a\\b", "../x", "a/..", "a/./b", "a//b", "a/",
+                "x\x00y"]:
+        with pytest.raises(ZhBertError, match="^w: the file listing has"):
+            remote_name(bad, "w")
+    assert local_path(Path("/tmp"), "a/b", "w") == Path("/tmp/a/b")
 
 
 def test_catalog():
@@ -231,3 +294,24 @@ def test_hub_error_messages():
     with pytest.raises(KeyError):
         with hub_errors("mirror.example"):
             raise KeyError("a bug keeps its traceback")
+
+
+def test_scratch_dir_removes_leftovers_of_killed_runs(tmp_path, monkeypatch):
+    """The temp folders of download (ModelScope) and publish carry their process id: a killed run's folder
+    is removed by the next run, a live process's folder is kept, and the new one is gone after the block."""
+    import os
+
+    from zh_bert.hub import scratch_dir
+
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    dead = tmp_path / "zh-bert-ms-999999999-abcd"   # above Linux's pid_max: no such process
+    alive = tmp_path / f"zh-bert-ms-{os.getppid()}-abcd"
+    other = tmp_path / "zh-bert-msx"
+    for d in (dead, alive, other):
+        d.mkdir()
+        (d / "model.safetensors").write_bytes(b"partial")
+    with pytest.raises(KeyboardInterrupt):
+        with scratch_dir("zh-bert-ms-") as tmp:
+            assert tmp.name.startswith(f"zh-bert-ms-{os.getpid()}-") and not dead.exists()
+            raise KeyboardInterrupt
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([alive.name, other.name])

@@ -131,3 +131,71 @@ def test_finetune_config_validates_like_the_cli():
         FinetuneConfig(precision="fp16")
     with pytest.raises(ZhBertError, match="--epochs must be >= 1"):
         FinetuneConfig(epochs=0)
+
+
+@pytest.mark.parametrize("key", ["lr", "warmup", "weight_decay"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_float_settings_must_be_finite(key, value):
+    """`nan < x` is False for every x: each float setting is checked for nan/inf by name first."""
+    from zh_bert.finetune import FinetuneConfig
+
+    with pytest.raises(ZhBertError, match=f"--{key.replace('_', '-')} must be"):
+        FinetuneConfig(**{key: value})
+
+
+def test_train_split_needs_two_classes(tmp_path):
+    one = write(tmp_path / "train.tsv", [f"1\t好评第{i}条" for i in range(6)])
+    dev = write(tmp_path / "dev.tsv", ["0\t差评", "1\t好评"])
+    with pytest.raises(ZhBertError, match=r"train.tsv: the train split of task .* holds only one class \('1'\)"):
+        load_task(f"tsv:{one},{dev}")
+    leaked = write(tmp_path / "leaked.tsv", ["0\t差评", "1\t好评"])
+    with pytest.raises(ZhBertError, match="no examples left after dropping 0 repeated and 2 also in dev/test"):
+        load_task(f"tsv:{leaked},{dev}")
+
+
+def test_one_class_task_is_refused_before_any_model_is_loaded(tmp_path, monkeypatch):
+    """The Python API too: a TaskData built by hand with one class never reaches training."""
+    from zh_bert import finetune
+    from zh_bert.finetune import FinetuneConfig
+    from zh_bert.tasks import Example, TaskData
+
+    monkeypatch.setattr(finetune, "load_tokenizer", lambda *a: pytest.fail("loaded a tokenizer"))
+    task = TaskData("t", [Example("好", "1"), Example("棒", "1")], [Example("差", "0")], None, ["0", "1"])
+    with pytest.raises(ZhBertError, match="fewer than two classes"):
+        finetune.run(tmp_path, task, FinetuneConfig(), [1])
+    task.train.append(Example("差劲", "0"))
+    with pytest.raises(ZhBertError, match="--max-train 1: seed 1 draws training examples of one class only"):
+        finetune.run(tmp_path, task, FinetuneConfig(max_train=1), [1])
+
+
+def test_dev_label_unseen_in_train_is_a_warning(tiny_model_dir, tmp_path, capsys):
+    """Legal (a few-shot split may miss a class) but reported on stderr and in the summary."""
+    import torch
+
+    torch.set_num_threads(1)
+    train = write(tmp_path / "train.tsv", ["0\t差评一条", "1\t好评一条", "0\t很差的", "1\t很好的"])
+    dev = write(tmp_path / "dev.tsv", ["0\t差", "1\t好", "2\t一般"])
+    rc = cli.main(["finetune", str(tiny_model_dir), "--task", f"tsv:{train},{dev}", "--epochs", "1",
+                   "--seq-len", "16", "--no-record"])
+    cap = capsys.readouterr()
+    assert rc == 0
+    assert "warning: dev labels never seen in train: ['2'] (1 of 3 dev examples" in cap.err
+    assert json.loads(cap.out.strip().split("\n")[-1])["warnings"][0].startswith("dev labels never seen")
+
+
+@pytest.mark.parametrize("random_init", [False, True])
+def test_unbuildable_config_is_one_line(tiny_model_dir, tmp_path, capsys, random_init):
+    """A config.json whose hidden size does not divide into its heads: one line naming the folder, also on the
+    random-init path (which builds the model from the config alone)."""
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(tiny_model_dir, bad)
+    cfg = json.loads((bad / "config.json").read_text(encoding="utf-8"))
+    (bad / "config.json").write_text(json.dumps({**cfg, "num_attention_heads": 3}), encoding="utf-8")
+    train = write(tmp_path / "train.tsv", ["0\t差评一条", "1\t好评一条"])
+    dev = write(tmp_path / "dev.tsv", ["0\t差", "1\t好"])
+    rc = cli.main(["finetune", str(bad), "--task", f"tsv:{train},{dev}", "--no-record"]
+                  + (["--random-init"] if random_init else []))
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and f"{bad}: cannot load" in err and "Traceback" not in err, err

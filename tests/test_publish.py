@@ -197,3 +197,170 @@ def test_run_dir_resolution(run_dir, tiny_model_dir, tmp_path):
         model_dir(unfinished)
     with pytest.raises(ZhBertError, match="not a checkpoint"):
         model_dir(tmp_path)
+
+
+# --- nothing leaked, nothing half-staged -----------------------------------------------------------------
+
+@pytest.fixture
+def scratch(tmp_path, monkeypatch):
+    """The system temp dir, redirected so a staged copy left anywhere in it shows."""
+    d = tmp_path / "scratch"
+    d.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(d))
+    return d
+
+
+def _leaky_run(run_dir, tmp_path):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    (run / "metrics.jsonl").write_text(f'{{"step": 1, "note": "token {TOKEN}"}}\n')
+    return run
+
+
+def _token_copies(root) -> list:
+    return [p for p in root.rglob("*") if p.is_file() and TOKEN.encode() in p.read_bytes()]
+
+
+@pytest.mark.parametrize("with_output", [True, False])
+def test_dry_run_refuses_a_file_holding_the_token(with_output, run_dir, tmp_path, scratch, monkeypatch, capsys):
+    """A dry run checks for the token too (when one is set), before copying anything: no staged copy anywhere."""
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    run = _leaky_run(run_dir, tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    args = ["--dry-run"] + (["-o", out / "staged"] if with_output else [])
+    rc, stdout, err = publish(capsys, run, "--repo-id", "alice/leaky", *args)
+    lines = err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and "metrics.jsonl: contains your Hugging Face token" in lines[0], err
+    assert TOKEN not in stdout + err
+    assert not list(out.iterdir()) and not list(scratch.iterdir())
+    assert _token_copies(tmp_path) == [run / "metrics.jsonl"]  # the source only
+
+
+def test_token_in_weights_metadata_is_refused(tiny_model_dir, tmp_path, scratch, monkeypatch, capsys):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    save_file(load_file(str(model / "model.safetensors")), str(model / "model.safetensors"),
+              metadata={"format": "pt", "note": TOKEN})
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    rc, out, err = publish(capsys, model, "--repo-id", "alice/x", "--dry-run", "-o", tmp_path / "staged")
+    assert rc == 2 and "model.safetensors: contains your Hugging Face token" in err and TOKEN not in out + err
+    assert not (tmp_path / "staged").exists() and not list(scratch.iterdir())
+
+
+@pytest.mark.parametrize("failure", [KeyboardInterrupt, RuntimeError])
+@pytest.mark.parametrize("with_output", [True, False])
+def test_staging_is_removed_on_every_exit(failure, with_output, run_dir, tmp_path, scratch, monkeypatch):
+    """Ctrl-C or a crash while the card is written (after the weights were copied): no staged folder remains."""
+    from zh_bert.publish import PublishConfig
+    from zh_bert.publish import publish as run_publish
+
+    def boom(*a, **k):
+        raise failure("stop")
+
+    monkeypatch.setattr("zh_bert.publish.build_card", boom)
+    out = tmp_path / "out"
+    out.mkdir()
+    cfg = PublishConfig(source=str(run_dir), repo_id="alice/x", dry_run=True,
+                        output=str(out / "staged") if with_output else None)
+    with pytest.raises(failure):
+        run_publish(cfg)
+    assert not list(out.iterdir()) and not list(scratch.iterdir())
+
+
+def test_upload_failure_removes_the_staged_copy(run_dir, hub, online, scratch, monkeypatch, capsys):
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+
+    def boom(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("zh_bert.publish.upload", boom)
+    rc, _, _ = publish(capsys, run_dir, "--repo-id", "alice/interrupted", "--endpoint", hub.url)
+    assert rc == 130 and not list(scratch.iterdir())
+
+
+def test_full_disk_while_staging_is_one_line(run_dir, tmp_path, scratch, monkeypatch, capsys):
+    import errno
+    import shutil
+
+    real = shutil.copyfile
+
+    def full(src, dst, *a, **k):
+        if str(dst).endswith("model.safetensors"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(src, dst, *a, **k)
+
+    monkeypatch.setattr("shutil.copyfile", full)
+    out = tmp_path / "out"
+    out.mkdir()
+    rc, _, err = publish(capsys, run_dir, "--repo-id", "alice/x", "--dry-run", "-o", out / "staged")
+    lines = err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert f"{out / 'staged' / 'model.safetensors'}: cannot write (No space left on device)" in lines[0]
+    assert not list(out.iterdir()) and not list(scratch.iterdir())
+
+
+def test_killed_staging_is_cleaned_by_the_next_run(run_dir, tmp_path):
+    """kill -9 right after staging (test hook): the copy sits in the temp dir under this process id; the next
+    publish removes it. With -o, nothing appears under the -o name."""
+    import os
+    import subprocess
+    import sys
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch), "ZH_BERT_KILL_AFTER": "staged"}
+    env.pop("HF_TOKEN", None)
+    cmd = [sys.executable, "-m", "zh_bert", "publish", str(run_dir), "--repo-id", "alice/x", "--dry-run"]
+    r = subprocess.run(cmd, env=env, capture_output=True, timeout=120)
+    assert r.returncode == -9, r.stderr
+    left = list(scratch.iterdir())
+    assert len(left) == 1 and left[0].name.startswith("zh-bert-publish-")
+    r = subprocess.run(cmd + ["-o", str(tmp_path / "staged")], env=env, capture_output=True, timeout=120)
+    assert r.returncode == -9 and not (tmp_path / "staged").exists()  # only a hidden temp name beside it
+    env.pop("ZH_BERT_KILL_AFTER")
+    r = subprocess.run(cmd, env=env, capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert not list(scratch.iterdir())
+
+
+def test_published_run_files_hold_no_absolute_paths(run_dir, tmp_path, capsys):
+    import json
+    import shutil
+
+    import yaml
+
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    info = json.loads((run / "run.json").read_text())
+    info["vocab"]["tokenizer"] = str(run.resolve() / "data" / "abc" / "tokenizer")
+    info["data"]["sharddir"] = str(run.resolve() / "data" / "abc" / "shards")
+    info["data"]["shard_meta"]["tokenizer"] = "/home/alice/private/corpora/tok"
+    info["data"]["shard_meta"]["sources"][0]["path"] = "/home/alice/private/corpora/zhwiki.txt"
+    info["hardware"]["warnings"] = ["cache at /home/alice/.cache/zh-bert is on a slow disk"]
+    (run / "run.json").write_text(json.dumps(info))
+    (run / "recipe.yaml").write_text(f"out_dir: {run.resolve()}\ndata:\n  - /home/alice/private/corpora/zhwiki.txt\n"
+                                     f"  - corpora/sample/CLUECorpusSmall_sampled.txt\nmodel: tiny\n"
+                                     f"hub: https://huggingface.co/alice\n")
+    rc, _, err = publish(capsys, run, "--repo-id", "alice/tiny", "--dry-run", "-o", tmp_path / "staged")
+    assert rc == 0, err
+    staged = tmp_path / "staged"
+    for p in staged.iterdir():
+        if p.suffix in (".json", ".yaml", ".md", ".jsonl"):
+            text = p.read_text(encoding="utf-8")
+            assert "/home/alice" not in text and str(tmp_path) not in text, p.name
+    got = json.loads((staged / "run.json").read_text())
+    assert got["vocab"]["tokenizer"] == "data/abc/tokenizer" and got["data"]["sharddir"] == "data/abc/shards"
+    assert got["data"]["shard_meta"]["sources"][0]["path"] == "zhwiki.txt"
+    assert got["hardware"]["warnings"] == ["cache at zh-bert is on a slow disk"]
+    recipe = yaml.safe_load((staged / "recipe.yaml").read_text())
+    assert recipe == {"out_dir": ".", "data": ["zhwiki.txt", "corpora/sample/CLUECorpusSmall_sampled.txt"],
+                      "model": "tiny", "hub": "https://huggingface.co/alice"}
+    assert "zhwiki" in (staged / "README.md").read_text()
+    assert (run / "run.json").read_text() == json.dumps(info)  # the run dir itself is untouched

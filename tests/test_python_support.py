@@ -41,3 +41,13 @@ def test_recipes_load_on_the_oldest_supported_python():
     assert out.returncode == 0, out.stderr[-3000:]
     version, n = out.stdout.split()
     assert version == "%d.%d" % oldest_supported() and int(n) >= 5, out.stdout
+
+
+def test_plain_install_has_everything_the_readme_main_flow_uses():
+    """README's main command installs with `pip install -e .` and then offers `zh-bert demo`: gradio must be a
+    core dependency, not an extra."""
+    import tomllib
+
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"]
+    names = {re.split(r"[<>=!~\[; ]", d, maxsplit=1)[0].lower() for d in deps}
+    assert {"gradio", "gradio-client", "torch", "transformers", "accelerate"} <= names

@@ -26,15 +26,14 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-import yaml
 
 from zh_bert.config import build_parser as derive_parser, config_from_args, from_dict, load_yaml, option, parse_set
 from zh_bert.corpus_io import read_documents
 from zh_bert.errors import ZhBertError, unknown_key_error
 from zh_bert.eval_results import entry, record
 from zh_bert.evaluate import MlmEvalConfig, eval_mlm, load_mlm
-from zh_bert.fileio import atomic_write, write_json
-from zh_bert.finetune import FinetuneConfig, eval_entries, run as run_finetune
+from zh_bert.fileio import atomic_write, read_text, write_json
+from zh_bert.finetune import FinetuneConfig, check_trainable, eval_entries, run as run_finetune
 from zh_bert.masking import STRATEGIES, MaskingConfig
 from zh_bert.pipeline import input_files, is_sharddir
 from zh_bert.recipe import load_recipe
@@ -101,6 +100,9 @@ class Run:
     fraction: float = 1.0      # corpus_fraction
 
 
+REQUIRED = ("name", "grid")
+
+
 def spec_keys() -> list[str]:
     """Every key a spec file (or `ablate --set`) may use."""
     return [f.name for f in fields(AblationSpec)] + [FLAT + k for k in ("seeds",) + CONFIG_KEYS]
@@ -130,6 +132,11 @@ def load_spec(path: str | Path, overrides: dict | None = None) -> AblationSpec:
     for key in data:
         if key not in valid:
             raise unknown_key_error(key, valid, where)
+    missing = [k for k in REQUIRED if k not in data]
+    if missing:
+        raise ZhBertError(f"{where}: {'empty spec' if not data else 'missing'} "
+                          f"({', '.join(missing)} required): a spec needs a name and a grid of one setting's "
+                          f"values, e.g. grid: {{masking: [token, wwm]}}")
     data["finetune"] = _finetune_spec(data, where)
     try:
         return from_dict(AblationSpec, data, where)
@@ -150,44 +157,87 @@ def plan_runs(spec: AblationSpec) -> list[Run]:
                 raise ZhBertError(f"grid.{key}: a mapping entry needs 'label' and 'set', got {v}")
             runs.append(Run(f"{key}={v['label']}", v["label"], dict(v["set"])))
         elif key == "corpus_fraction":
-            f = float(v)
-            if not 0 < f <= 1:
-                raise ZhBertError(f"grid.corpus_fraction: {v} is not in (0, 1]")
-            runs.append(Run(f"corpus={int(round(f * 100))}%", f"{f:.0%}", {}, fraction=f))
+            f = v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+            if f is None or not 0 < f <= 1:   # nan fails `0 < f` too
+                raise ZhBertError(f"grid.corpus_fraction: {v!r} is not in (0, 1] (a number: the fraction of "
+                                  f"the corpus)")
+            runs.append(Run(f"corpus={int(round(f * 100))}%", f"{f:.0%}", {}, fraction=float(f)))
         else:
             runs.append(Run(f"{key}={v}", v, {key: v}))
+    seen: dict[str, str] = {}
+    for r in runs:   # each label names a run dir: two runs in one dir would overwrite each other
+        other = seen.get(_slug(r.label))
+        if other is not None:
+            twice = f"{r.label!r} appears twice" if other == r.label else f"{r.label!r} and {other!r} name the same run"
+            raise ZhBertError(f"grid.{key}: {twice} (runs/{_slug(r.label)}); every grid value needs its own label")
+        seen[_slug(r.label)] = r.label
     return runs
 
 
 # --------------------------------------------------------------------------- data: carve held-out docs
 
 def _docs(path: Path, doc_sep: str) -> list[str]:
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path)
     if doc_sep == "blank":
         return [d.strip("\n") for d in re.split(r"\n\s*\n", text) if d.strip()]
     return [l for l in text.split("\n") if l.strip()]
 
 
-def carve_corpus(files: list[Path], out: Path, heldout_docs: int, fractions: set[float], doc_sep: str) -> tuple[dict, Path]:
-    """Training copies of the corpus without the held-out docs (per fraction) + one held-out text file."""
-    sep = "\n\n" if doc_sep == "blank" else "\n"
-    heldout, train = [], {f: [] for f in fractions}
-    for i, path in enumerate(files):
+def split_corpus(files: list[Path], heldout_docs: int, doc_sep: str) -> list[tuple[list[str], list[str]]]:
+    """(training docs, held-out docs) per corpus file; reads only, so a dry run can check the corpus."""
+    out = []
+    for path in files:
         docs = _docs(path, doc_sep)
         if len(docs) <= 2 * heldout_docs:
             raise ZhBertError(f"{path}: {len(docs)} documents is too few to hold out {heldout_docs}")
-        keep, held = docs[:-heldout_docs] if heldout_docs else docs, docs[-heldout_docs:] if heldout_docs else []
+        out.append((docs[:-heldout_docs], docs[-heldout_docs:]) if heldout_docs else (docs, []))
+    return out
+
+
+def _carve_key(files: list[Path], heldout_docs: int, doc_sep: str) -> dict:
+    return {"files": [[str(f), f.stat().st_size, f.stat().st_mtime_ns] for f in files],
+            "heldout_docs": heldout_docs, "doc_sep": doc_sep}
+
+
+def check_carved(files: list[Path], corpus: Path, heldout_docs: int, doc_sep: str) -> None:
+    """A `corpus` folder carved from other files or another heldout_docs is refused, never reused: its runs
+    trained on other documents and its held-out text is another set."""
+    path = corpus / "carve.json"
+    if not path.is_file():
+        return
+    try:
+        old = json.loads(read_text(path))
+    except ValueError:
+        old = None
+    if old != json.loads(json.dumps(_carve_key(files, heldout_docs, doc_sep))):
+        raise ZhBertError(f"{corpus} was carved from other corpus files or another heldout_docs; delete "
+                          f"{corpus.parent} or use --out-dir")
+
+
+def carved_paths(files: list[Path], out: Path, fractions: set[float]) -> dict[float, list[str]]:
+    """Where `carve_corpus` puts each fraction's training copies: known before (and without) carving."""
+    return {f: [str(out / f"train-{int(round(f * 100))}" / f"{i:02d}-{path.name}") for i, path in enumerate(files)]
+            for f in fractions}
+
+
+def carve_corpus(files: list[Path], out: Path, heldout_docs: int, fractions: set[float],
+                 doc_sep: str) -> tuple[dict, Path]:
+    """Training copies of the corpus without the held-out docs (per fraction) + one held-out text file."""
+    sep = "\n\n" if doc_sep == "blank" else "\n"
+    check_carved(files, out, heldout_docs, doc_sep)
+    heldout, train = [], carved_paths(files, out, fractions)
+    for i, (keep, held) in enumerate(split_corpus(files, heldout_docs, doc_sep)):
         heldout += [d.replace("\n", " ") for d in held]
         for f in fractions:
-            dst = out / f"train-{int(round(f * 100))}" / f"{i:02d}-{path.name}"
+            dst = Path(train[f][i])
             if not dst.is_file():
                 with atomic_write(dst) as fh:
                     fh.write(sep.join(keep[:max(1, int(len(keep) * f))]) + "\n")
-            train[f].append(str(dst))
     held_path = out / "heldout.txt"
     if heldout and not held_path.is_file():
         with atomic_write(held_path) as fh:
             fh.write("\n".join(heldout) + "\n")
+    write_json(out / "carve.json", _carve_key(files, heldout_docs, doc_sep))   # last: the carve is complete
     return train, held_path
 
 
@@ -198,22 +248,31 @@ def _check_same_recipe(run_dir: Path, recipe) -> None:
     path = run_dir / "recipe.yaml"
     if not path.is_file():
         return
-    old, new = yaml.safe_load(path.read_text(encoding="utf-8")) or {}, json.loads(json.dumps(recipe.to_dict()))
+    old, new = load_yaml(path), json.loads(json.dumps(recipe.to_dict()))
     diff = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
     if diff:
         raise ZhBertError(f"{run_dir} holds a run with other settings ({'; '.join(diff[:4])}); delete it or "
                           f"use --out-dir")
 
 
+def run_recipe(spec: AblationSpec, run: Run, base: dict, out: Path, data_files: list[str] | None,
+               cli_set: dict):
+    """The recipe `run` pretrains with: base + the spec's shared set + its grid value + `ablate --set`."""
+    overrides = {**base, **spec.set, **run.overrides, **cli_set, "out_dir": str(out / "runs" / _slug(run.label)),
+                 "data_cache": str(out / "data")}
+    if data_files is not None:
+        overrides["data"] = data_files
+    try:
+        return load_recipe(None, overrides)
+    except ZhBertError as e:
+        raise ZhBertError(f"run {run.label}: {str(e).removeprefix('recipe with --set: ')}") from None
+
+
 def run_one(spec: AblationSpec, run: Run, base: dict, out: Path, data_files: list[str] | None,
             heldout: Path | None, cli_set: dict, log=print) -> dict:
     """Pretrain (or reuse a finished run), then the evals (or reuse them); returns the table row."""
     run_dir = out / "runs" / _slug(run.label)
-    overrides = {**base, **spec.set, **run.overrides, **cli_set, "out_dir": str(run_dir),
-                 "data_cache": str(out / "data")}
-    if data_files is not None:
-        overrides["data"] = data_files
-    recipe = load_recipe(None, overrides)
+    recipe = run_recipe(spec, run, base, out, data_files, cli_set)
     summary_path = run_dir / "run.json"
     summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.is_file() else {}
     _check_same_recipe(run_dir, recipe)
@@ -406,25 +465,36 @@ def _select(runs: list[Run], only: list[str]) -> list[Run]:
     return [r for r in runs if r.label in only or str(r.value) in only]
 
 
-def _prepare_data(spec: AblationSpec, spec_path: Path, base_recipe, runs: list[Run], out: Path):
-    """(training files per corpus fraction, held-out text) carved from a raw corpus; ({}, None) for a SHARDDIR."""
+@dataclass
+class Plan:
+    """An ablation checked whole: every run's recipe, the corpus and the fine-tuning task, before any work."""
+    spec: AblationSpec
+    spec_path: Path
+    base: Path
+    base_data: dict          # the base recipe read once: every run derives from this snapshot
+    runs: list[Run]
+    out: Path
+    cli_set: dict
+    corpus: list[Path] | None    # raw corpus files to carve; None for a SHARDDIR
+    doc_sep: str = "line"
+
+
+def _check_data(spec: AblationSpec, spec_path: Path, base_recipe, runs: list[Run], out: Path) -> list[Path] | None:
+    """The corpus files to carve (read, never written: a dry run checks them too); None for a SHARDDIR."""
     if len(base_recipe.data_paths) == 1 and is_sharddir(base_recipe.data_paths[0]):
         if any(r.fraction < 1 for r in runs) or spec.heldout_docs:
             raise ZhBertError(f"{spec_path}: the base recipe's data is a SHARDDIR; corpus_fraction and "
                               f"heldout_docs need a raw corpus (set heldout_docs: 0 to skip the held-out eval)")
-        return {}, None
+        return None
     files = input_files([Path(p) for p in base_recipe.data_paths])
-    by_fraction, heldout = carve_corpus(files, out / "corpus", spec.heldout_docs, {r.fraction for r in runs},
-                                        base_recipe.doc_sep)
-    return by_fraction, heldout if spec.heldout_docs else None
+    split_corpus(files, spec.heldout_docs, base_recipe.doc_sep)
+    check_carved(files, out / "corpus", spec.heldout_docs, base_recipe.doc_sep)
+    return files
 
 
-def main(argv: list[str]) -> int:
-    args = config_from_args(AblateArgs, build_parser().parse_args(argv))
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()  # "newly initialised classifier" reports are expected for every run
-    hf_logging.disable_progress_bar()
+def plan(args: AblateArgs) -> Plan:
+    """Every check `ablate` makes, in one pass that writes nothing: a mistake in the last grid value is
+    refused before the first run trains."""
     spec_path = Path(args.spec)
     cli_set = parse_set(args.set)
     overridable = set(spec_keys()) - {"name", "grid", "set", "base", "out_dir"}
@@ -433,19 +503,51 @@ def main(argv: list[str]) -> int:
     if not base.is_file():
         raise ZhBertError(f"{spec_path}: base recipe {base} not found")
     out = Path(args.out_dir or spec.out_dir or f"runs/ablations/{spec.name}")
-    runs = _select(plan_runs(spec), args.only)
     load_recipe(base)             # errors in the base recipe name its file
-    base_data = load_yaml(base)   # read once: every run derives from this snapshot, even if the file changes
-    base_recipe = load_recipe(None, {**base_data, **spec.set, **cli_set})
-    data_by_fraction, heldout = _prepare_data(spec, spec_path, base_recipe, runs, out)
+    base_data = load_yaml(base)
+    all_runs = plan_runs(spec)
+    for r in all_runs:            # every grid value, not only --only's: the spec is checked whole
+        try:
+            run_recipe(spec, r, base_data, out, None, cli_set)
+        except ZhBertError as e:
+            raise ZhBertError(f"{spec_path}: {e}") from None
+    runs = _select(all_runs, args.only)
+    shared = load_recipe(None, {**base_data, **spec.set, **cli_set})
+    corpus = _check_data(spec, spec_path, shared, runs, out)
+    data = carved_paths(corpus, out / "corpus", {r.fraction for r in runs}) if corpus is not None else {}
+    for r in runs:   # a run dir from other settings is refused now, not after the runs before it trained
+        _check_same_recipe(out / "runs" / _slug(r.label), run_recipe(spec, r, base_data, out, data.get(r.fraction),
+                                                                     cli_set))
+    if spec.finetune.task:
+        try:
+            check_trainable(load_task(spec.finetune.task), spec.finetune.config, spec.finetune.seed_list())
+        except ZhBertError as e:   # the spec file spells --max-train finetune_max_train
+            raise ZhBertError(f"{spec_path}: finetune {spec.finetune.task}: "
+                              f"{str(e).replace('--max-train', FLAT + 'max_train')}") from None
+    return Plan(spec, spec_path, base, base_data, runs, out, cli_set, corpus, shared.doc_sep)
+
+
+def main(argv: list[str]) -> int:
+    args = config_from_args(AblateArgs, build_parser().parse_args(argv))
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()  # "newly initialised classifier" reports are expected for every run
+    hf_logging.disable_progress_bar()
+    p = plan(args)
+    spec, runs, out, cli_set = p.spec, p.runs, p.out, p.cli_set
     for r in runs:
-        print(f"{r.label}: pretrain {base} --set " + " ".join(f"{k}={v}" for k, v in
-                                                           {**spec.set, **r.overrides, **cli_set}.items()), flush=True)
+        sets = {**spec.set, **r.overrides, **cli_set}
+        print(f"{r.label}: pretrain {p.base} --set " + " ".join(f"{k}={v}" for k, v in sets.items()), flush=True)
     if args.dry_run:
         return 0
+    data_by_fraction, heldout = {}, None
+    if p.corpus is not None:
+        data_by_fraction, heldout = carve_corpus(p.corpus, out / "corpus", spec.heldout_docs,
+                                                 {r.fraction for r in runs}, p.doc_sep)
+        heldout = heldout if spec.heldout_docs else None
     log = lambda m: print(m, flush=True)  # noqa: E731
     t0 = time.time()
-    rows = [run_one(spec, r, base_data, out, data_by_fraction.get(r.fraction), heldout, cli_set, log=log)
+    rows = [run_one(spec, r, p.base_data, out, data_by_fraction.get(r.fraction), heldout, cli_set, log=log)
             for r in runs]
     if spec.finetune.task and spec.random_init_baseline and rows:
         rows.append(random_init_row(spec, rows[0], out, log=log))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from zh_bert import config
 from zh_bert.config import option
 from zh_bert.errors import ZhBertError, suggest
-from zh_bert.hub import endpoint_and_host, hub_errors
+from zh_bert.hub import check_repo_id, endpoint_and_host, hub_errors
 
 PAPERS = {
     "bert": "Devlin et al. 2019, BERT (arXiv:1810.04805)",
@@ -103,7 +103,7 @@ def resolve(name: str) -> tuple[str, CatalogEntry | None]:
         if e.repo_id == name:
             return name, e
     if "/" in name.strip("/"):
-        return name, None
+        return check_repo_id(name, "repo id"), None
     raise ZhBertError(f"'{name}' is neither a catalog alias nor an ORG/NAME repo id{suggest(name, BY_ALIAS)}; "
                       f"see `zh-bert models`")
 

@@ -349,8 +349,8 @@ class DemoConfig:
                                   "models on a busy CPU)")
 
     def __post_init__(self):
-        if not 0 <= self.port <= 65535:
-            raise ZhBertError(f"--port: must be between 0 and 65535, got {self.port}")
+        if not 1 <= self.port <= 65535:
+            raise ZhBertError(f"--port: must be between 1 and 65535, got {self.port}")
         if self.threads < 0:
             raise ZhBertError(f"--threads: must be >= 0 (0: torch's default), got {self.threads}")
 
@@ -359,13 +359,49 @@ def build_parser():
     return config.build_parser("zh-bert demo", __doc__.split("\n")[0], DemoConfig)
 
 
+def check_port(host: str, port: int) -> None:
+    """Bind `host:port` once (as the server will, SO_REUSEADDR) so a busy port or an unknown host is one
+    line before Gradio and the models spend seconds loading."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as e:
+        raise ZhBertError(f"--host {host}: cannot resolve it ({e})") from None
+    family, kind, proto, _, addr = infos[0]
+    with socket.socket(family, kind, proto) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(addr)
+        except OSError as e:
+            raise ZhBertError(f"--port {port}: cannot listen on {host}:{port} ({e.strerror or e}); is another "
+                              f"server using it? Choose another --port") from None
+
+
+def check_local_models(models: list[str]) -> None:
+    """Each local MODEL folder has a readable config and weights that open, so a broken folder is one line
+    at start rather than an error on the page at first use."""
+    from transformers import AutoConfig
+
+    for m in models:
+        if Path(m).exists():
+            folder = rundir.model_dir(m)
+            load_pretrained(AutoConfig, folder, "a model config")
+            weights = sorted(folder.glob("*.safetensors"))
+            if not weights and not (folder / "pytorch_model.bin").is_file():
+                raise ZhBertError(f"{folder}: no model weights (model.safetensors)")
+            rundir.check_weights(weights)
+
+
 def main(argv: list[str]) -> int:
     cfg = config.config_from_args(DemoConfig, build_parser().parse_args(argv))
+    check_port(cfg.host, cfg.port)
     if cfg.threads:
         import torch
 
         torch.set_num_threads(cfg.threads)
     models = default_models(cfg.models)
+    check_local_models(models)
     app = build_app(models)
     app.zh_pool.get(models[0])  # load (or fail) before serving
     serve(app, cfg.host, cfg.port, cfg.share)

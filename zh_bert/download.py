@@ -9,11 +9,11 @@ safetensors with `torch.load(weights_only=True)`, which refuses anything that is
 from __future__ import annotations
 
 import fnmatch
+import glob
 import json
 import os
 import pickle
 import shutil
-import tempfile
 import urllib.error
 import urllib.parse
 from dataclasses import dataclass
@@ -25,7 +25,7 @@ from zh_bert.catalog import resolve
 from zh_bert.config import option
 from zh_bert.errors import ZhBertError
 from zh_bert.fileio import atomic_dir
-from zh_bert.hub import endpoint_and_host, hub_errors, is_transient
+from zh_bert.hub import check_listing, endpoint_and_host, hub_errors, is_transient, local_path, scratch_dir
 from zh_bert.tokenizer_files import TOKENIZER_FILES
 
 #: files a model folder needs besides its weights
@@ -48,6 +48,14 @@ def weight_patterns(listing: list[str] | None) -> tuple[str, ...]:
     if listing is None:
         return SAFETENSORS + PICKLE
     return SAFETENSORS if _has_safetensors(listing) else PICKLE
+
+
+def wanted_files(listing: list[str], where: str) -> list[str]:
+    """The names of a remote listing to fetch (top-level config, tokenizer and weight files), after every
+    name in it has been checked: a listing with `../x` or an absolute path is refused as a whole."""
+    listing = check_listing(listing, where)
+    weights = weight_patterns(listing)
+    return [n for n in listing if "/" not in n and (n in NEEDED or _matches(n, weights))]
 
 
 def convert_pickle(src: Path, dst: Path) -> None:
@@ -101,6 +109,8 @@ def assemble(snapshot: Path, out: Path, overwrite: bool = False) -> Path:
             _ensure_tokenizer_files(tmp)
     except FileExistsError:
         raise ZhBertError(f"{out}: already exists (choose another -o, or remove it)") from None
+    except OSError as e:  # a full disk, no permission: nothing was renamed into place
+        raise ZhBertError(f"{out}: cannot write ({e.strerror or e}); nothing was written") from None
     return out
 
 
@@ -113,7 +123,7 @@ def download_hf(repo_id: str, out: Path, *, revision: str | None = None, endpoin
     with hub_errors(where, repo_id):
         try:
             info = HfApi(endpoint=endpoint).model_info(repo_id, revision=revision or "main")  # 1 request
-            listing = [f.rfilename for f in info.siblings or []]
+            listing = [getattr(f, "rfilename", None) for f in info.siblings or []]
         except Exception as e:  # offline or unreachable: fall back to whatever the cache holds
             if not is_transient(e) and not isinstance(e, ConnectionError):
                 raise
@@ -121,15 +131,32 @@ def download_hf(repo_id: str, out: Path, *, revision: str | None = None, endpoin
         if listing is not None and not _has_safetensors(listing) and "pytorch_model.bin" not in listing:
             raise ZhBertError(f"{repo_id}: the repo has no PyTorch weights (model.safetensors or "
                               f"pytorch_model.bin); files: {', '.join(sorted(listing)[:12])}")
+        # exact names from the checked listing (escaped: `[` in a name is not a pattern), so a second,
+        # different listing from the server cannot add a file
+        patterns = list(NEEDED + weight_patterns(None)) if listing is None else \
+            [glob.escape(n) for n in wanted_files(listing, f"{repo_id} on {where}")]
         snap = snapshot_download(repo_id, revision=revision, endpoint=endpoint, cache_dir=cache_dir,
-                                 allow_patterns=list(NEEDED + weight_patterns(listing)),
-                                 local_files_only=listing is None)
+                                 allow_patterns=patterns, local_files_only=listing is None)
     return assemble(Path(snap), out, overwrite=overwrite)
+
+
+def _modelscope_names(raw: bytes, where: str) -> list[str]:
+    """The blob paths of a ModelScope file listing (its JSON checked for shape, not trusted)."""
+    try:
+        data = json.loads(raw).get("Data") or {}
+        files = data.get("Files") or []
+    except (ValueError, AttributeError):
+        raise ZhBertError(f"{where}: the file listing is not JSON with Data.Files") from None
+    if not isinstance(files, list) or not all(isinstance(f, dict) for f in files):
+        raise ZhBertError(f"{where}: the file listing is not a list of files")
+    return [f.get("Path") for f in files if f.get("Type", "blob") == "blob"]
 
 
 def download_modelscope(model_id: str, out: Path, *, revision: str | None = None, endpoint: str | None = None,
                         overwrite: bool = False) -> Path:
     """ModelScope through its public HTTP API, with the standard library only (no `modelscope` package)."""
+    import http.client
+    import socket
     import urllib.request  # 35 ms of http/ssl imports, for ModelScope only
 
     ep = (endpoint or os.environ.get("MODELSCOPE_DOMAIN") or "https://www.modelscope.cn").rstrip("/")
@@ -137,29 +164,30 @@ def download_modelscope(model_id: str, out: Path, *, revision: str | None = None
         ep = "https://" + ep
     rev = revision or "master"
     base = f"{ep}/api/v1/models/{model_id}/repo"
+    where = f"{model_id} on ModelScope ({ep})"
 
     def get(url: str, **params):
         return urllib.request.urlopen(f"{url}?{urllib.parse.urlencode(params)}", timeout=60)
 
     try:
         with get(f"{base}/files", Revision=rev, Recursive="true") as r:
-            data = json.loads(r.read()).get("Data") or {}
-        names = [f["Path"] for f in data.get("Files", []) if f.get("Type", "blob") == "blob"]
+            names = _modelscope_names(r.read(), where)
         if not names:
             raise ZhBertError(f"{model_id}: ModelScope ({ep}) lists no files for revision {rev}")
-        weights = weight_patterns(names)
-        wanted = [n for n in names if n in NEEDED or _matches(n, weights)]
-        with tempfile.TemporaryDirectory(prefix="zh-bert-ms-") as tmp:
+        wanted = wanted_files(names, where)
+        with scratch_dir("zh-bert-ms-") as tmp:
             for name in wanted:
-                with get(base, Revision=rev, FilePath=name) as r, open(Path(tmp) / name, "wb") as f:
+                with get(base, Revision=rev, FilePath=name) as r, open(local_path(tmp, name, where), "wb") as f:
                     shutil.copyfileobj(r, f, 1 << 20)
-            return assemble(Path(tmp), out, overwrite=overwrite)
+            return assemble(tmp, out, overwrite=overwrite)
     except urllib.error.HTTPError as e:
         what = "not found" if e.code == 404 else f"HTTP {e.code}"
         raise ZhBertError(f"{model_id}: ModelScope ({ep}) answered {what}") from None
-    except (urllib.error.URLError, OSError) as e:
+    except (urllib.error.URLError, ConnectionError, TimeoutError, socket.gaierror, http.client.HTTPException) as e:
         raise ZhBertError(f"{model_id}: cannot reach ModelScope at {ep} ({getattr(e, 'reason', e)}): "
                           f"network down?") from None
+    except OSError as e:  # local: a full disk, no permission
+        raise ZhBertError(f"{e.filename or out}: cannot write ({e.strerror or e})") from None
 
 
 def default_out(name: str) -> Path:

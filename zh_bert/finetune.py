@@ -14,8 +14,9 @@ import argparse
 import json
 import math
 import statistics
+import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Literal, Optional
 
@@ -28,7 +29,7 @@ from zh_bert.rundir import model_dir
 from zh_bert.evaluate import CheckpointArgs
 from zh_bert.tasks import DATASET_NAMES, TaskData, load_task
 from zh_bert.tokenizer_files import load_tokenizer
-from zh_bert.weights import load_pretrained
+from zh_bert.weights import init_from_config, load_pretrained
 
 
 @dataclass
@@ -51,6 +52,10 @@ class FinetuneConfig:
                                                          "or the pooler)")
 
     def __post_init__(self):
+        for f in fields(self):   # nan passes every `<` test: refuse it (and inf) before any comparison
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ZhBertError(f"--{f.name.replace('_', '-')} must be a finite number, got {value}")
         if self.pooling not in ("cls", "mean"):
             raise ZhBertError(f"--pooling must be cls or mean, got {self.pooling!r}")
         if self.precision not in ("fp32", "bf16"):
@@ -166,13 +171,33 @@ def scores(model, data, cfg, pad_id) -> tuple[float, float]:
 # --------------------------------------------------------------------------- training
 
 def load_classifier(ckpt_dir: Path, num_labels: int, random_init: bool, labels: list[str]):
-    from transformers import AutoConfig, AutoModelForSequenceClassification
+    from transformers import AutoModelForSequenceClassification
 
     id2label = dict(enumerate(labels))
     kw = dict(num_labels=num_labels, id2label=id2label, label2id={v: k for k, v in id2label.items()})
     if random_init:
-        return AutoModelForSequenceClassification.from_config(load_pretrained(AutoConfig, ckpt_dir, "a config", **kw))
+        return init_from_config(AutoModelForSequenceClassification, ckpt_dir, "a classifier", **kw)
     return load_pretrained(AutoModelForSequenceClassification, ckpt_dir, "a classifier", **kw)
+
+
+def train_subset(task: TaskData, cfg: FinetuneConfig, rng: np.random.Generator) -> list:
+    """The training examples one seed trains on: all of them, or `max_train` drawn with the seed's rng."""
+    if cfg.max_train and cfg.max_train < len(task.train):
+        return [task.train[i] for i in sorted(rng.permutation(len(task.train))[:cfg.max_train])]
+    return task.train
+
+
+def check_trainable(task: TaskData, cfg: FinetuneConfig, seeds: list[int]) -> None:
+    """Refuse, before any training, a seed whose training examples hold fewer than two classes: it would
+    learn a constant and report a dev accuracy that measures nothing."""
+    for seed in seeds:
+        classes = {e.label for e in train_subset(task, cfg, np.random.default_rng(seed))}
+        if len(classes) < 2 and cfg.max_train and cfg.max_train < len(task.train):
+            raise ZhBertError(f"--max-train {cfg.max_train}: seed {seed} draws training examples of one class "
+                              f"only ({next(iter(classes))!r}); use a larger --max-train (or 0: all)")
+        if len(classes) < 2:
+            raise ZhBertError(f"task {task.name}: the train split holds fewer than two classes "
+                              f"({', '.join(sorted(classes)) or 'no examples'}); a classifier needs at least two")
 
 
 def train_one(ckpt_dir: Path, task: TaskData, cfg: FinetuneConfig, seed: int, tok=None, log=print) -> dict:
@@ -185,9 +210,7 @@ def train_one(ckpt_dir: Path, task: TaskData, cfg: FinetuneConfig, seed: int, to
     tok = tok or load_tokenizer(ckpt_dir)
     label_index = {l: i for i, l in enumerate(task.labels)}
     rng = np.random.default_rng(seed)
-    train_ex = task.train
-    if cfg.max_train and cfg.max_train < len(train_ex):
-        train_ex = [train_ex[i] for i in sorted(rng.permutation(len(train_ex))[:cfg.max_train])]
+    train_ex = train_subset(task, cfg, rng)
     train, dev = encode(tok, train_ex, label_index, cfg.seq_len), encode(tok, task.dev, label_index, cfg.seq_len)
     test = encode(tok, task.test, label_index, cfg.seq_len) if task.test else None
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
@@ -257,6 +280,7 @@ def summarize(runs: list[dict]) -> dict:
 
 def run(ckpt: str | Path, task: TaskData, cfg: FinetuneConfig, seeds: list[int], log=print) -> dict:
     """Fine-tune once per seed; the summary dict is what the JSON line and ablate use."""
+    check_trainable(task, cfg, seeds)
     ckpt_dir = model_dir(ckpt)
     tok = load_tokenizer(ckpt_dir)
     runs = []
@@ -301,8 +325,11 @@ def main(argv: list[str]) -> int:
           f"{len(task.labels)} labels{' (sentence pairs)' if task.pair else ''}", flush=True)
     for note in task.notes:
         print(f"note: {note}", flush=True)
+    for warning in task.warnings:
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
     summary = run(target.ckpt, task, cfg, job.seed_list(), log=lambda m: print(m, flush=True))
     summary["notes"] = task.notes
+    summary["warnings"] = task.warnings
     if not target.no_record and not cfg.random_init:
         where = record_for_checkpoint(target.ckpt, eval_entries(summary, job.task))
         if where:

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+import shutil
+import tempfile
 import time
-from typing import Callable, TypeVar
+from pathlib import Path
+from typing import Callable, Iterable, TypeVar
 
 from zh_bert.errors import ZhBertError
 
@@ -35,6 +39,77 @@ _HTTP_STATUS = {
     401: "{where} rejected the token (HTTP 401): set a valid HF_TOKEN or run `hf auth login`",
     403: "permission denied by {where} (HTTP 403): the token has no write access to this repo or namespace",
 }
+
+
+_DRIVE = re.compile(r"^[A-Za-z]:")
+_REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+
+def check_repo_id(repo_id: str, what: str) -> str:
+    """`repo_id` if it reads ORG/NAME (letters, digits, '-', '_', '.'; no '..' anywhere), else one line."""
+    if not _REPO_ID.fullmatch(repo_id) or ".." in repo_id or repo_id.endswith("."):
+        raise ZhBertError(f"{what} '{repo_id}': expected ORG/NAME (letters, digits, '-', '_', '.')")
+    return repo_id
+
+
+def remote_name(name: object, where: str) -> str:
+    """A file name from a remote listing, checked before it becomes a local path: relative, '/'-separated,
+    no '.', '..' or empty segments, no backslash, drive letter or control character. Every name a server
+    sends is untrusted: one bad name means the listing is refused as a whole."""
+    bad = None
+    if not isinstance(name, str) or not name:
+        bad = "an empty name"
+    elif name.startswith("/") or _DRIVE.match(name):
+        bad = "an absolute path"
+    elif "\\" in name:
+        bad = "a backslash"
+    elif any(ord(c) < 32 or c == "\x7f" for c in name):
+        bad = "a control character"
+    elif any(seg in ("", ".", "..") for seg in name.split("/")):
+        bad = "a '.', '..' or empty path segment"
+    if bad:
+        raise ZhBertError(f"{where}: the file listing has {bad} ({str(name)[:80]!r}); refusing to download "
+                          f"from it (a broken or hostile server)")
+    return name
+
+
+def check_listing(names: Iterable[object], where: str) -> list[str]:
+    """Every name of a remote listing through `remote_name` (so nothing is fetched from a bad listing)."""
+    return [remote_name(n, where) for n in names]
+
+
+def local_path(root: Path, name: str, where: str) -> Path:
+    """`root / name` for a remote file name, refused unless it stays inside `root` once resolved."""
+    path = root / remote_name(name, where)
+    if not path.resolve().is_relative_to(root.resolve()):
+        raise ZhBertError(f"{where}: file {name!r} would be written outside {root}; refused")
+    return path
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, another user's
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def scratch_dir(prefix: str):
+    """A private temp folder `<prefix><pid>-XXXX`, removed on every exit (error, Ctrl-C). Folders of the
+    same prefix whose process is gone (killed with -9) are removed first, so a leftover never outlives
+    the next run."""
+    for d in Path(tempfile.gettempdir()).glob(f"{prefix}*-*"):
+        pid = d.name[len(prefix):].split("-")[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(d, ignore_errors=True)
+    path = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def endpoint_and_host(endpoint: str | None) -> tuple[str | None, str]:

@@ -5,15 +5,18 @@ curves, run summary): a `.env`, optimizer states or anything else sitting in the
 Hub, whatever it is called. The upload is one commit (create the repo if missing; intermediate checkpoints
 go to a branch with `--revision step-10000`), retried on transient errors; a retry re-sends only files the
 server does not already have. The token comes from `HF_TOKEN` or `hf auth login` and is never printed or
-written: staged text files are even checked for it.
+written: every file is checked for it before the first copy (a dry run too), and a staging folder never
+outlives the command (removed on error, on Ctrl-C, and after a kill by the next publish). Weights must open
+before anything is staged, and the run's text files are published without absolute local paths.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
+import os
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,8 +25,8 @@ from zh_bert.card import build_card
 from zh_bert.config import option
 from zh_bert.errors import ZhBertError
 from zh_bert.fileio import atomic_dir
-from zh_bert.hub import endpoint_and_host, hub_errors, with_retries
-from zh_bert.rundir import FINAL, Checkpoint, locate
+from zh_bert.hub import check_repo_id, endpoint_and_host, hub_errors, scratch_dir, with_retries
+from zh_bert.rundir import FINAL, Checkpoint, check_weights, locate
 from zh_bert.tokenizer_files import TOKENIZER_FILES
 
 #: from the model folder (out_dir/final or a checkpoint or any stock BERT folder)
@@ -65,33 +68,83 @@ def select_files(src: Checkpoint) -> tuple[dict[str, Path], list[str]]:
         raise ZhBertError(f"{src.model_dir}: no safetensors weights{hint}; zh-bert publishes safetensors only")
     if not any(n in chosen for n in ("tokenizer.json", "vocab.txt", "spiece.model")):
         raise ZhBertError(f"{src.model_dir}: no tokenizer files (tokenizer.json / vocab.txt)")
+    check_weights(p for n, p in chosen.items() if n.endswith(".safetensors"))
     return chosen, skipped
 
 
-def _check_no_secret(stage: Path, token: str | None) -> None:
+def _check_no_secret(files: dict[str, Path], token: str | None) -> None:
+    """Refuse when any text file to publish holds the token. Run on the sources before anything is copied,
+    and on the staged folder (the card) before it is renamed into place or uploaded."""
     if not token or len(token) < 8:
         return
     needle = token.encode()
-    for p in stage.iterdir():
-        if p.suffix != ".safetensors" and p.stat().st_size <= MAX_TEXT_SCAN and needle in p.read_bytes():
-            raise ZhBertError(f"{p.name}: contains your Hugging Face token; refusing to upload it")
+    for name, p in files.items():
+        if p.suffix == ".safetensors":  # tensors are numbers; the JSON header (metadata) is text
+            with open(p, "rb") as f:
+                size = int.from_bytes(f.read(8), "little")
+                data = f.read(min(size, MAX_TEXT_SCAN))
+        else:
+            data = p.read_bytes() if p.stat().st_size <= MAX_TEXT_SCAN else b""
+        if needle in data:
+            raise ZhBertError(f"{name}: contains your Hugging Face token; refusing to stage or upload it")
 
 
-def stage(src: Checkpoint, dest: Path, repo_id: str, license: str, token: str | None = None) -> list[str]:
-    """Copy the allow-listed files and write README.md into `dest` (which must be empty/new)."""
+#: an absolute POSIX path (or ~/...) not inside a URL or a relative path; a Windows drive path
+_ABS_PATH = re.compile(r"(?<![\w.~/:-])~?/[^\s'\"`,;()\[\]{}<>|]+|(?<![\w])[A-Za-z]:[\\/][^\s'\"`,;()\[\]{}<>|]*")
+
+
+def portable_text(text: str, run_dir: Path | None) -> str:
+    """`text` with each absolute path made relative to the run dir, or cut to its last name when outside
+    it: a published run.json, recipe or card must not show the author's home directory or disk layout."""
+    roots = [str(run_dir.resolve()), str(run_dir.absolute())] if run_dir else []
+
+    def short(m: re.Match) -> str:
+        path = m.group().removeprefix("~")
+        for root in roots:
+            if path == root:
+                return "."
+            if path.startswith(root + "/"):
+                return path[len(root) + 1:]
+        return re.split(r"[\\/]+", path.rstrip("\\/"))[-1] or "."
+
+    return _ABS_PATH.sub(short, text)
+
+
+def _copy_portable(name: str, path: Path, target: Path, run_dir: Path | None) -> None:
+    """Copy one file; the run's text files (and only they) with absolute paths made portable."""
+    if name in RUN_FILES and name != "curves.png":
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            text = None
+        if text is not None:
+            target.write_text(portable_text(text, run_dir), encoding="utf-8")
+            return
+    shutil.copyfile(path, target)
+
+
+def stage(src: Checkpoint, dest: Path, repo_id: str, license: str, token: str | None = None,
+          shown: Path | None = None) -> list[str]:
+    """Copy the allow-listed files and write README.md into `dest` (new or empty). Checks (weights open,
+    no token) come before the first copy; a write error is one line naming `shown` (the folder the user
+    sees; default `dest`)."""
     files, _ = select_files(src)
+    _check_no_secret(files, token)
     dest.mkdir(parents=True, exist_ok=True)
-    for name, path in files.items():
-        shutil.copyfile(path, dest / name)
-    card = build_card(src.model_dir, src.run_dir, repo_id, license=license, files=list(files))
-    (dest / "README.md").write_text(card, encoding="utf-8")
-    _check_no_secret(dest, token)
+    target = dest
+    try:
+        for name, path in files.items():
+            target = dest / name
+            _copy_portable(name, path, target, src.run_dir)
+        target = dest / "README.md"
+        card = build_card(src.model_dir, dest if src.run_dir else None, repo_id, license=license,
+                          files=list(files))
+        target.write_text(portable_text(card, src.run_dir), encoding="utf-8")
+    except OSError as e:
+        where = (shown or dest) / target.relative_to(dest) if target != dest else (shown or dest)
+        raise ZhBertError(f"{where}: cannot write ({e.strerror or e}); nothing was staged") from None
+    _check_no_secret({p.name: p for p in dest.iterdir()}, token)
     return sorted(p.name for p in dest.iterdir())
-
-
-def check_repo_id(repo_id: str) -> None:
-    if not re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", repo_id) or ".." in repo_id or repo_id.endswith("."):
-        raise ZhBertError(f"--repo-id '{repo_id}': expected ORG/NAME (letters, digits, '-', '_', '.')")
 
 
 def _check_namespace(api, repo_id: str) -> None:
@@ -142,7 +195,7 @@ class PublishConfig:
     message: str | None = option(None, flags=("-m",), help="commit message")
 
     def __post_init__(self):
-        check_repo_id(self.repo_id)
+        check_repo_id(self.repo_id, "--repo-id")
         if self.output and not self.dry_run:
             raise ZhBertError("-o/--output is for --dry-run (the staged folder); drop it or add --dry-run")
 
@@ -151,54 +204,66 @@ def build_parser():
     return config.build_parser("zh-bert publish", __doc__.split("\n")[0], PublishConfig)
 
 
-def _token() -> str:
+def _token(required: bool = True) -> str | None:
+    """The Hub token; a dry run uses it (when there is one) only to check that no staged file holds it."""
     from huggingface_hub import get_token
 
     token = get_token()
-    if not token:
+    if not token and required:
         raise ZhBertError("no Hugging Face token: set HF_TOKEN or run `hf auth login` (or use --dry-run)")
-    return token
+    return token or None
 
 
-def _stage_for(cfg: PublishConfig, src: Checkpoint, token: str | None) -> tuple[Path, list[str]]:
-    """(staged folder, its file names): in -o for a kept dry run, else in a temporary folder."""
+def _test_kill_point(step: str) -> None:
+    """Test hook: `ZH_BERT_KILL_AFTER=step` makes the process SIGKILL itself right after `step`."""
+    if os.environ.get("ZH_BERT_KILL_AFTER") == step:
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def staging(cfg: PublishConfig, src: Checkpoint, token: str | None):
+    """Yield (staged folder, its file names). A kept dry run (`-o`) is built under a temp name and renamed
+    into place only when complete; otherwise a private temp folder that is removed on every exit
+    (error, token found, Ctrl-C), and by the next publish if this process is killed."""
     if cfg.dry_run and cfg.output:
+        out = Path(cfg.output)
         try:
-            with atomic_dir(cfg.output) as tmp:
-                names = stage(src, tmp, cfg.repo_id, cfg.license)
+            with atomic_dir(out) as tmp:
+                names = stage(src, tmp, cfg.repo_id, cfg.license, token=token, shown=out)
+                _test_kill_point("staged")
         except FileExistsError:
-            raise ZhBertError(f"{cfg.output}: already exists; choose a new -o folder") from None
-        return Path(cfg.output), names
-    where = Path(tempfile.mkdtemp(prefix="zh-bert-publish-")) / cfg.repo_id.split("/")[-1]
-    try:
-        return where, stage(src, where, cfg.repo_id, cfg.license, token=token)
-    except BaseException:  # e.g. a file holding the token: leave no copy of it behind
-        shutil.rmtree(where.parent, ignore_errors=True)
-        raise
+            raise ZhBertError(f"{out}: already exists; choose a new -o folder") from None
+        yield out, names
+        return
+    with scratch_dir("zh-bert-publish-") as parent:
+        where = parent / cfg.repo_id.split("/")[-1]
+        names = stage(src, where, cfg.repo_id, cfg.license, token=token)
+        _test_kill_point("staged")
+        yield where, names
 
 
 def publish(cfg: PublishConfig) -> str | None:
     """Stage, show, and (unless --dry-run) upload; returns the commit URL, None for a dry run."""
     src = locate(cfg.source)
     _, skipped = select_files(src)  # fail on bad input before asking for a token
-    token = None if cfg.dry_run else _token()
-    where, names = _stage_for(cfg, src, token)
-    total = sum((where / n).stat().st_size for n in names)
-    print(f"{'would upload' if cfg.dry_run else 'uploading'} {len(names)} files ({total:,} bytes) "
-          f"to {cfg.repo_id}{'@' + cfg.revision if cfg.revision else ''}:")
-    for n in names:
-        print(f"  {n}")
-    if skipped:
-        print(f"not on the allow-list, left out: {', '.join(skipped)}")
-    if cfg.dry_run and cfg.output:
-        print(f"staged in {where}")
-        return None
-    message = cfg.message or f"zh-bert publish {src.model_dir.resolve().name}"
-    try:
-        return None if cfg.dry_run else upload(where, cfg.repo_id, token=token, endpoint=cfg.endpoint,
-                                               private=cfg.private, revision=cfg.revision, message=message)
-    finally:
-        shutil.rmtree(where.parent, ignore_errors=True)
+    token = _token(required=not cfg.dry_run)
+    with staging(cfg, src, token) as (where, names):
+        total = sum((where / n).stat().st_size for n in names)
+        print(f"{'would upload' if cfg.dry_run else 'uploading'} {len(names)} files ({total:,} bytes) "
+              f"to {cfg.repo_id}{'@' + cfg.revision if cfg.revision else ''}:")
+        for n in names:
+            print(f"  {n}")
+        if skipped:
+            print(f"not on the allow-list, left out: {', '.join(skipped)}")
+        if cfg.dry_run:
+            if cfg.output:
+                print(f"staged in {where}")
+            return None
+        message = cfg.message or f"zh-bert publish {src.model_dir.resolve().name}"
+        return upload(where, cfg.repo_id, token=token, endpoint=cfg.endpoint, private=cfg.private,
+                      revision=cfg.revision, message=message)
 
 
 def main(argv: list[str]) -> int:

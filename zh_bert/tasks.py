@@ -41,6 +41,7 @@ class TaskData:
     test: list[Example] | None
     labels: list[str]                      # sorted label names; the class index is the position here
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)   # legal but probably not what the user meant
 
     @property
     def pair(self) -> bool:
@@ -180,22 +181,41 @@ def drop_leaked_duplicates(train: list[Example], *held_out: list[Example]) -> tu
     return out, n_rep, n_leak
 
 
-def _finish(name, train, dev, test, notes=None) -> TaskData:
-    notes = list(notes or [])
+def _finish(name, train, dev, test, sources) -> TaskData:
+    """The task with train cleaned of leaks; `sources` names the file of each split for error lines.
+
+    Errors (the figures would mean nothing): an empty split, or a train split with fewer than two classes
+    (a constant predictor scores the majority share on dev and reports it as learned). A warning (legal,
+    e.g. a few-shot split): dev/test labels never seen in train, which the model can only get wrong."""
+    notes: list[str] = []
+    for split, examples, where in zip(("train", "dev", "test"), (train, dev, test), sources):
+        if examples is not None and not examples:
+            raise ZhBertError(f"{where}: the {split} split of task {name} has no examples")
     train, n_rep, n_leak = drop_leaked_duplicates(train, dev, *([test] if test else []))
     if n_rep or n_leak:
         notes.append(f"train: dropped {n_rep} repeated examples and {n_leak} whose text is also in dev/test "
                      f"({len(train)} left)")
+    classes = sorted({e.label for e in train})
+    if not train:
+        raise ZhBertError(f"{sources[0]}: the train split of task {name} has no examples left after dropping "
+                          f"{n_rep} repeated and {n_leak} also in dev/test")
+    if len(classes) < 2:
+        raise ZhBertError(f"{sources[0]}: the train split of task {name} holds only one class ({classes[0]!r}); "
+                          f"a classifier needs at least two")
     if test:
         overlap = len({e.text_a for e in dev} & {e.text_a for e in test})
         if overlap:
             notes.append(f"dev and test share {overlap} texts (kept: both splits are used as published)")
     labels = sorted({e.label for split in (train, dev, test or []) for e in split},
                     key=lambda s: (not s.lstrip("-").isdigit(), int(s) if s.lstrip("-").isdigit() else 0, s))
-    unknown = {e.label for split in (dev, test or []) for e in split} - {e.label for e in train}
-    if unknown:
-        notes.append(f"labels never seen in train: {sorted(unknown)}")
-    return TaskData(name, train, dev, test, labels, notes)
+    warnings = []
+    for split, examples in (("dev", dev), ("test", test or [])):
+        unseen = {e.label for e in examples} - set(classes)
+        if unseen:
+            n = sum(e.label in unseen for e in examples)
+            warnings.append(f"{split} labels never seen in train: {sorted(unseen)} ({n} of {len(examples)} "
+                            f"{split} examples, which the model can only get wrong)")
+    return TaskData(name, train, dev, test, labels, notes, warnings)
 
 
 def load_task(spec: str, columns: str | None = None) -> TaskData:
@@ -205,15 +225,15 @@ def load_task(spec: str, columns: str | None = None) -> TaskData:
         if len(paths) not in (2, 3):
             raise ZhBertError(f"--task {spec}: expected tsv:TRAIN,DEV[,TEST]")
         splits = [read_tsv(p, columns) for p in paths]
-        return _finish(Path(paths[0]).parent.name or "tsv", splits[0], splits[1], splits[2] if len(splits) == 3 else None)
+        return _finish(Path(paths[0]).parent.name or "tsv", splits[0], splits[1],
+                       splits[2] if len(splits) == 3 else None, paths)
     if spec == "chnsenticorp":
-        d = task_data_dir("chnsenticorp")
-        return _finish("chnsenticorp", *(read_tsv(d / f"{s}.tsv", columns or "label,text_a")
-                                         for s in ("train", "dev", "test")))
+        files = [task_data_dir("chnsenticorp") / f"{s}.tsv" for s in ("train", "dev", "test")]
+        return _finish("chnsenticorp", *(read_tsv(f, columns or "label,text_a") for f in files), files)
     if spec == "tnews":
         d = task_data_dir("tnews")
-        return _finish("tnews", *(_read_examples(d / f, "sentence", "label_desc")
-                                  for f in ("train_few_all.json", "dev_few_all.json", "test_public.json")))
+        files = [d / f for f in ("train_few_all.json", "dev_few_all.json", "test_public.json")]
+        return _finish("tnews", *(_read_examples(f, "sentence", "label_desc") for f in files), files)
     raise ZhBertError(f"--task {spec}: unknown task{suggest(spec, TASKS)}; use {', '.join(TASKS)} or "
                       f"tsv:TRAIN,DEV[,TEST]")
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 from zh_bert.errors import ZhBertError
 
@@ -21,10 +22,27 @@ def _load_errors() -> tuple[type[BaseException], ...]:
     return (OSError, ValueError, TypeError, KeyError, AttributeError, json.JSONDecodeError, SafetensorError)
 
 
-def load_pretrained(cls: Any, path: str | Path, what: str = "a model", **kwargs: Any) -> Any:
-    """`cls.from_pretrained(path, **kwargs)` (a model or config class); a broken folder is a ZhBertError."""
+@contextmanager
+def _one_line(path: str | Path, what: str) -> Iterator[None]:
+    """Any of the ways a model folder can be broken, as a ZhBertError naming the folder."""
     try:
-        return cls.from_pretrained(str(path), **kwargs)
+        yield
     except _load_errors() as e:
         reason = (str(e).strip().split("\n")[0] or type(e).__name__)[:300]
         raise ZhBertError(f"{path}: cannot load {what}: {reason}") from None
+
+
+def load_pretrained(cls: Any, path: str | Path, what: str = "a model", **kwargs: Any) -> Any:
+    """`cls.from_pretrained(path, **kwargs)` (a model or config class); a broken folder is a ZhBertError."""
+    with _one_line(path, what):
+        return cls.from_pretrained(str(path), **kwargs)
+
+
+def init_from_config(cls: Any, path: str | Path, what: str = "a model", **kwargs: Any) -> Any:
+    """`cls.from_config(config of path)`: random weights of the folder's architecture. A config that loads
+    but cannot build a model (hidden size not divisible by the heads...) is the same one-line error."""
+    from transformers import AutoConfig
+
+    config = load_pretrained(AutoConfig, path, "a config", **kwargs)
+    with _one_line(path, what):
+        return cls.from_config(config)

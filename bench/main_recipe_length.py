@@ -1,0 +1,71 @@
+"""Does a shorter main recipe give a worse checkpoint? `recipes/tiny-cpu.yaml` pretrained for each of --steps
+(same recipe otherwise: the linear schedule ends at max_steps), then fine-tuned on ChnSentiCorp (full train
+split, lr 2e-3, 3 epochs, mean pooling, seq-len 128) with --seeds seeds, beside random init of the same config.
+Prints validation MLM accuracy and test accuracy mean ± std per length; the baseline is the recipe's own length.
+
+    python bench/main_recipe_length.py --steps 5000 3750 --seeds 3 --data SHARDDIR --tokenizer TOKDIR
+
+On a GPU the pretraining runs in fp32 (`--precision fp32`) so it computes what a CPU without bf16 computes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from _timing import machine  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=int, nargs="+", default=[5000, 3750])
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--data", help="SHARDDIR built by the recipe (default: the recipe's raw corpus)")
+    ap.add_argument("--tokenizer", help="TOKDIR of --data")
+    ap.add_argument("--precision", default="fp32")
+    ap.add_argument("--out", default="runs/recipe-length")
+    args = ap.parse_args()
+
+    from zh_bert.finetune import FinetuneConfig, run
+    from zh_bert.pretrain import train
+    from zh_bert.recipe import load_recipe
+    from zh_bert.tasks import load_task
+
+    task = load_task("chnsenticorp")
+    ft = dict(lr=2e-3, epochs=3, pooling="mean", seq_len=128)
+    seeds = list(range(42, 42 + args.seeds))
+    print(f"machine: {machine()}", flush=True)
+    rows = []
+    for steps in args.steps:
+        over = {"max_steps": steps, "out_dir": f"{args.out}/steps-{steps}", "precision": args.precision,
+                "save_every": 0}
+        if args.data:
+            over.update(data=args.data, tokenizer=args.tokenizer)
+        t0 = time.perf_counter()
+        summary = train(load_recipe(REPO / "recipes" / "tiny-cpu.yaml", over), log=lambda *a: None)
+        wall = time.perf_counter() - t0
+        res = run(over["out_dir"], task, FinetuneConfig(**ft), seeds, log=lambda m: None)
+        rows.append((f"{steps} steps ({summary['tokens_seen'] / 1e6:.1f}M tokens)", summary, res, wall))
+        print(json.dumps({"steps": steps, "val": summary["final_validation"], "tokens_per_s": summary["tokens_per_s"],
+                          "wall_s": round(wall, 1), "finetune": {k: res[k] for k in res if "acc" in k}}), flush=True)
+    rand = run(f"{args.out}/steps-{args.steps[0]}", task, FinetuneConfig(**ft, random_init=True), seeds,
+               log=lambda m: None)
+    print(f"\n{'pretraining':<28} {'val mlm acc':>11} {'test acc (mean ± std)':>24} {'dev acc':>18}")
+    for name, summary, res, _ in rows:
+        print(f"{name:<28} {summary['final_validation']['mlm_acc']:>11.4f} "
+              f"{res['test_acc'] * 100:>15.1f} ± {res.get('test_acc_std', 0) * 100:.1f}   "
+              f"{res['dev_acc'] * 100:>9.1f} ± {res.get('dev_acc_std', 0) * 100:.1f}")
+    print(f"{'random init':<28} {'-':>11} {rand['test_acc'] * 100:>15.1f} ± {rand.get('test_acc_std', 0) * 100:.1f}   "
+          f"{rand['dev_acc'] * 100:>9.1f} ± {rand.get('dev_acc_std', 0) * 100:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
