@@ -61,7 +61,8 @@ class PretrainArgs:
                             help="override one recipe key (repeatable), e.g. --set max_steps=40")
     resume: Optional[str] = option(None, metavar="auto|PATH",
                                    help="continue from the newest complete checkpoint in out_dir/checkpoints "
-                                        "(auto) or PATH")
+                                        "(auto) or PATH (an older one of the same run only with --set "
+                                        "out_dir=NEW)")
 
 
 def build_parser():
