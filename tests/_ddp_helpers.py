@@ -2,6 +2,7 @@
 `python tests/_ddp_helpers.py RECIPE.yaml [pretrain args...]` runs `zh-bert pretrain` unchanged, except:
 
 - the dataset rows each rank draws per step are appended to OUT_DIR/indices-rank{R}.jsonl (disjointness);
+- ZH_BERT_TEST_FULL_DISK=R@STEP makes rank R's write of its RNG file at checkpoint STEP fail (ENOSPC);
 
 Masking is the stock loader's: each sequence is masked with an RNG keyed by its position in the global
 sample stream, so 1 process × 4 micro-batches and 2 processes × 2 see the very same masked sequences and
@@ -37,8 +38,30 @@ def _patch_loader() -> None:
     ShardLoader.next_numpy = next_numpy
 
 
+def _patch_full_disk() -> None:
+    """ZH_BERT_TEST_FULL_DISK=R@STEP: on rank R, writing the RNG file of the checkpoint of STEP fails as on a
+    full disk (the other ranks' writes succeed)."""
+    want = os.environ.get("ZH_BERT_TEST_FULL_DISK")
+    if not want:
+        return
+    import errno
+
+    import torch
+
+    rank, step = want.split("@")
+    real_save = torch.save
+
+    def save(obj, f, *a, **kw):
+        if Path(f).name == f"rng-rank{rank}.pt" and f".step-{int(step):07d}.tmp" in str(f):
+            raise OSError(errno.ENOSPC, "No space left on device", str(f))
+        return real_save(obj, f, *a, **kw)
+
+    torch.save = save
+
+
 if __name__ == "__main__":
     _patch_loader()
+    _patch_full_disk()
     from zh_bert.cli import main
 
     rc = main(["pretrain", *sys.argv[1:]])

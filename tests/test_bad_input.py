@@ -38,6 +38,7 @@ def write_bad_files(w: Path) -> None:
     (w / "corpusrel_thesis" / "thesis.tex").write_text("四年的心血\n", encoding="utf-8")
     (w / "corpusrel_binary.txt").write_bytes(bytes(range(128, 256)) * 300)   # no text encoding fits
     _evalrel_files(w)
+    _trainrel_files(w)
 
 
 def _evalrel_files(w: Path) -> None:
@@ -61,6 +62,16 @@ def _evalrel_files(w: Path) -> None:
         if name == "heldout_too_many":
             text = text.replace("heldout_docs: 2", "heldout_docs: 10")
         (w / f"evalrel_{name}.yaml").write_text(text, encoding="utf-8")
+
+
+def _trainrel_files(w: Path) -> None:
+    """A pretraining recipe that writes into the working folder, model configs no BERT can have, a broken init_from."""
+    (w / "trainrel_recipe.yaml").write_text("model: tiny\nout_dir: run\nmax_steps: 2\nseq_len: 64\n"
+                                            "global_batch: 8\nmicro_batch: 8\n", encoding="utf-8")
+    (w / "trainrel_size_text.json").write_text('{"hidden_size": "abc", "num_attention_heads": 2}', encoding="utf-8")
+    (w / "trainrel_heads.json").write_text('{"hidden_size": 130, "num_attention_heads": 4}', encoding="utf-8")
+    (w / "trainrel_bad_init").mkdir()
+    (w / "trainrel_bad_init" / "config.json").write_text('{"vocab_size": 21128, "hidden', encoding="utf-8")
 
 
 @dataclass
@@ -122,6 +133,26 @@ CASES: list[Case] = [
     Case("pretrain-bad-yaml", ["pretrain", "not_yaml.yaml"], "not_yaml.yaml"),
     Case("pretrain-bad-set", ["pretrain", "recipe_ngram.yaml", "--set", "max_ngram"], "key=value"),
     Case("plan-unknown-gpu", ["plan", "--gpu", "gtx9999"], "gtx9999"),
+    Case("pretrain-lr-inf", ["pretrain", "trainrel_recipe.yaml", "--set", "lr=inf"], "'lr' must be a finite number"),
+    Case("pretrain-lr-nan", ["pretrain", "trainrel_recipe.yaml", "--set", "lr=nan"], "'lr' must be a finite number"),
+    Case("pretrain-betas-inf", ["pretrain", "trainrel_recipe.yaml", "--set", "betas=[0.9, .inf]"], "'betas'"),
+    Case("pretrain-max-steps-negative", ["pretrain", "trainrel_recipe.yaml", "--set", "max_steps=-5"],
+         "'max_steps' must be at least 1"),
+    Case("pretrain-model-size-text", ["pretrain", "trainrel_recipe.yaml", "--set", "model=trainrel_size_text.json",
+                                      "--set", "data={shards}", "--set", "tokenizer={tok}"], "hidden_size"),
+    Case("pretrain-model-heads", ["pretrain", "trainrel_recipe.yaml", "--set", "model=trainrel_heads.json",
+                                  "--set", "data={shards}", "--set", "tokenizer={tok}"], "num_attention_heads"),
+    Case("pretrain-init-truncated", ["pretrain", "trainrel_recipe.yaml", "--set", "init_from={truncated}",
+                                     "--set", "data={shards}", "--set", "tokenizer={tok}"], "cannot load"),
+    Case("pretrain-init-bad-config", ["pretrain", "trainrel_recipe.yaml", "--set", "init_from=trainrel_bad_init",
+                                      "--set", "data={shards}", "--set", "tokenizer={tok}"], "trainrel_bad_init"),
+    Case("pretrain-resume-missing", ["pretrain", "trainrel_recipe.yaml", "--resume", "no_ckpt"], "no_ckpt"),
+    Case("pretrain-resume-not-checkpoint", ["pretrain", "trainrel_recipe.yaml", "--resume", "a_dir"],
+         "trainer_state.json is missing"),
+    Case("plan-model-size-text", ["plan", "--model", "trainrel_size_text.json"], "hidden_size"),
+    Case("plan-model-heads", ["plan", "--model", "trainrel_heads.json"], "num_attention_heads"),
+    Case("plan-mask-rate-nan", ["plan", "--mask-rate", "nan"], "finite"),
+    Case("plan-days-inf", ["plan", "--days", "inf"], "finite"),
 
     # ------------------------------------------------------------------ eval / finetune / ablate
     Case("eval-no-checkpoint", ["eval", "mlm", "nope", "--text", "docs.jsonl"], "nope"),

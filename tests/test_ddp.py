@@ -195,3 +195,37 @@ def test_resume_under_two_processes(ddp):
     pa, pb = load_params(two), load_params(resumed)
     worst = max(float(abs(pa[k] - pb[k]).max()) for k in pa)
     assert worst <= 1e-6, f"resumed parameters differ by {worst:.2e}"
+
+
+def test_every_rank_writes_its_part_of_each_checkpoint_and_the_manifest_lists_it(ddp):
+    """The main process writes manifest.json after a collective: rank 1's RNG file is listed with its size."""
+    from zh_bert import checkpoint as ckpt
+
+    two = ddp["two"]
+    assert_two_processes(two)
+    for c in (two / "checkpoints").iterdir():
+        files = json.loads((c / "manifest.json").read_text())["files"]
+        assert {"rng-rank0.pt", "rng-rank1.pt", "optimizer.pt", "model.safetensors", "trainer_state.json"} <= set(files)
+        assert ckpt.incomplete_reason(c, deep=True) is None
+
+
+def test_a_full_disk_on_one_rank_stops_every_rank_with_one_line(ddp, tmp_path):
+    """Rank 1 cannot write its part of the step-4 checkpoint: both processes stop (none waits forever at a
+    barrier), the error is one line, step-2 is intact and no temp dir is left."""
+    from zh_bert import checkpoint as ckpt
+
+    out = tmp_path / "full"
+    env = {**_env(out), "ZH_BERT_TEST_FULL_DISK": "1@4"}
+    out.mkdir()
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(WORKER),
+           str(ddp["recipe"]), "--set", f"out_dir={out}"]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400, cwd=str(REPO))
+    log = proc.stdout + proc.stderr
+    errors = [l for l in log.splitlines() if "zh-bert pretrain: error: cannot save checkpoint" in l]
+    assert proc.returncode != 0 and len(errors) == 2, log[-3000:]      # both ranks, one line each
+    assert any("No space left on device" in e for e in errors), errors
+    frames = [l for l in log.splitlines() if l.strip().startswith("File ")]
+    assert not any("zh_bert/" in f for f in frames), log[-3000:]        # no traceback from zh_bert (torchrun's own
+                                                                       # report of the exit code is not ours)
+    assert [c.name for c in ckpt.list_checkpoints(out / "checkpoints")] == ["step-0000002"]
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-0000002"]

@@ -176,7 +176,27 @@ def test_measure_on_this_cpu(capsys):
     (dict(mask_rate=1.5), "--mask-rate must be in"),
     (dict(seq_len=4), "--seq-len must be >= 8"),
     (dict(utilisation=0), "--utilisation must be in"),
+    (dict(days=float("inf")), "--days must be a finite number"),
+    (dict(tokens=float("nan")), "--tokens must be a finite number"),
 ])
 def test_python_api_refuses_what_the_cli_refuses(kw, match):
     with pytest.raises(ZhBertError, match=match):
         PlanArgs(**kw)
+
+
+@pytest.mark.parametrize("config, match", [
+    ({"hidden_size": "abc", "num_attention_heads": 2}, "hidden_size"),
+    ({"hidden_size": 130, "num_attention_heads": 4}, "hidden_size 130 is not a multiple of num_attention_heads 4"),
+    ({"hidden_size": 128, "num_attention_heads": 2, "num_hidden_layers": 0}, "'num_hidden_layers' must be a positive"),
+    ({"hidden_size": 128, "num_attention_heads": 2, "hidden_act": "gleu"}, "unknown hidden_act 'gleu'"),
+    ([1, 2], "not a BERT config"),
+])
+def test_a_model_config_no_model_can_have_is_one_line(config, match, tmp_path, capsys):
+    """`--model config.json` with sizes no BERT can have: exit 2 and one line (the same check as pretrain's)."""
+    from zh_bert.cli import main
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    assert main(["plan", "--model", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("zh-bert plan: error:") and match in err[0], err

@@ -51,6 +51,11 @@ def test_overrides_and_aliases():
     (["max_ngram=0"], "max_ngram must be 1..4, got 0"),
     (["masking=wwwm"], "'wwwm'"),
     (["lr=abc"], "'lr' must be a number"),
+    (["lr=inf"], "'lr' must be a finite number"),
+    (["lr=.nan"], "'lr' must be a finite number"),
+    (["grad_clip=-.inf"], "'grad_clip' must be a finite number"),
+    (["betas=[0.9, .inf]"], "'betas' must be a finite number"),
+    (["mask_rate=inf"], "'mask_rate' must be a finite number"),
 ])
 def test_bad_values(sets, match):
     with pytest.raises(ZhBertError, match=match):
@@ -107,7 +112,22 @@ def test_saved_recipe_round_trips_and_old_flat_run_dirs_load(tmp_path):
 
 
 def test_python_api_validates_like_the_recipe_file():
+    with pytest.raises(ZhBertError, match="'lr' must be a finite number"):
+        Recipe(lr=float("inf"))
+    with pytest.raises(ZhBertError, match="'betas' must be a finite number"):
+        Recipe(betas=[0.9, float("nan")])
     with pytest.raises(ZhBertError, match="global_batch 48 is not a multiple of micro_batch 32"):
         Recipe(global_batch=48, micro_batch=32)
     with pytest.raises(ZhBertError, match="max_ngram must be 1..4"):
         Recipe(masking=MaskingConfig(max_ngram=5))
+
+
+def test_resume_changes_name_the_key_that_cannot_change():
+    from zh_bert.recipe import CHANGEABLE_ON_RESUME, changes_on_resume
+
+    saved = Recipe(max_steps=100).to_dict()
+    assert changes_on_resume(saved, load_recipe(None, ["max_steps=200", "lr=5e-4"]), "--resume auto") == {
+        "max_steps": [100, 200], "lr": [1e-4, 5e-4]}
+    with pytest.raises(ZhBertError, match="--resume auto: 'mask_rate' cannot change when resuming"):
+        changes_on_resume(saved, load_recipe(None, ["max_steps=100", "mask_rate=0.3"]), "--resume auto")
+    assert CHANGEABLE_ON_RESUME <= set(KEYS)

@@ -1,21 +1,34 @@
-"""Training checkpoints that resume exactly: written to a temp dir, renamed when complete.
+"""Training checkpoints that resume exactly: written to a temp dir, checked by a manifest, renamed when complete.
 
 Layout of `out_dir/checkpoints/step-NNNNNNN/`:
   config.json + model.safetensors   stock HF model (the main process writes it)
   optimizer.pt                      optimizer, scheduler, grad-scaler state (tensors + plain types only,
                                     loaded with weights_only=True: nothing is unpickled)
   rng-rankR.pt                      torch/cuda/numpy/python RNG of each process
-  trainer_state.json                step, tokens, loader position, ... — written last: its presence
-                                    marks a complete checkpoint
-A kill -9 at any moment leaves either a complete `step-*` dir or a `.step-*.tmp` dir that is ignored.
+  trainer_state.json                step, tokens, loader position, recipe, ...
+  manifest.json                     every other file with its size (and sha256 when small), written last,
+                                    after all processes have written theirs
+A checkpoint is complete when its manifest lists files that are all there with those sizes; anything else
+(a `.step-*.tmp` dir of a killed save, a half-deleted dir) is never resumed from, and the next run removes
+the temp dirs. A checkpoint from before manifests counts as complete when every file it should hold exists
+(trainer_state.json readable, config, weights, optimizer and one RNG file per process it names): truncation
+cannot be detected there. Replacing or deleting a checkpoint first renames it to a hidden `.step-*.trash`
+name, so a kill never leaves a half-deleted dir under a complete-looking name.
+
+`ZH_BERT_FAULT=after:POINT[@STEP]` (a test hook) makes the process SIGKILL itself right after POINT of the
+save of STEP (any step if omitted); POINT is one of `FAULT_POINTS`.
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
+import os
 import random
 import re
 import shutil
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +38,11 @@ from zh_bert.errors import ZhBertError
 from zh_bert.fileio import write_json
 
 STATE = "trainer_state.json"
+MANIFEST = "manifest.json"
+HASH_LIMIT = 16 << 20        # files up to this size also get a sha256 in the manifest
+FAULT_POINTS = ("tmp-dir", "rng-rank0", "model", "optimizer", "trainer-state", "manifest", "renamed", "trashed")
 _STEP_DIR = re.compile(r"^step-(\d+)$")
+_LEFTOVER = re.compile(r"^\.step-\d+\.(tmp|trash.*)$")
 
 
 def step_dir_name(step: int) -> str:
@@ -60,59 +77,232 @@ def _py_state_to_plain(s):
     return [version, list(internal), gauss]
 
 
+def fault_point(name: str, step: int) -> None:
+    """The test hook: SIGKILL this process right after `name` when ZH_BERT_FAULT=after:NAME[@STEP] asks."""
+    want = os.environ.get("ZH_BERT_FAULT", "")
+    if want.startswith("after:"):
+        point, _, at = want[len("after:"):].partition("@")
+        if point == name and (not at or int(at) == step):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+class _SaveFailed(Exception):
+    pass
+
+
+def _together(accelerator, work) -> None:
+    """Run `work` (None: nothing on this process), then agree with every process: if any failed to write,
+    all raise _SaveFailed (instead of the others waiting forever at a barrier)."""
+    from safetensors import SafetensorError
+
+    reason = None
+    if work:
+        try:
+            work()
+        except (OSError, RuntimeError, SafetensorError) as e:  # torch.save reports a full disk as RuntimeError
+            reason = (getattr(e, "strerror", None) or str(e).split("\n")[0] or type(e).__name__)[:300]
+            if isinstance(e, OSError) and e.filename:
+                reason += f": {e.filename}"
+    failed = reason is not None
+    if accelerator.num_processes > 1:   # a collective: also the barrier between the phases of a save
+        flag = torch.tensor([float(failed)], device=accelerator.device)
+        failed = accelerator.reduce(flag, reduction="sum").item() > 0
+    if failed:
+        raise _SaveFailed(reason or "another process could not write its part")
+
+
 def save_checkpoint(ckpt_root: Path, step: int, *, accelerator, hf_model, optimizer, scheduler,
                     trainer_state: dict, keep_last: int) -> Path:
     """Every process calls this (each saves its RNG); returns the final dir.
 
     The temp dir has a fixed name (not `fileio.atomic_dir`'s random one) because every rank writes into it.
+    A failed write (a full disk) on any process is one ZhBertError on every process; the temp dir is removed
+    and the earlier checkpoints are not touched.
     """
     ckpt_root = Path(ckpt_root)
     final = ckpt_root / step_dir_name(step)
     tmp = ckpt_root / f".{final.name}.tmp"
-    main = accelerator.is_main_process
-    if main:
+    main, rank = accelerator.is_main_process, accelerator.process_index
+
+    def fresh():
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-    accelerator.wait_for_everyone()
-    torch.save(rng_state(), tmp / f"rng-rank{accelerator.process_index}.pt")
-    if main:
-        hf_model.save_pretrained(str(tmp), safe_serialization=True)
-        scaler = getattr(accelerator, "scaler", None)
-        torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                    "scaler": scaler.state_dict() if scaler is not None else None}, tmp / "optimizer.pt")
-    accelerator.wait_for_everyone()
-    if main:
-        write_json(tmp / STATE, {**trainer_state, "step": step, "num_processes": accelerator.num_processes})
-        if final.exists():
-            shutil.rmtree(final)
-        tmp.rename(final)
-        for old in list_checkpoints(ckpt_root)[:-keep_last]:
+        fault_point("tmp-dir", step)
+
+    def write_parts():
+        torch.save(rng_state(), tmp / f"rng-rank{rank}.pt")
+        fault_point(f"rng-rank{rank}", step)
+        if main:
+            hf_model.save_pretrained(str(tmp), safe_serialization=True)
+            fault_point("model", step)
+            scaler = getattr(accelerator, "scaler", None)
+            torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                        "scaler": scaler.state_dict() if scaler is not None else None}, tmp / "optimizer.pt")
+            fault_point("optimizer", step)
+
+    def commit():
+        state = {**trainer_state, "step": step, "num_processes": accelerator.num_processes}
+        missing = [f"rng-rank{r}.pt" for r in range(accelerator.num_processes) if not (tmp / f"rng-rank{r}.pt").is_file()]
+        if missing:   # e.g. out_dir is not on a filesystem all processes share
+            raise OSError(errno.ENOENT, f"{missing[0]} of another process is not in {tmp}")
+        write_json(tmp / STATE, state)
+        fault_point("trainer-state", step)
+        write_manifest(tmp)
+        fault_point("manifest", step)
+        old = _rename_aside(final) if final.exists() else None
+        os.replace(tmp, final)
+        _fsync_dir(ckpt_root)
+        fault_point("renamed", step)
+        if old is not None:
             shutil.rmtree(old, ignore_errors=True)
-    accelerator.wait_for_everyone()
+        for stale in list_checkpoints(ckpt_root)[:-keep_last]:
+            discard(stale, step)
+
+    try:
+        _together(accelerator, fresh if main else None)
+        _together(accelerator, write_parts)
+        _together(accelerator, commit if main else None)
+    except _SaveFailed as e:
+        if main:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise ZhBertError(f"cannot save checkpoint {final}: {e}; the earlier checkpoints in {ckpt_root} are "
+                          f"intact: free space, then continue with --resume auto") from None
     return final
+
+
+def write_manifest(folder: Path) -> None:
+    """`manifest.json`: every file in `folder` with its size (sha256 too up to HASH_LIMIT), each synced to
+    disk first; the file whose presence makes the checkpoint complete."""
+    files = {}
+    for p in sorted(Path(folder).iterdir()):
+        if p.name == MANIFEST or not p.is_file():
+            continue
+        entry = {"size": p.stat().st_size}
+        with open(p, "rb") as f:
+            os.fsync(f.fileno())
+            if entry["size"] <= HASH_LIMIT:
+                entry["sha256"] = hashlib.sha256(f.read()).hexdigest()
+        files[p.name] = entry
+    write_json(Path(folder) / MANIFEST, {"format": 1, "files": files})
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _rename_aside(path: Path) -> Path:
+    """Move a checkpoint to its hidden `.step-*.trash` name (one rename: never half-deleted in plain sight)."""
+    trash = path.with_name(f".{path.name}.trash")
+    shutil.rmtree(trash, ignore_errors=True)
+    os.replace(path, trash)
+    return trash
+
+
+def discard(path: Path, step: int = -1) -> None:
+    """Delete a checkpoint: first out of sight, then its files."""
+    trash = _rename_aside(Path(path))
+    fault_point("trashed", step)
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def incomplete_reason(path: Path, deep: bool = False) -> str | None:
+    """None if the checkpoint at `path` is complete, else what is wrong, naming the file. `deep` also
+    compares the sha256 of the small files (resume does; listing checks sizes only)."""
+    path = Path(path)
+    if not path.is_dir():
+        return "no such checkpoint directory"
+    if not (path / MANIFEST).is_file():
+        return _legacy_reason(path)
+    try:
+        files = json.loads((path / MANIFEST).read_text(encoding="utf-8"))["files"]
+        entries = [(str(name), int(e["size"]), e.get("sha256")) for name, e in files.items()]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return f"{MANIFEST} is unreadable"
+    if STATE not in files:
+        return f"{STATE} is not in {MANIFEST}"
+    for name, size, digest in entries:
+        f = path / name
+        if not f.is_file():
+            return f"{name} is missing"
+        if f.stat().st_size != size:
+            return f"{name} has {f.stat().st_size} bytes, {MANIFEST} says {size}"
+        if deep and digest and hashlib.sha256(f.read_bytes()).hexdigest() != digest:
+            return f"{name} does not match its sha256 in {MANIFEST}"
+    return None
+
+
+def _legacy_reason(path: Path) -> str | None:
+    """A checkpoint written before manifests: complete if every file it should hold is there."""
+    try:
+        state = json.loads((path / STATE).read_text(encoding="utf-8"))
+        world = int(state.get("num_processes", 1))
+    except FileNotFoundError:
+        return f"{STATE} is missing"
+    except (OSError, ValueError, TypeError, AttributeError):
+        return f"{STATE} is unreadable"
+    for name in ("config.json", "model.safetensors", "optimizer.pt", *(f"rng-rank{r}.pt" for r in range(world))):
+        if not (path / name).is_file():
+            return f"{name} is missing"
+    return None
+
+
+def _step_dirs(ckpt_root: Path) -> list[Path]:
+    """Every `step-N` dir, complete or not, oldest first."""
+    ckpt_root = Path(ckpt_root)
+    if not ckpt_root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in ckpt_root.iterdir() if (m := _STEP_DIR.match(p.name)) and p.is_dir()]
+    return [p for _, p in sorted(found)]
 
 
 def list_checkpoints(ckpt_root: Path) -> list[Path]:
     """Complete checkpoints, oldest first."""
+    return [p for p in _step_dirs(ckpt_root) if incomplete_reason(p) is None]
+
+
+def clean_leftovers(ckpt_root: Path) -> list[str]:
+    """Remove what killed saves left (`.step-*.tmp`, `.step-*.trash`); a complete one whose `step-N` is
+    missing (killed between the two renames of a replace) is put back instead. Returns what was done."""
+    done = []
     ckpt_root = Path(ckpt_root)
     if not ckpt_root.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in ckpt_root.iterdir()
-             if (m := _STEP_DIR.match(p.name)) and (p / STATE).is_file()]
-    return [p for _, p in sorted(found)]
+        return done
+    for p in sorted(ckpt_root.iterdir()):
+        m = _LEFTOVER.match(p.name)
+        if not m or not p.is_dir():
+            continue
+        target = ckpt_root / p.name[1:].split(".")[0]
+        if not target.exists() and incomplete_reason(p, deep=True) is None:
+            os.replace(p, target)
+            done.append(f"restored {target.name} from an interrupted save")
+        else:
+            shutil.rmtree(p, ignore_errors=True)
+            done.append(f"removed {p.name} left by an interrupted save")
+    return done
 
 
-def find_resume(resume: str | None, ckpt_root: Path) -> Path | None:
-    """--resume auto -> newest complete checkpoint (None if there is none); PATH -> that checkpoint."""
+def find_resume(resume: str | None, ckpt_root: Path, warn=print) -> Path | None:
+    """--resume auto -> newest complete checkpoint (None if there is none), each newer incomplete one
+    skipped with a `warn` line; PATH -> that checkpoint, which must be complete."""
     if not resume:
         return None
     if resume == "auto":
-        found = list_checkpoints(ckpt_root)
-        return found[-1] if found else None
-    path = Path(resume)
-    if not (path / STATE).is_file():
-        raise ZhBertError(f"--resume {resume}: not a complete checkpoint (no {STATE})")
-    return path
+        for path in reversed(_step_dirs(ckpt_root)):
+            reason = incomplete_reason(path, deep=True)
+            if reason is None:
+                return path
+            warn(f"warning: skipping incomplete checkpoint {path}: {reason}")
+        return None
+    reason = incomplete_reason(Path(resume), deep=True)
+    if reason is not None:
+        hint = (f" ({resume} is a run dir: give one of its checkpoints, or --resume auto with out_dir: {resume})"
+                if (Path(resume) / "checkpoints").is_dir() else "")
+        raise ZhBertError(f"--resume {resume}: not a complete checkpoint: {reason}{hint}")
+    return Path(resume)
 
 
 def load_checkpoint(path: Path, *, accelerator, hf_model, optimizer, scheduler) -> dict:
@@ -120,7 +310,7 @@ def load_checkpoint(path: Path, *, accelerator, hf_model, optimizer, scheduler) 
     from safetensors.torch import load_file
 
     path = Path(path)
-    state = json.loads((path / STATE).read_text(encoding="utf-8"))
+    state = read_state(path)
     if state.get("num_processes", 1) != accelerator.num_processes:
         accelerator.print(f"note: checkpoint was written by {state.get('num_processes')} processes, resuming with "
                           f"{accelerator.num_processes}: data order continues, exact-loss resume is not guaranteed")
@@ -139,6 +329,17 @@ def load_checkpoint(path: Path, *, accelerator, hf_model, optimizer, scheduler) 
     rng_file = path / f"rng-rank{accelerator.process_index}.pt"
     if rng_file.is_file():
         set_rng_state(torch.load(rng_file, map_location="cpu", weights_only=True))
+    return state
+
+
+def read_state(path: Path) -> dict:
+    """The trainer state of the (complete) checkpoint at `path`."""
+    try:
+        state = json.loads((Path(path) / STATE).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ZhBertError(f"{path}: cannot read {STATE}: {e}") from None
+    if not isinstance(state, dict) or not isinstance(state.get("step"), int):
+        raise ZhBertError(f"{path}: {STATE} is not a trainer state (no step)")
     return state
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import types
 import typing
 from pathlib import Path
@@ -83,9 +84,12 @@ def _coerce(value: Any, tp: Any, key: str, where: str) -> Any:
         if isinstance(value, bool):
             raise ZhBertError(f"{where}: '{key}' must be a number, got {value!r}")
         try:
-            return float(value)
+            number = float(value)
         except (TypeError, ValueError):
             raise ZhBertError(f"{where}: '{key}' must be a number, got {value!r}") from None
+        if not math.isfinite(number):   # nan/inf pass every range check written as `x < limit` and train garbage
+            raise ZhBertError(f"{where}: '{key}' must be a finite number, got {value!r}")
+        return number
     if tp is str:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             return str(value)
@@ -189,6 +193,17 @@ class Choice:
                 return v
         raise argparse.ArgumentTypeError(f"invalid choice {text!r}{suggest(text, map(str, self.values))}; "
                                          f"choose from {', '.join(map(str, self.values))}")
+
+
+def check_finite(cfg: Any, as_flag: bool = True) -> None:
+    """Refuse nan/inf in any float field of dataclass `cfg` (the Python API, where `_coerce` does not run),
+    naming the field as the flag the user typed (`as_flag`) or as the key ('lr')."""
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        values = value if isinstance(value, (list, tuple)) else [value]
+        if any(isinstance(v, float) and not math.isfinite(v) for v in values):
+            name = f"--{f.name.replace('_', '-')}" if as_flag else f"'{f.name}'"
+            raise ZhBertError(f"{name} must be a finite number, got {value!r}")
 
 
 def at_least(cfg: Any, minimum: float, *names: str) -> None:
@@ -301,9 +316,12 @@ def build_parser(prog: str, description: str, *classes: type, epilog: str | None
 
 
 def config_from_args(cls: type[T], args: argparse.Namespace) -> T:
-    """Instantiate `cls` from the parsed options that belong to it (its `__post_init__` validates)."""
+    """Instantiate `cls` from the parsed options that belong to it (its `__post_init__` validates); no float
+    option may be nan or inf (argparse's `float` reads both)."""
     values = vars(args)
-    return cls(**{f.name: values[f.name] for f in cli_fields(cls) if f.name in values})
+    cfg = cls(**{f.name: values[f.name] for f in cli_fields(cls) if f.name in values})
+    check_finite(cfg)   # after the dataclass's own checks, so that their messages come first
+    return cfg
 
 
 def parse_config(cls: type[T], argv: list[str], prog: str, description: str, epilog: str | None = None) -> T:

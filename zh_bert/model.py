@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from zh_bert.errors import ZhBertError
+from zh_bert.errors import ZhBertError, suggest
 
 # name -> (layers, hidden, heads); intermediate = 4 * hidden (UER-py / Turc et al. miniatures)
 PRESETS: dict[str, tuple[int, int, int]] = {
@@ -43,15 +43,48 @@ def build_config(model: str, vocab_size: int, *, pad_token_id: int = 0, dropout:
     if path.is_dir():
         path = path / "config.json"
     if not path.is_file():
-        from zh_bert.errors import suggest
         raise ZhBertError(f"model '{model}' is neither a preset ({', '.join(PRESETS)}){suggest(model, PRESETS)} "
                           f"nor a config.json file")
     try:
         cfg = BertConfig.from_json_file(str(path))
-    except (OSError, ValueError) as e:
-        raise ZhBertError(f"{path}: not a BERT config: {e}") from None
+    except _config_errors() as e:   # UnicodeDecodeError is a ValueError
+        raise ZhBertError(f"{path}: not a BERT config: {' '.join(str(e).split())[:200]}") from None
+    check_shape(cfg, path)
     cfg.vocab_size = vocab_size
     return cfg
+
+
+def _config_errors() -> tuple[type[BaseException], ...]:
+    """What reading a bad config.json raises: also transformers' strict field checks ('hidden_size': "abc")."""
+    import huggingface_hub.errors as hub_errors
+
+    strict = getattr(hub_errors, "StrictDataclassError", None)
+    return (OSError, ValueError, TypeError, AttributeError) + ((strict,) if strict else ())
+
+
+# BertConfig fields that must be positive integers for a model to be built from it
+_SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+          "max_position_embeddings", "type_vocab_size")
+
+
+def check_shape(cfg, where) -> None:
+    """Refuse a config whose sizes no model can have (transformers would fail deep inside, or `plan` would
+    compute with them): each size a positive integer, hidden_size divisible by the heads, dropouts in [0, 1)."""
+    for key in _SIZES:
+        value = getattr(cfg, key, None)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ZhBertError(f"{where}: '{key}' must be a positive integer, got {value!r}")
+    if cfg.hidden_size % cfg.num_attention_heads:
+        raise ZhBertError(f"{where}: hidden_size {cfg.hidden_size} is not a multiple of num_attention_heads "
+                          f"{cfg.num_attention_heads}")
+    from transformers.activations import ACT2FN
+
+    if isinstance(cfg.hidden_act, str) and cfg.hidden_act not in ACT2FN:
+        raise ZhBertError(f"{where}: unknown hidden_act {cfg.hidden_act!r}{suggest(cfg.hidden_act, ACT2FN)}")
+    for key in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+        value = getattr(cfg, key, 0.0)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+            raise ZhBertError(f"{where}: '{key}' must be a number in [0, 1), got {value!r}")
 
 
 def neighbour_attention_init(hf, amplitude: float = 0.05, sharpness: float = 2.0, n_freq: int = 16) -> None:
@@ -134,9 +167,14 @@ def load_init(init_from: str | Path, tokenizer, objective: str, seq_len: int):
     ckpt = Path(init_from)
     if not (ckpt / "config.json").is_file():
         raise ZhBertError(f"init_from: {ckpt} is not a checkpoint dir (no config.json)")
-    cfg = json.loads((ckpt / "config.json").read_text(encoding="utf-8"))
-    old_n, new_n = int(cfg.get("vocab_size", 0)), len(tokenizer)
-    if seq_len > int(cfg.get("max_position_embeddings", 512)):
+    try:
+        cfg = json.loads((ckpt / "config.json").read_text(encoding="utf-8"))
+        old_n, max_pos = int(cfg.get("vocab_size", 0)), int(cfg.get("max_position_embeddings", 512))
+    except (OSError, ValueError, TypeError, AttributeError) as e:   # not JSON, not a mapping, a size not a number
+        raise ZhBertError(f"init_from: {ckpt / 'config.json'} is not a model config: "
+                          f"{str(e).splitlines()[0][:200]}") from None
+    new_n = len(tokenizer)
+    if seq_len > max_pos:
         raise ZhBertError(f"seq_len {seq_len} exceeds the checkpoint's max_position_embeddings "
                           f"{cfg.get('max_position_embeddings')} ({ckpt})")
     new_tokens = tokenizer.convert_ids_to_tokens(list(range(new_n)))

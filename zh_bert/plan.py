@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal, Optional
 
 from zh_bert.config import build_parser as derive_parser
-from zh_bert.config import config_from_args, option
+from zh_bert.config import check_finite, config_from_args, option
 from zh_bert.errors import ZhBertError
 from zh_bert.hardware import KNOWN_DEVICES, GPUSpec, decide_precision, device_key, get_spec
 
@@ -70,6 +70,7 @@ class PlanArgs:
     json: bool = option(False, help="print the plan as JSON")
 
     def __post_init__(self):
+        check_finite(self)
         device_key(self.gpu)                      # unknown names are refused here, listing the known ones
         if self.gpus < 1:
             raise ZhBertError(f"--gpus must be at least 1, got {self.gpus}")

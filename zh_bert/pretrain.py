@@ -17,6 +17,18 @@ What makes it safe: the loss is normalised by the masked-token count of the whol
 accumulation and DDP give the same update as one big batch), non-finite steps are skipped and a streak
 of them stops the run, and checkpoints hold everything needed to continue with exactly the losses of an
 uninterrupted run.
+
+Resuming (`--resume auto|PATH`): `auto` takes the newest complete checkpoint of out_dir (incomplete ones
+are skipped with a warning; see `zh_bert.checkpoint`), PATH must be complete. A checkpoint older than the
+newest of its own run is refused: continuing it there would overwrite the later checkpoints. Continue it in
+a new run dir (`--set out_dir=NEW`, which must hold no checkpoints) instead: NEW gets its own checkpoints,
+`final/` and metrics (the old run's lines up to the checkpoint copied), and `--resume auto` in NEW reads only
+NEW's. The recipe of a resumed run is compared with the checkpoint's: the keys in
+`recipe.CHANGEABLE_ON_RESUME` (out_dir, max_steps, lr, warmup_steps, schedule, grad_clip, max_nan_streak,
+save_every, keep_last, log_every, eval_every, eval_batches, micro_batch, precision, grad_checkpointing,
+data_cache) take effect from the resumed step (a new lr or schedule is applied to the restored optimizer) and
+are recorded in recipe.yaml, the next checkpoints and run.json (`resumes`); any other difference is refused,
+naming the key.
 """
 
 from __future__ import annotations
@@ -49,7 +61,8 @@ class PretrainArgs:
                             help="override one recipe key (repeatable), e.g. --set max_steps=40")
     resume: Optional[str] = option(None, metavar="auto|PATH",
                                    help="continue from the newest complete checkpoint in out_dir/checkpoints "
-                                        "(auto) or PATH")
+                                        "(auto) or PATH (an older one of the same run only with --set "
+                                        "out_dir=NEW)")
 
 
 def build_parser():
@@ -85,6 +98,18 @@ def lr_lambda(recipe):
         return 1.0 - progress if kind == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
 
     return f
+
+
+def reschedule(optimizer, scheduler, recipe) -> None:
+    """Apply `recipe`'s lr and schedule to a restored optimizer/scheduler (whose state holds the old peak lr)
+    from the current step on."""
+    f = lr_lambda(recipe)
+    scheduler.lr_lambdas = [f] * len(optimizer.param_groups)
+    scheduler.base_lrs = [recipe.lr] * len(optimizer.param_groups)
+    for group in optimizer.param_groups:
+        group["initial_lr"] = recipe.lr
+        group["lr"] = recipe.lr * f(scheduler.last_epoch)
+    scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]
 
 
 def make_optimizer(model, recipe):
@@ -222,7 +247,17 @@ def evaluate(model, loader, accelerator, max_batches: int) -> dict:
 
 
 def save_final(out: Path, hf_model, tokenizer, tokdir: Path | None) -> Path:
-    """`out/final/`: stock HF model (safetensors) + tokenizer files + vocab.txt, written atomically."""
+    """`out/final/`: stock HF model (safetensors) + tokenizer files + vocab.txt, written atomically (a full
+    disk leaves the previous `final/`, if any, and is one line)."""
+    try:
+        _write_final(out, hf_model, tokenizer, tokdir)
+    except OSError as e:
+        raise ZhBertError(f"cannot write {out / 'final'}: {e.strerror or e}; the checkpoints in "
+                          f"{out / 'checkpoints'} are intact") from None
+    return out / "final"
+
+
+def _write_final(out: Path, hf_model, tokenizer, tokdir: Path | None) -> None:
     with atomic_dir(out / "final", overwrite=True) as tmp:
         hf_model.save_pretrained(str(tmp), safe_serialization=True)
         tokenizer.save_pretrained(str(tmp))
@@ -232,23 +267,24 @@ def save_final(out: Path, hf_model, tokenizer, tokdir: Path | None) -> Path:
         if not (tmp / "vocab.txt").exists() and hasattr(tokenizer, "vocab"):
             vocab = tokenizer.get_vocab()
             write_vocab_txt(tmp / "vocab.txt", [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])])
-    return out / "final"
 
 
 class MetricsLog:
     """`metrics.jsonl` (one JSON object per line) and TensorBoard scalars under `tb/`; only the main process
     writes, the others hold a log whose `write` does nothing."""
 
-    def __init__(self, out: Path, enabled: bool, resume_step: int | None):
+    def __init__(self, out: Path, enabled: bool, resume_step: int | None, history: Path | None = None):
+        """`history`: the metrics.jsonl to take the lines up to `resume_step` from (a branch's old run)."""
         self.path, self.enabled = out / "metrics.jsonl", enabled
         self.file = self.writer = None
         if not enabled:
             return
         out.mkdir(parents=True, exist_ok=True)
+        history = history or self.path
         if resume_step is None:
             self.path.unlink(missing_ok=True)
-        elif self.path.is_file():   # drop lines a killed run logged after its last checkpoint: they come again
-            rows = [r for r in read_metrics(self.path) if r.get("step", 0) <= resume_step]
+        elif history.is_file():   # drop lines a killed run logged after its last checkpoint: they come again
+            rows = [r for r in read_metrics(history) if r.get("step", 0) <= resume_step]
             with atomic_write(self.path) as f:
                 f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
         from torch.utils.tensorboard import SummaryWriter
@@ -303,6 +339,7 @@ class Run:
     train_seconds: float = 0.0
     status: str = "finished"        # finished | interrupted | diverged
     val: Optional[dict] = None      # the latest validation
+    resumes: list = field(default_factory=list)   # [{step, from, changed: {key: [old, new]}}], oldest first
     t_start: float = field(default_factory=time.time)
 
     @property
@@ -318,19 +355,26 @@ class Run:
 
         state = {"loader": self.loader.state_dict(), "tokens_seen": self.tokens_seen,
                  "skipped_steps": self.skipped_steps, "train_seconds": self.train_seconds,
-                 "recipe": self.recipe.to_dict()}
+                 "recipe": self.recipe.to_dict(), "resumes": self.resumes, "train_sequences": len(self.train_ds)}
         return ckpt.save_checkpoint(self.ckpt_root, self.step, accelerator=self.accelerator, hf_model=self.hf,
                                     optimizer=self.optimizer, scheduler=self.scheduler, trainer_state=state,
                                     keep_last=self.recipe.keep_last)
 
-    def resume_from(self, path: Path) -> None:
+    def resume_from(self, path: Path, changed: dict) -> None:
+        """Restore the checkpoint at `path`; `changed` (recipe keys this run changes, checked) take effect."""
         from zh_bert import checkpoint as ckpt
 
         st = ckpt.load_checkpoint(path, accelerator=self.accelerator, hf_model=self.hf, optimizer=self.optimizer,
                                   scheduler=self.scheduler)
+        if st.get("train_sequences", len(self.train_ds)) != len(self.train_ds):
+            raise ZhBertError(f"{path}: the training data changed since this checkpoint ({st['train_sequences']} "
+                              f"sequences then, {len(self.train_ds)} now in {self.prepared.sharddir})")
         self.loader.load_state_dict(st["loader"])
         self.step, self.tokens_seen = st["step"], st["tokens_seen"]
         self.skipped_steps, self.train_seconds = st.get("skipped_steps", 0), st.get("train_seconds", 0.0)
+        self.resumes = list(st.get("resumes", [])) + [{"step": self.step, "from": str(path), "changed": changed}]
+        if {"lr", "warmup_steps", "max_steps", "schedule"} & set(changed):
+            reschedule(self.optimizer, self.scheduler, self.recipe)
 
     def validate(self) -> dict:
         """Validation on the fixed-mask batches, logged; also kept as `val` for run.json."""
@@ -401,7 +445,10 @@ def _hf_model(recipe: Recipe, tokenizer, train_ds):
     else:
         cfg = build_config(recipe.model, len(tokenizer), pad_token_id=train_ds.pad_id, dropout=recipe.dropout,
                            attention_dropout=recipe.attention_dropout, max_positions=max(512, recipe.seq_len))
-        hf = model_class(recipe.objective)(cfg)
+        try:
+            hf = model_class(recipe.objective)(cfg)
+        except (ValueError, TypeError, KeyError, AttributeError) as e:   # a config.json build_config cannot vet
+            raise ZhBertError(f"model {recipe.model}: cannot build the model: {str(e).splitlines()[0][:300]}") from None
         if recipe.attention_init == "neighbour":
             neighbour_attention_init(hf)
     if hf.config.vocab_size < train_ds.vocab_size:
@@ -434,10 +481,14 @@ def build_run(recipe: Recipe, resume: str | None = None, log: Callable[[str], No
         raise ZhBertError(f"global_batch {recipe.global_batch} is not divisible by micro_batch {recipe.micro_batch} "
                           f"× {world} processes = {recipe.micro_batch * world}")
     out = Path(recipe.out_dir)
-    resume_from = ckpt.find_resume(resume, out / "checkpoints")
-    if resume is None and ckpt.list_checkpoints(out / "checkpoints"):
-        raise ZhBertError(f"{out} already holds a run (checkpoints in {out / 'checkpoints'}); continue it with "
-                          f"--resume auto, or choose another out_dir")
+    if accelerator.is_main_process:
+        for done in ckpt.clean_leftovers(out / "checkpoints"):
+            say(f"note: {done}")
+    accelerator.wait_for_everyone()
+    resume_from, branch_of, changed = resume_point(recipe, resume, say)
+    if not recipe.init_from:   # a bad model config.json is one line before any data work
+        from zh_bert.model import build_config
+        build_config(recipe.model, 1)
     with accelerator.main_process_first():   # the main process builds the shards, the others find the cache
         prepared = prepare_data(recipe, log=say)
     tokdir, tokenizer, train_ds, valid_ds = _datasets(recipe, prepared)
@@ -455,9 +506,11 @@ def build_run(recipe: Recipe, resume: str | None = None, log: Callable[[str], No
               adam_kind=adam_kind, accum=recipe.global_batch // (recipe.micro_batch * world), say=say,
               t_start=t_start)
     if resume_from is not None:
-        run.resume_from(resume_from)
-        say(f"resumed from {resume_from} at step {run.step}")
-    run.metrics = MetricsLog(out, accelerator.is_main_process, run.step if resume_from is not None else None)
+        run.resume_from(resume_from, changed)
+        say(f"resumed from {resume_from} at step {run.step}" + "".join(
+            f"; {k}: {a!r} -> {b!r}" for k, (a, b) in changed.items()))
+    run.metrics = MetricsLog(out, accelerator.is_main_process, run.step if resume_from is not None else None,
+                             history=branch_of / "metrics.jsonl" if branch_of else None)
     if accelerator.is_main_process:
         save_recipe(recipe, out / "recipe.yaml")
     accelerator.wait_for_everyone()
@@ -467,6 +520,35 @@ def build_run(recipe: Recipe, resume: str | None = None, log: Callable[[str], No
         f"batch {recipe.global_batch} = {recipe.micro_batch} × {run.accum} accumulation × {world} | AdamW "
         f"{adam_kind} | {len(train_ds)} train sequences of {train_ds.seq_len}")
     return run
+
+
+def resume_point(recipe: Recipe, resume: str | None, say: Callable[[str], None]):
+    """(checkpoint to resume or None, the run dir it belongs to when this run branches off into a new
+    out_dir, else None, {recipe key: [checkpoint's, this run's]} of the allowed changes): the resume rules of
+    the module docstring."""
+    from zh_bert import checkpoint as ckpt
+    from zh_bert.recipe import changes_on_resume
+
+    out = Path(recipe.out_dir)
+    root = out / "checkpoints"
+    path = ckpt.find_resume(resume, root, warn=say)
+    ours = ckpt.list_checkpoints(root)
+    if path is None:
+        if ours:
+            raise ZhBertError(f"{out} already holds a run (checkpoints in {root}); continue it with --resume auto, "
+                              f"or choose another out_dir")
+        return None, None, {}
+    same_run = path.resolve().parent == root.resolve()
+    newer = [p for p in ours if p.name > path.name]
+    if same_run and newer:
+        raise ZhBertError(f"--resume {resume}: {root} holds a newer checkpoint ({newer[-1].name}) that continuing "
+                          f"from {path.name} here would overwrite; continue in a new run dir with --set "
+                          f"out_dir=NEW_DIR, or resume the newest with --resume auto")
+    if not same_run and ours:
+        raise ZhBertError(f"--resume {resume}: out_dir {out} already holds a run (checkpoints in {root}); "
+                          f"branch off into an out_dir without checkpoints")
+    changed = changes_on_resume(ckpt.read_state(path).get("recipe") or {}, recipe, f"--resume {resume}")
+    return path, (None if same_run else path.resolve().parent.parent), changed
 
 
 def _due(every: int, step: int, last: int) -> bool:
@@ -592,7 +674,11 @@ def finish(run: Run) -> dict:
 def train(recipe: Recipe, resume: str | None = None, log: Callable[[str], None] | None = None) -> dict:
     """Run `recipe`; returns the run summary also written to out_dir/run.json."""
     run = build_run(recipe, resume, log)
-    fit(run)
+    try:
+        fit(run)
+    except BaseException:   # e.g. a checkpoint that could not be saved: close the logs, keep what they hold
+        run.metrics.close()
+        raise
     return finish(run)
 
 
@@ -630,6 +716,7 @@ def _summary(run: Run) -> dict:
                   "accumulation": run.accum, "seq_len": recipe.seq_len},
         "steps": run.step,
         "skipped_steps": run.skipped_steps,
+        "resumes": run.resumes,
         "tokens_seen": run.tokens_seen,
         "tokens_per_s": run.tokens_seen / run.train_seconds if run.train_seconds else None,
         "train_seconds": round(run.train_seconds, 2),

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Mapping, Optional, Union
 
-from zh_bert.config import from_dict, load_yaml, parse_set
+from zh_bert.config import check_finite, from_dict, load_yaml, parse_set
 from zh_bert.errors import ZhBertError, unknown_key_error
 from zh_bert.masking import MaskingConfig
 
@@ -103,6 +103,7 @@ class Recipe:
         """Cross-field checks that a type check cannot do; errors name the keys involved."""
         if not isinstance(self.masking, MaskingConfig):
             raise ZhBertError(f"'masking' must be a MaskingConfig, got {self.masking!r}")
+        check_finite(self, as_flag=False)
         if not self.data_paths:
             raise ZhBertError("'data' is empty: give a SHARDDIR or raw corpus files")
         for key in ("seq_len", "global_batch", "micro_batch", "max_steps", "keep_last", "eval_batches",
@@ -152,6 +153,33 @@ class Recipe:
 
 # every key a recipe may set, in recipe order
 KEYS = tuple(Recipe().to_dict())
+
+# Keys a resumed run may change (by `--set` or an edited recipe); every other key must equal the checkpoint's,
+# because it changes what the run computes (model, data, masking, seed, batch, objective, optimizer shape).
+CHANGEABLE_ON_RESUME = frozenset({
+    "out_dir",                                          # continue in a new run dir (a branch)
+    "max_steps", "warmup_steps", "schedule", "lr",      # the lr schedule, recomputed from the resumed step on
+    "grad_clip", "max_nan_streak",                      # read at every step
+    "save_every", "keep_last", "log_every", "eval_every", "eval_batches",   # bookkeeping
+    "micro_batch", "precision", "grad_checkpointing",   # how a step is computed here, not what it computes
+    "data_cache",                                       # where raw-corpus data is cached (rebuilt alike)
+})
+
+
+def changes_on_resume(saved: Mapping[str, Any], recipe: Recipe, where: str) -> dict[str, list]:
+    """{key: [checkpoint's value, this run's]} for the keys `recipe` changes relative to the checkpoint's
+    recipe `saved`; a key outside CHANGEABLE_ON_RESUME is a ZhBertError naming it."""
+    try:
+        old = Recipe.from_dict(saved, where).to_dict() if saved else {}
+    except ZhBertError:       # a recipe of an older version: compare the keys both know
+        old = {k: v for k, v in saved.items() if k in KEYS}
+    new = recipe.to_dict()
+    changed = {k: [old[k], new[k]] for k in new if k in old and old[k] != new[k]}
+    for key, (before, now) in changed.items():
+        if key not in CHANGEABLE_ON_RESUME:
+            raise ZhBertError(f"{where}: '{key}' cannot change when resuming (checkpoint: {before!r}, now: "
+                              f"{now!r}): set it back, or start a new run with its own out_dir")
+    return changed
 
 
 def _flat_keys(data: Mapping[str, Any], where: str) -> dict[str, Any]:
