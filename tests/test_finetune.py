@@ -127,7 +127,7 @@ def test_finetune_refuses_bad_options(tiny_model_dir, capsys, argv, message):
 def test_finetune_config_validates_like_the_cli():
     from zh_bert.finetune import FinetuneConfig
 
-    with pytest.raises(ZhBertError, match="--precision must be fp32 or bf16"):
+    with pytest.raises(ZhBertError, match="--precision: invalid choice 'fp16'.*choose from fp32, bf16"):
         FinetuneConfig(precision="fp16")
     with pytest.raises(ZhBertError, match="--epochs must be >= 1"):
         FinetuneConfig(epochs=0)

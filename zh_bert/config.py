@@ -116,10 +116,11 @@ def from_dict(cls: type[T], data: Mapping[str, Any], where: str = "config",
         if key not in fields:
             raise unknown_key_error(key, fields, where, aliases)
         kwargs[key] = _coerce(value, hints[key], key, where)
-    try:
-        return cls(**kwargs)
-    except TypeError as e:  # a required field is missing
-        raise ZhBertError(f"{where}: {e}") from None
+    missing = [f.name for f in fields.values() if f.name not in kwargs and f.default is dataclasses.MISSING
+               and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise ZhBertError(f"{where}: missing key{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
+    return cls(**kwargs)
 
 
 def parse_set(items: list[str] | None) -> dict[str, Any]:

@@ -16,13 +16,13 @@ import math
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal, Optional
 
 import numpy as np
 
-from zh_bert.config import at_least, build_parser as derive_parser, config_from_args, option
+from zh_bert.config import at_least, build_parser as derive_parser, check_choices, check_finite, config_from_args, option
 from zh_bert.errors import ZhBertError
 from zh_bert.eval_results import entry, record_for_checkpoint
 from zh_bert.rundir import model_dir
@@ -52,14 +52,8 @@ class FinetuneConfig:
                                                          "or the pooler)")
 
     def __post_init__(self):
-        for f in fields(self):   # nan passes every `<` test: refuse it (and inf) before any comparison
-            value = getattr(self, f.name)
-            if isinstance(value, float) and not math.isfinite(value):
-                raise ZhBertError(f"--{f.name.replace('_', '-')} must be a finite number, got {value}")
-        if self.pooling not in ("cls", "mean"):
-            raise ZhBertError(f"--pooling must be cls or mean, got {self.pooling!r}")
-        if self.precision not in ("fp32", "bf16"):
-            raise ZhBertError(f"--precision must be fp32 or bf16, got {self.precision!r}")
+        check_finite(self)   # nan passes every `<` test: refuse it (and inf) before any comparison
+        check_choices(self)
         at_least(self, 1, "epochs", "batch_size")
         at_least(self, 0, "patience", "eval_every", "max_train")
         if not 8 <= self.seq_len <= 4096:
