@@ -34,6 +34,7 @@ def write_bad_files(w: Path) -> None:
     (w / "recipe_ngram.yaml").write_text("masking: ngram\nmax_ngram: 5\n", encoding="utf-8")
     (w / "not_yaml.yaml").write_text("a: [1, 2\n", encoding="utf-8")
     (w / "a_dir").mkdir()
+    (w / "recipe_surrogate.yaml").write_text("data: surrogate.jsonl\nout_dir: run\nmax_steps: 2\n", encoding="utf-8")
     (w / "corpusrel_thesis").mkdir()                                 # someone's folder, not a command's output
     (w / "corpusrel_thesis" / "thesis.tex").write_text("四年的心血\n", encoding="utf-8")
     (w / "corpusrel_binary.txt").write_bytes(bytes(range(128, 256)) * 300)   # no text encoding fits
@@ -128,6 +129,7 @@ CASES: list[Case] = [
 
     # ------------------------------------------------------------------ pretrain / plan
     Case("pretrain-missing-recipe", ["pretrain", "nope.yaml"], "nope.yaml"),
+    Case("pretrain-lone-surrogate", ["pretrain", "recipe_surrogate.yaml"], "surrogate.jsonl:1"),
     Case("pretrain-typo-key", ["pretrain", "recipe_typo.yaml"], "did you mean 'lr'"),
     Case("pretrain-max-ngram", ["pretrain", "recipe_ngram.yaml"], "max_ngram must be 1..4"),
     Case("pretrain-bad-yaml", ["pretrain", "not_yaml.yaml"], "not_yaml.yaml"),
