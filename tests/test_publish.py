@@ -315,7 +315,7 @@ def test_killed_staging_is_cleaned_by_the_next_run(run_dir, tmp_path):
 
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    env = {**os.environ, "TMPDIR": str(scratch), "ZH_BERT_KILL_AFTER": "staged"}
+    env = {**os.environ, "TMPDIR": str(scratch), "ZH_BERT_FAULT": "after:staged"}
     env.pop("HF_TOKEN", None)
     cmd = [sys.executable, "-m", "zh_bert", "publish", str(run_dir), "--repo-id", "alice/x", "--dry-run"]
     r = subprocess.run(cmd, env=env, capture_output=True, timeout=120)
@@ -324,7 +324,7 @@ def test_killed_staging_is_cleaned_by_the_next_run(run_dir, tmp_path):
     assert len(left) == 1 and left[0].name.startswith("zh-bert-publish-")
     r = subprocess.run(cmd + ["-o", str(tmp_path / "staged")], env=env, capture_output=True, timeout=120)
     assert r.returncode == -9 and not (tmp_path / "staged").exists()  # only a hidden temp name beside it
-    env.pop("ZH_BERT_KILL_AFTER")
+    env.pop("ZH_BERT_FAULT")
     r = subprocess.run(cmd, env=env, capture_output=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert not list(scratch.iterdir())

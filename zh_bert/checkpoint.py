@@ -28,14 +28,13 @@ import os
 import random
 import re
 import shutil
-import signal
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from zh_bert.errors import ZhBertError
-from zh_bert.fileio import write_json
+from zh_bert.fileio import fault_point, write_json
 
 STATE = "trainer_state.json"
 MANIFEST = "manifest.json"
@@ -75,15 +74,6 @@ def set_rng_state(state: dict) -> None:
 def _py_state_to_plain(s):
     version, internal, gauss = s
     return [version, list(internal), gauss]
-
-
-def fault_point(name: str, step: int) -> None:
-    """The test hook: SIGKILL this process right after `name` when ZH_BERT_FAULT=after:NAME[@STEP] asks."""
-    want = os.environ.get("ZH_BERT_FAULT", "")
-    if want.startswith("after:"):
-        point, _, at = want[len("after:"):].partition("@")
-        if point == name and (not at or int(at) == step):
-            os.kill(os.getpid(), signal.SIGKILL)
 
 
 class _SaveFailed(Exception):
@@ -127,18 +117,18 @@ def save_checkpoint(ckpt_root: Path, step: int, *, accelerator, hf_model, optimi
     def fresh():
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        fault_point("tmp-dir", step)
+        fault_point("after:tmp-dir", step)
 
     def write_parts():
         torch.save(rng_state(), tmp / f"rng-rank{rank}.pt")
-        fault_point(f"rng-rank{rank}", step)
+        fault_point(f"after:rng-rank{rank}", step)
         if main:
             hf_model.save_pretrained(str(tmp), safe_serialization=True)
-            fault_point("model", step)
+            fault_point("after:model", step)
             scaler = getattr(accelerator, "scaler", None)
             torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
                         "scaler": scaler.state_dict() if scaler is not None else None}, tmp / "optimizer.pt")
-            fault_point("optimizer", step)
+            fault_point("after:optimizer", step)
 
     def commit():
         state = {**trainer_state, "step": step, "num_processes": accelerator.num_processes}
@@ -146,13 +136,13 @@ def save_checkpoint(ckpt_root: Path, step: int, *, accelerator, hf_model, optimi
         if missing:   # e.g. out_dir is not on a filesystem all processes share
             raise OSError(errno.ENOENT, f"{missing[0]} of another process is not in {tmp}")
         write_json(tmp / STATE, state)
-        fault_point("trainer-state", step)
+        fault_point("after:trainer-state", step)
         write_manifest(tmp)
-        fault_point("manifest", step)
+        fault_point("after:manifest", step)
         old = _rename_aside(final) if final.exists() else None
         os.replace(tmp, final)
         _fsync_dir(ckpt_root)
-        fault_point("renamed", step)
+        fault_point("after:renamed", step)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
         for stale in list_checkpoints(ckpt_root)[:-keep_last]:
@@ -205,7 +195,7 @@ def _rename_aside(path: Path) -> Path:
 def discard(path: Path, step: int = -1) -> None:
     """Delete a checkpoint: first out of sight, then its files."""
     trash = _rename_aside(Path(path))
-    fault_point("trashed", step)
+    fault_point("after:trashed", step)
     shutil.rmtree(trash, ignore_errors=True)
 
 

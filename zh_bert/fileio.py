@@ -27,11 +27,14 @@ _ACTIVE: set[Path] = set()
 _DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG, errno.EACCES, errno.EPERM}
 
 
-def fault_point(step: str) -> None:
-    """Test hook: SIGKILL this process right after `step` when ZH_BERT_FAULT names it, so a kill at that
-    exact moment is reproducible. Steps: `written:NAME` (output complete under its temp name),
-    `replaced:NAME` (renamed into place), `between:NAME` (between the two renames of `replace_dir`)."""
-    if os.environ.get("ZH_BERT_FAULT") == step:
+def fault_point(point: str, step: int | None = None) -> None:
+    """The one test hook for faults: SIGKILL this process right after `point` when ZH_BERT_FAULT names it
+    (`POINT`, or `POINT@STEP` to pick one training step), so a kill at that exact moment is reproducible.
+    Points: `written:NAME` (output complete under its temp name), `replaced:NAME` (renamed into place),
+    `between:NAME` (between the two renames of `replace_dir`), `after:POINT` of a checkpoint save
+    (`zh_bert.checkpoint`), `after:staged` (publish)."""
+    want, _, at = os.environ.get("ZH_BERT_FAULT", "").partition("@")
+    if want == point and (not at or step is None or int(at) == step):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -96,7 +99,8 @@ def write_json(path: str | os.PathLike, obj, indent: int | None = 2) -> None:
         f.write("\n")
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` still runs (on this machine): its leftovers must not be touched."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -115,7 +119,7 @@ def _leftover_pid(name: str, prefix: str) -> int | None:
 
 
 def _stale(p: Path, pid: int) -> bool:
-    return p not in _ACTIVE and (pid == os.getpid() or not _pid_alive(pid))
+    return p not in _ACTIVE and (pid == os.getpid() or not pid_alive(pid))
 
 
 def _remove(p: Path) -> None:

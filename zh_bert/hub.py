@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable, Iterable, TypeVar
 
 from zh_bert.errors import ZhBertError
+from zh_bert.fileio import pid_alive
 
 T = TypeVar("T")
 
@@ -86,16 +87,6 @@ def local_path(root: Path, name: str, where: str) -> Path:
     return path
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # exists, another user's
-        return True
-    return True
-
-
 @contextlib.contextmanager
 def scratch_dir(prefix: str):
     """A private temp folder `<prefix><pid>-XXXX`, removed on every exit (error, Ctrl-C). Folders of the
@@ -103,7 +94,7 @@ def scratch_dir(prefix: str):
     the next run."""
     for d in Path(tempfile.gettempdir()).glob(f"{prefix}*-*"):
         pid = d.name[len(prefix):].split("-")[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
             shutil.rmtree(d, ignore_errors=True)
     path = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-"))
     try:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
-import os
 import re
 import shutil
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from zh_bert import config
 from zh_bert.card import build_card
 from zh_bert.config import option
 from zh_bert.errors import ZhBertError
-from zh_bert.fileio import atomic_dir
+from zh_bert.fileio import atomic_dir, fault_point
 from zh_bert.hub import check_repo_id, endpoint_and_host, hub_errors, scratch_dir, with_retries
 from zh_bert.rundir import FINAL, Checkpoint, check_weights, locate
 from zh_bert.tokenizer_files import TOKENIZER_FILES
@@ -214,14 +213,6 @@ def _token(required: bool = True) -> str | None:
     return token or None
 
 
-def _test_kill_point(step: str) -> None:
-    """Test hook: `ZH_BERT_KILL_AFTER=step` makes the process SIGKILL itself right after `step`."""
-    if os.environ.get("ZH_BERT_KILL_AFTER") == step:
-        import signal
-
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
 @contextlib.contextmanager
 def staging(cfg: PublishConfig, src: Checkpoint, token: str | None):
     """Yield (staged folder, its file names). A kept dry run (`-o`) is built under a temp name and renamed
@@ -232,7 +223,7 @@ def staging(cfg: PublishConfig, src: Checkpoint, token: str | None):
         try:
             with atomic_dir(out) as tmp:
                 names = stage(src, tmp, cfg.repo_id, cfg.license, token=token, shown=out)
-                _test_kill_point("staged")
+                fault_point("after:staged")
         except FileExistsError:
             raise ZhBertError(f"{out}: already exists; choose a new -o folder") from None
         yield out, names
@@ -240,7 +231,7 @@ def staging(cfg: PublishConfig, src: Checkpoint, token: str | None):
     with scratch_dir("zh-bert-publish-") as parent:
         where = parent / cfg.repo_id.split("/")[-1]
         names = stage(src, where, cfg.repo_id, cfg.license, token=token)
-        _test_kill_point("staged")
+        fault_point("after:staged")
         yield where, names
 
 
