@@ -35,44 +35,44 @@ def write_bad_files(w: Path) -> None:
     (w / "not_yaml.yaml").write_text("a: [1, 2\n", encoding="utf-8")
     (w / "a_dir").mkdir()
     (w / "recipe_surrogate.yaml").write_text("data: surrogate.jsonl\nout_dir: run\nmax_steps: 2\n", encoding="utf-8")
-    (w / "corpusrel_thesis").mkdir()                                 # someone's folder, not a command's output
-    (w / "corpusrel_thesis" / "thesis.tex").write_text("四年的心血\n", encoding="utf-8")
-    (w / "corpusrel_binary.txt").write_bytes(bytes(range(128, 256)) * 300)   # no text encoding fits
-    _evalrel_files(w)
-    _trainrel_files(w)
+    (w / "foreign_thesis").mkdir()                                 # someone's folder, not a command's output
+    (w / "foreign_thesis" / "thesis.tex").write_text("四年的心血\n", encoding="utf-8")
+    (w / "foreign_binary.txt").write_bytes(bytes(range(128, 256)) * 300)   # no text encoding fits
+    _eval_files(w)
+    _train_files(w)
 
 
-def _evalrel_files(w: Path) -> None:
+def _eval_files(w: Path) -> None:
     """Fine-tuning splits and ablation specs (base recipe on docs.jsonl, relative to the working folder)."""
-    (w / "evalrel_one_class.tsv").write_text("".join(f"1\t好的产品，第{i}号。\n" for i in range(8)), encoding="utf-8")
-    (w / "evalrel_dev.tsv").write_text("".join(f"{i % 2}\t测试句子，第{i}号。\n" for i in range(6)), encoding="utf-8")
-    (w / "evalrel_cloze.jsonl").write_text('{"text": "我爱[MASK]京。", "answer": "北"}\n', encoding="utf-8")
-    (w / "evalrel_leaked.tsv").write_text("0\t测试句子，第0号。\n1\t测试句子，第1号。\n", encoding="utf-8")
-    (w / "evalrel_base.yaml").write_text("data: [docs.jsonl]\nmodel: tiny\nseq_len: 64\nglobal_batch: 8\n"
+    (w / "ft_one_class.tsv").write_text("".join(f"1\t好的产品，第{i}号。\n" for i in range(8)), encoding="utf-8")
+    (w / "ft_dev.tsv").write_text("".join(f"{i % 2}\t测试句子，第{i}号。\n" for i in range(6)), encoding="utf-8")
+    (w / "ft_cloze.jsonl").write_text('{"text": "我爱[MASK]京。", "answer": "北"}\n', encoding="utf-8")
+    (w / "ft_leaked.tsv").write_text("0\t测试句子，第0号。\n1\t测试句子，第1号。\n", encoding="utf-8")
+    (w / "ft_base.yaml").write_text("data: [docs.jsonl]\nmodel: tiny\nseq_len: 64\nglobal_batch: 8\n"
                                          "micro_batch: 8\nmax_steps: 2\n", encoding="utf-8")
-    head = "name: evalrel\nbase: evalrel_base.yaml\nheldout_docs: 2\nfinetune: null\n"
+    head = "name: ablation\nbase: ft_base.yaml\nheldout_docs: 2\nfinetune: null\n"
     specs = {"empty": "", "ok": "grid: {max_steps: [1, 2]}\n", "masking_foo": "grid: {masking: [token, foo]}\n",
              "max_steps_neg": "grid: {max_steps: [10, -5]}\n", "dup_labels": "grid: {masking: [token, token]}\n",
              "dup_mapping": "grid: {x: [{label: a, set: {masking: wwm}}, {label: a, set: {masking: token}}]}\n",
              "fraction_text": "grid: {corpus_fraction: [abc, 1]}\n", "heldout_too_many": "grid: {masking: [token, wwm]}\n",
              "wd_nan": "grid: {masking: [token, wwm]}\nfinetune_weight_decay: .nan\n",
              "lr_inf": "grid: {masking: [token, wwm]}\nfinetune_lr: .inf\n",
-             "one_class": "grid: {masking: [token, wwm]}\nfinetune: tsv:evalrel_one_class.tsv,evalrel_dev.tsv\n"}
+             "one_class": "grid: {masking: [token, wwm]}\nfinetune: tsv:ft_one_class.tsv,ft_dev.tsv\n"}
     for name, body in specs.items():
         text = "" if name == "empty" else head + body
         if name == "heldout_too_many":
             text = text.replace("heldout_docs: 2", "heldout_docs: 10")
-        (w / f"evalrel_{name}.yaml").write_text(text, encoding="utf-8")
+        (w / f"ft_{name}.yaml").write_text(text, encoding="utf-8")
 
 
-def _trainrel_files(w: Path) -> None:
+def _train_files(w: Path) -> None:
     """A pretraining recipe that writes into the working folder, model configs no BERT can have, a broken init_from."""
-    (w / "trainrel_recipe.yaml").write_text("model: tiny\nout_dir: run\nmax_steps: 2\nseq_len: 64\n"
+    (w / "pt_recipe.yaml").write_text("model: tiny\nout_dir: run\nmax_steps: 2\nseq_len: 64\n"
                                             "global_batch: 8\nmicro_batch: 8\n", encoding="utf-8")
-    (w / "trainrel_size_text.json").write_text('{"hidden_size": "abc", "num_attention_heads": 2}', encoding="utf-8")
-    (w / "trainrel_heads.json").write_text('{"hidden_size": 130, "num_attention_heads": 4}', encoding="utf-8")
-    (w / "trainrel_bad_init").mkdir()
-    (w / "trainrel_bad_init" / "config.json").write_text('{"vocab_size": 21128, "hidden', encoding="utf-8")
+    (w / "pt_size_text.json").write_text('{"hidden_size": "abc", "num_attention_heads": 2}', encoding="utf-8")
+    (w / "pt_heads.json").write_text('{"hidden_size": 130, "num_attention_heads": 4}', encoding="utf-8")
+    (w / "pt_bad_init").mkdir()
+    (w / "pt_bad_init" / "config.json").write_text('{"vocab_size": 21128, "hidden', encoding="utf-8")
 
 
 @dataclass
@@ -94,7 +94,7 @@ CASES: list[Case] = [
     Case("clean-missing-input", ["clean", "nope.txt", "-o", "out.jsonl"], "nope.txt"),
     Case("clean-empty-input", ["clean", "empty.jsonl", "-o", "out.jsonl"], "no documents in empty.jsonl"),
     Case("clean-lone-surrogate", ["clean", "surrogate.jsonl", "-o", "out.jsonl"], "surrogate.jsonl:1: lone surrogate"),
-    Case("clean-undetectable-encoding", ["clean", "corpusrel_binary.txt", "-o", "out.jsonl"], "--encoding"),
+    Case("clean-undetectable-encoding", ["clean", "foreign_binary.txt", "-o", "out.jsonl"], "--encoding"),
     Case("clean-output-is-a-dir", ["clean", "docs.jsonl", "-o", "a_dir"], "is a directory"),
     Case("clean-output-not-its-own", ["clean", "docs.jsonl", "-o", "broken.jsonl"], "refusing to overwrite"),
     Case("clean-empty-into-new-folder", ["clean", "empty.jsonl", "-o", "new/sub/out.jsonl"], "no documents"),
@@ -105,7 +105,7 @@ CASES: list[Case] = [
     Case("vocab-empty", ["vocab", "empty.jsonl", "-o", "tok"], "empty"),
     Case("vocab-not-utf8", ["vocab", "gbk.txt", "-o", "tok"], "gbk.txt"),
     Case("vocab-lone-surrogate", ["vocab", "surrogate.jsonl", "-o", "tok"], "surrogate.jsonl:1: lone surrogate"),
-    Case("vocab-force-foreign-dir", ["vocab", "docs.jsonl", "-o", "corpusrel_thesis", "--force"], "thesis.tex"),
+    Case("vocab-force-foreign-dir", ["vocab", "docs.jsonl", "-o", "foreign_thesis", "--force"], "thesis.tex"),
     Case("vocab-exists-no-force", ["vocab", "docs.jsonl", "-o", "{tok}"], "--force"),
     Case("vocab-size-zero", ["vocab", "docs.jsonl", "-o", "tok", "--size", "0"], "--size"),
     Case("vocab-report-lone-surrogate", ["vocab", "report", "{tok}", "surrogate.jsonl"], "surrogate.jsonl:1"),
@@ -121,7 +121,7 @@ CASES: list[Case] = [
     Case("shard-lone-surrogate", ["shard", "surrogate.jsonl", "--tokenizer", "{tok}", "-o", "sh"],
          "surrogate.jsonl:1: lone surrogate"),
     Case("shard-broken-jsonl", ["shard", "broken.jsonl", "--tokenizer", "{tok}", "-o", "sh"], "broken.jsonl:2"),
-    Case("shard-foreign-dir", ["shard", "docs.jsonl", "--tokenizer", "{tok}", "-o", "corpusrel_thesis"],
+    Case("shard-foreign-dir", ["shard", "docs.jsonl", "--tokenizer", "{tok}", "-o", "foreign_thesis"],
          "thesis.tex"),
     Case("shard-output-is-a-file", ["shard", "docs.jsonl", "--tokenizer", "{tok}", "-o", "docs.jsonl"],
          "not a shard directory"),
@@ -135,24 +135,24 @@ CASES: list[Case] = [
     Case("pretrain-bad-yaml", ["pretrain", "not_yaml.yaml"], "not_yaml.yaml"),
     Case("pretrain-bad-set", ["pretrain", "recipe_ngram.yaml", "--set", "max_ngram"], "key=value"),
     Case("plan-unknown-gpu", ["plan", "--gpu", "gtx9999"], "gtx9999"),
-    Case("pretrain-lr-inf", ["pretrain", "trainrel_recipe.yaml", "--set", "lr=inf"], "'lr' must be a finite number"),
-    Case("pretrain-lr-nan", ["pretrain", "trainrel_recipe.yaml", "--set", "lr=nan"], "'lr' must be a finite number"),
-    Case("pretrain-betas-inf", ["pretrain", "trainrel_recipe.yaml", "--set", "betas=[0.9, .inf]"], "'betas'"),
-    Case("pretrain-max-steps-negative", ["pretrain", "trainrel_recipe.yaml", "--set", "max_steps=-5"],
+    Case("pretrain-lr-inf", ["pretrain", "pt_recipe.yaml", "--set", "lr=inf"], "'lr' must be a finite number"),
+    Case("pretrain-lr-nan", ["pretrain", "pt_recipe.yaml", "--set", "lr=nan"], "'lr' must be a finite number"),
+    Case("pretrain-betas-inf", ["pretrain", "pt_recipe.yaml", "--set", "betas=[0.9, .inf]"], "'betas'"),
+    Case("pretrain-max-steps-negative", ["pretrain", "pt_recipe.yaml", "--set", "max_steps=-5"],
          "'max_steps' must be at least 1"),
-    Case("pretrain-model-size-text", ["pretrain", "trainrel_recipe.yaml", "--set", "model=trainrel_size_text.json",
+    Case("pretrain-model-size-text", ["pretrain", "pt_recipe.yaml", "--set", "model=pt_size_text.json",
                                       "--set", "data={shards}", "--set", "tokenizer={tok}"], "hidden_size"),
-    Case("pretrain-model-heads", ["pretrain", "trainrel_recipe.yaml", "--set", "model=trainrel_heads.json",
+    Case("pretrain-model-heads", ["pretrain", "pt_recipe.yaml", "--set", "model=pt_heads.json",
                                   "--set", "data={shards}", "--set", "tokenizer={tok}"], "num_attention_heads"),
-    Case("pretrain-init-truncated", ["pretrain", "trainrel_recipe.yaml", "--set", "init_from={truncated}",
+    Case("pretrain-init-truncated", ["pretrain", "pt_recipe.yaml", "--set", "init_from={truncated}",
                                      "--set", "data={shards}", "--set", "tokenizer={tok}"], "cannot load"),
-    Case("pretrain-init-bad-config", ["pretrain", "trainrel_recipe.yaml", "--set", "init_from=trainrel_bad_init",
-                                      "--set", "data={shards}", "--set", "tokenizer={tok}"], "trainrel_bad_init"),
-    Case("pretrain-resume-missing", ["pretrain", "trainrel_recipe.yaml", "--resume", "no_ckpt"], "no_ckpt"),
-    Case("pretrain-resume-not-checkpoint", ["pretrain", "trainrel_recipe.yaml", "--resume", "a_dir"],
+    Case("pretrain-init-bad-config", ["pretrain", "pt_recipe.yaml", "--set", "init_from=pt_bad_init",
+                                      "--set", "data={shards}", "--set", "tokenizer={tok}"], "pt_bad_init"),
+    Case("pretrain-resume-missing", ["pretrain", "pt_recipe.yaml", "--resume", "no_ckpt"], "no_ckpt"),
+    Case("pretrain-resume-not-checkpoint", ["pretrain", "pt_recipe.yaml", "--resume", "a_dir"],
          "trainer_state.json is missing"),
-    Case("plan-model-size-text", ["plan", "--model", "trainrel_size_text.json"], "hidden_size"),
-    Case("plan-model-heads", ["plan", "--model", "trainrel_heads.json"], "num_attention_heads"),
+    Case("plan-model-size-text", ["plan", "--model", "pt_size_text.json"], "hidden_size"),
+    Case("plan-model-heads", ["plan", "--model", "pt_heads.json"], "num_attention_heads"),
     Case("plan-mask-rate-nan", ["plan", "--mask-rate", "nan"], "finite"),
     Case("plan-days-inf", ["plan", "--days", "inf"], "finite"),
 
@@ -173,7 +173,7 @@ CASES: list[Case] = [
                                       "--no-record"], "--batch-size must be >= 1, got -3"),
     Case("eval-cloze-batch-size-0", ["eval", "cloze", "{tiny}", "--data", "docs.jsonl", "--batch-size", "0",
                                      "--no-record"], "--batch-size"),
-    Case("eval-cloze-truncated-weights", ["eval", "cloze", "{truncated}", "--data", "evalrel_cloze.jsonl", "--no-record"],
+    Case("eval-cloze-truncated-weights", ["eval", "cloze", "{truncated}", "--data", "ft_cloze.jsonl", "--no-record"],
          "cannot load"),
     Case("eval-mask-rate-nan", ["eval", "mlm", "{tiny}", "--text", "docs.jsonl", "--mask-rate", "nan",
                                 "--no-record"], "mask_rate"),
@@ -182,27 +182,27 @@ CASES: list[Case] = [
     Case("finetune-lr-nan", ["finetune", "{tiny}", "--task", "chnsenticorp", "--lr", "nan", "--no-record"], "--lr"),
     Case("finetune-weight-decay-inf", ["finetune", "{tiny}", "--task", "chnsenticorp", "--weight-decay", "inf",
                                        "--no-record"], "--weight-decay must be a finite number"),
-    Case("finetune-train-one-class", ["finetune", "{tiny}", "--task", "tsv:evalrel_one_class.tsv,evalrel_dev.tsv",
-                                      "--no-record"], "evalrel_one_class.tsv: the train split"),
-    Case("finetune-train-all-leaked", ["finetune", "{tiny}", "--task", "tsv:evalrel_leaked.tsv,evalrel_dev.tsv",
+    Case("finetune-train-one-class", ["finetune", "{tiny}", "--task", "tsv:ft_one_class.tsv,ft_dev.tsv",
+                                      "--no-record"], "ft_one_class.tsv: the train split"),
+    Case("finetune-train-all-leaked", ["finetune", "{tiny}", "--task", "tsv:ft_leaked.tsv,ft_dev.tsv",
                                        "--no-record"], "no examples left"),
-    Case("finetune-max-train-one-class", ["finetune", "{tiny}", "--task", "tsv:evalrel_dev.tsv,evalrel_one_class.tsv",
+    Case("finetune-max-train-one-class", ["finetune", "{tiny}", "--task", "tsv:ft_dev.tsv,ft_one_class.tsv",
                                           "--max-train", "1", "--no-record"], "--max-train 1"),
-    Case("ablate-empty-spec", ["ablate", "evalrel_empty.yaml"], "empty spec"),
-    Case("ablate-masking-foo", ["ablate", "evalrel_masking_foo.yaml"], "run masking=foo"),
-    Case("ablate-dry-masking-foo", ["ablate", "evalrel_masking_foo.yaml", "--dry-run"], "run masking=foo"),
-    Case("ablate-dry-max-steps-neg", ["ablate", "evalrel_max_steps_neg.yaml", "--dry-run"], "max_steps"),
-    Case("ablate-max-steps-neg-only-first", ["ablate", "evalrel_max_steps_neg.yaml", "--only", "max_steps=10"],
+    Case("ablate-empty-spec", ["ablate", "ft_empty.yaml"], "empty spec"),
+    Case("ablate-masking-foo", ["ablate", "ft_masking_foo.yaml"], "run masking=foo"),
+    Case("ablate-dry-masking-foo", ["ablate", "ft_masking_foo.yaml", "--dry-run"], "run masking=foo"),
+    Case("ablate-dry-max-steps-neg", ["ablate", "ft_max_steps_neg.yaml", "--dry-run"], "max_steps"),
+    Case("ablate-max-steps-neg-only-first", ["ablate", "ft_max_steps_neg.yaml", "--only", "max_steps=10"],
          "run max_steps=-5"),
-    Case("ablate-dry-dup-labels", ["ablate", "evalrel_dup_labels.yaml", "--dry-run"], "appears twice"),
-    Case("ablate-dup-mapping-labels", ["ablate", "evalrel_dup_mapping.yaml"], "x=a"),
-    Case("ablate-fraction-not-a-number", ["ablate", "evalrel_fraction_text.yaml", "--dry-run"], "'abc'"),
-    Case("ablate-dry-heldout-too-many", ["ablate", "evalrel_heldout_too_many.yaml", "--dry-run"], "hold out 10"),
-    Case("ablate-weight-decay-nan", ["ablate", "evalrel_wd_nan.yaml"], "finetune_weight_decay"),
-    Case("ablate-lr-inf", ["ablate", "evalrel_lr_inf.yaml", "--dry-run"], "finetune_lr"),
-    Case("ablate-set-lr-nan", ["ablate", "evalrel_ok.yaml", "--set", "finetune_lr=nan"], "finetune_lr"),
-    Case("ablate-finetune-one-class", ["ablate", "evalrel_one_class.yaml", "--dry-run"], "only one class"),
-    Case("ablate-set-masking-foo", ["ablate", "evalrel_ok.yaml", "--set", "masking=foo", "--dry-run"],
+    Case("ablate-dry-dup-labels", ["ablate", "ft_dup_labels.yaml", "--dry-run"], "appears twice"),
+    Case("ablate-dup-mapping-labels", ["ablate", "ft_dup_mapping.yaml"], "x=a"),
+    Case("ablate-fraction-not-a-number", ["ablate", "ft_fraction_text.yaml", "--dry-run"], "'abc'"),
+    Case("ablate-dry-heldout-too-many", ["ablate", "ft_heldout_too_many.yaml", "--dry-run"], "hold out 10"),
+    Case("ablate-weight-decay-nan", ["ablate", "ft_wd_nan.yaml"], "finetune_weight_decay"),
+    Case("ablate-lr-inf", ["ablate", "ft_lr_inf.yaml", "--dry-run"], "finetune_lr"),
+    Case("ablate-set-lr-nan", ["ablate", "ft_ok.yaml", "--set", "finetune_lr=nan"], "finetune_lr"),
+    Case("ablate-finetune-one-class", ["ablate", "ft_one_class.yaml", "--dry-run"], "only one class"),
+    Case("ablate-set-masking-foo", ["ablate", "ft_ok.yaml", "--set", "masking=foo", "--dry-run"],
          "masking"),
 
     # ------------------------------------------------------------------ publish / download / models / demo
