@@ -22,7 +22,7 @@ from zh_bert.config import option
 from zh_bert.download import default_out, download_hf
 from zh_bert.errors import ZhBertError
 from zh_bert.tokenizer_files import load_tokenizer
-from zh_bert.weights import load_pretrained
+from zh_bert.weights import check_weights, load_pretrained
 
 MAX_CHARS = 256        # longer input is refused with a message (also bounds latency)
 MAX_BLANKS = 8
@@ -390,7 +390,7 @@ def check_local_models(models: list[str]) -> None:
             weights = sorted(folder.glob("*.safetensors"))
             if not weights and not (folder / "pytorch_model.bin").is_file():
                 raise ZhBertError(f"{folder}: no model weights (model.safetensors)")
-            rundir.check_weights(weights)
+            check_weights(weights)
 
 
 def main(argv: list[str]) -> int:

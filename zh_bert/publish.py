@@ -25,8 +25,9 @@ from zh_bert.config import option
 from zh_bert.errors import ZhBertError
 from zh_bert.fileio import atomic_dir, fault_point
 from zh_bert.hub import check_repo_id, endpoint_and_host, hub_errors, scratch_dir, with_retries
-from zh_bert.rundir import FINAL, Checkpoint, check_weights, locate
+from zh_bert.rundir import FINAL, Checkpoint, locate
 from zh_bert.tokenizer_files import TOKENIZER_FILES
+from zh_bert.weights import check_weights
 
 #: from the model folder (out_dir/final or a checkpoint or any stock BERT folder)
 MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors",

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 from zh_bert.errors import ZhBertError
 
@@ -64,17 +63,3 @@ def finished_runs(root: str | Path) -> list[Path]:
     """The `final/` model folders of the runs directly under `root` (e.g. runs/*/final)."""
     root = Path(root)
     return sorted(p.parent for p in root.glob(f"*/{FINAL}/config.json")) if root.is_dir() else []
-
-
-def check_weights(files: Iterable[str | Path]) -> None:
-    """Each safetensors file opens (its header parses and the file is as long as the header says): a copy
-    cut short by a kill or a full disk is one line naming it, before any command relies on it."""
-    from safetensors import SafetensorError, safe_open
-
-    for path in files:
-        try:
-            with safe_open(str(path), framework="numpy"):
-                pass
-        except (SafetensorError, OSError, ValueError) as e:
-            reason = (str(e).strip().split("\n")[0] or type(e).__name__)[:200]
-            raise ZhBertError(f"{path}: cannot open the weights ({reason}); truncated or corrupt?") from None

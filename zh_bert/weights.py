@@ -9,9 +9,9 @@ the folder, and a real bug elsewhere still keeps its traceback.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from contextlib import contextmanager
-from typing import Any, Iterator
+from pathlib import Path
+from typing import Any, Iterable, Iterator
 
 from zh_bert.errors import ZhBertError
 
@@ -28,8 +28,11 @@ def _one_line(path: str | Path, what: str) -> Iterator[None]:
     try:
         yield
     except _load_errors() as e:
-        reason = (str(e).strip().split("\n")[0] or type(e).__name__)[:300]
-        raise ZhBertError(f"{path}: cannot load {what}: {reason}") from None
+        raise ZhBertError(f"{path}: cannot load {what}: {_reason(e)}") from None
+
+
+def _reason(e: BaseException) -> str:
+    return (str(e).strip().split("\n")[0] or type(e).__name__)[:300]
 
 
 def load_pretrained(cls: Any, path: str | Path, what: str = "a model", **kwargs: Any) -> Any:
@@ -46,3 +49,16 @@ def init_from_config(cls: Any, path: str | Path, what: str = "a model", **kwargs
     config = load_pretrained(AutoConfig, path, "a config", **kwargs)
     with _one_line(path, what):
         return cls.from_config(config)
+
+
+def check_weights(files: Iterable[str | Path]) -> None:
+    """Each safetensors file opens (its header parses and the file is as long as the header says): a copy
+    cut short by a kill or a full disk is one line naming it, before any command relies on it."""
+    from safetensors import safe_open
+
+    for path in files:
+        try:
+            with safe_open(str(path), framework="numpy"):
+                pass
+        except _load_errors() as e:
+            raise ZhBertError(f"{path}: cannot open the weights ({_reason(e)}); truncated or corrupt?") from None
