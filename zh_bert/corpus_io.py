@@ -1,5 +1,6 @@
 """Reading corpora: cleaned JSONL (`{"text", "source"}` per line, as `zh-bert clean` writes) or plain text
-(one document per line).
+(one document per line), as files or as a directory of parts (`*.jsonl`, `*.jsonl.gz`: what
+`zh-bert clean --executor` writes; gzip is read transparently).
 
 One line reader and one JSONL-line parser for every stage (vocab, shard, eval), so a broken corpus is
 reported the same way everywhere: `path:line: what is wrong`. Files are streamed line by line; nothing
@@ -8,8 +9,10 @@ here holds a corpus in memory unless the caller asks for a list.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
+import zlib
 import re
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -17,6 +20,9 @@ from typing import Any, Iterable, Iterator
 from zh_bert.errors import ZhBertError
 
 JSONL_SUFFIXES = (".jsonl", ".json")
+PART_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".txt", ".txt.gz")
+CLEAN_REPORT = "report.json"       # written last by `zh-bert clean --executor`: the directory is complete
+JOB_MARKER = ".zh-bert/job.json"   # written first by `zh-bert clean/shard --executor`: a job owns the directory
 _EXPECTED = 'expected `zh-bert clean` output: {"text": ..., "source": ...} per line'
 
 
@@ -32,22 +38,53 @@ def lone_surrogate(text: str) -> str | None:
     return f"lone surrogate \\u{ord(m.group()):04x} at character {m.start() + 1} (not a Unicode character)"
 
 
+def corpus_files(paths: Iterable[str | os.PathLike]) -> list[Path]:
+    """The files behind corpus arguments: a file is itself; a directory is its parts (`*.jsonl`,
+    `*.jsonl.gz`, ... sorted by name, hidden entries skipped). A directory whose `zh-bert clean` job has
+    not finished (a job marker but no report.json) is refused: its parts are not the whole corpus."""
+    files: list[Path] = []
+    for arg in paths:
+        path = Path(arg)
+        if not path.is_dir():
+            files.append(path)
+            continue
+        if (path / JOB_MARKER).is_file() and not (path / CLEAN_REPORT).is_file():
+            raise ZhBertError(f"{path}: unfinished `zh-bert clean` job (no {CLEAN_REPORT} yet); rerun the same "
+                              f"clean command to finish it")
+        parts = sorted(p for p in path.iterdir()
+                       if p.is_file() and not p.name.startswith(".") and p.name.endswith(PART_SUFFIXES))
+        if not parts:
+            raise ZhBertError(f"{path}: directory holds no corpus parts (*.jsonl, *.jsonl.gz, *.txt)")
+        files.extend(parts)
+    return files
+
+
+def open_binary(path: Path):
+    """The file's bytes, decompressed when it is gzip (by suffix)."""
+    return gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
+
+
 def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
-    """(line number, line without its newline) for the non-blank lines of a UTF-8 file. Decoded line by
-    line, so a missing file or a byte that is not UTF-8 is a one-line error naming the file (and line)."""
+    """(line number, line without its newline) for the non-blank lines of a UTF-8 file (gzip by suffix).
+    Decoded line by line, so a missing file, a byte that is not UTF-8 or a broken gzip stream is a one-line
+    error naming the file (and line)."""
     path = Path(path)
     if not path.is_file():
         raise ZhBertError(f"{path}: no such file")
-    with open(path, "rb") as f:
-        for n, raw in enumerate(f, 1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise ZhBertError(f"{path}:{n}: not UTF-8 text ({e.reason} at byte {e.start} of the line)") from None
-            if n == 1:
-                line = line.removeprefix("\ufeff")
-            if line.strip():
-                yield n, line.rstrip("\n")
+    n = 0
+    try:
+        with open_binary(path) as f:
+            for n, raw in enumerate(f, 1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise ZhBertError(f"{path}:{n}: not UTF-8 text ({e.reason} at byte {e.start} of the line)") from None
+                if n == 1:
+                    line = line.removeprefix("\ufeff")
+                if line.strip():
+                    yield n, line.rstrip("\n")
+    except (gzip.BadGzipFile, EOFError, zlib.error) as e:
+        raise ZhBertError(f"{path}: broken gzip file after line {n} ({e or 'truncated'})") from None
 
 
 def _json(line: str, path: str | os.PathLike, lineno: int, hint: str = "") -> Any:
@@ -77,15 +114,16 @@ def document_text(line: str, path: str | os.PathLike, lineno: int) -> str:
 def is_jsonl(path: str | os.PathLike) -> bool:
     """A `.jsonl`/`.json` file, or any file whose first non-blank line is a JSON object."""
     path = Path(path)
-    if path.suffix.lower() in JSONL_SUFFIXES:
+    if path.name.lower().removesuffix(".gz").endswith(JSONL_SUFFIXES):
         return True
     first = next(iter_lines(path), (0, ""))[1]
     return first.lstrip().startswith("{")
 
 
 def iter_documents(paths: Iterable[str | os.PathLike]) -> Iterator[str]:
-    """The documents of every file, stripped, blank ones skipped: cleaned JSONL or one document per line."""
-    for path in paths:
+    """The documents of every file (directories: their parts), stripped, blank ones skipped: cleaned JSONL
+    or one document per line."""
+    for path in corpus_files(paths):
         jsonl = is_jsonl(path)
         for n, line in iter_lines(path):
             text = (document_text(line, path, n) if jsonl else line).strip()

@@ -1,0 +1,234 @@
+"""Corpus stages on an existing engine: datatrove's executors (local processes, Slurm, Ray).
+
+A stage that outgrows one process pool (`zh-bert clean`, `zh-bert shard`) is written as a list of
+`Stage`s, each a datatrove pipeline run as N tasks. `run_stages` hands them to one executor kind:
+
+- `local`: `LocalPipelineExecutor`, `--workers` tasks at a time on this machine;
+- `slurm`: `SlurmPipelineExecutor`, one job array per stage chained by `afterok` dependencies (the
+  command submits and returns; the last stage writes the output's completion file);
+- `ray`: `RayPipelineExecutor` on the cluster at `--ray-address` (or a local one).
+
+Every finished task leaves datatrove's completion marker under `--logging-dir`, so rerunning the same
+command redoes only unfinished tasks. `JobMarker` ties an output directory to one job's settings: another
+job's leftovers are refused unless `--force`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import socket
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Optional
+
+from zh_bert.config import option
+from zh_bert.errors import ZhBertError
+from zh_bert.fileio import write_json
+
+ExecutorKind = Literal["local", "slurm", "ray"]
+SCALE_INSTALL = "pip install 'zh-bert[scale]'  (or: pip install -e \".[scale]\" in a checkout)"
+_ENGINE_MODULE = {"local": "datatrove", "slurm": "datatrove", "ray": "ray"}
+
+
+@dataclass
+class ExecutorOptions:
+    """The engine flags shared by `zh-bert clean` and `zh-bert shard` (one schema for both)."""
+    executor: Optional[ExecutorKind] = option(
+        None, help="run on datatrove: local processes, a Slurm cluster or a Ray cluster (default: one "
+        "in-process pool; --tasks alone means local)")
+    tasks: Optional[int] = option(None, metavar="N", help="datatrove tasks, one output part each (default: "
+                                  "4 per worker for local and ray, 64 for slurm)")
+    slurm_partition: Optional[str] = option(None, metavar="NAME", help="Slurm partition (--executor slurm)")
+    slurm_time: Optional[str] = option(None, metavar="HH:MM:SS", help="Slurm time limit per task "
+                                       "(--executor slurm; default 24:00:00)")
+    slurm_cpus: Optional[int] = option(None, metavar="N", help="CPUs per Slurm task (--executor slurm; default 1)")
+    ray_address: Optional[str] = option(None, metavar="HOST:PORT", help="Ray cluster to join, or 'auto' "
+                                        "(--executor ray; default: start a local one)")
+    logging_dir: Optional[str] = option(None, metavar="DIR", help="datatrove logs, stats and completion markers "
+                                        "(default: OUTDIR/.zh-bert/logs)")
+    force: bool = option(False, help="start over in an output directory that holds another job's "
+                         "unfinished work (its parts and logs are removed)")
+
+    def __post_init__(self):
+        if self.executor is not None and self.executor not in _ENGINE_MODULE:
+            raise ZhBertError(f"--executor must be one of local, slurm, ray, got '{self.executor}'")
+        if self.tasks is not None and self.tasks < 1:
+            raise ZhBertError(f"--tasks must be at least 1, got {self.tasks}")
+        if self.slurm_cpus is not None and self.slurm_cpus < 1:
+            raise ZhBertError(f"--slurm-cpus must be at least 1, got {self.slurm_cpus}")
+        if self.executor is None and self.tasks is not None:
+            self.executor = "local"
+        for name in ("slurm_partition", "slurm_time", "slurm_cpus"):
+            if getattr(self, name) is not None and self.executor != "slurm":
+                raise ZhBertError(f"--{name.replace('_', '-')} is a Slurm setting: add --executor slurm")
+        if self.ray_address is not None and self.executor != "ray":
+            raise ZhBertError("--ray-address is a Ray setting: add --executor ray")
+        if self.logging_dir is not None and self.executor is None:
+            raise ZhBertError("--logging-dir is for datatrove's logs: add --executor local, slurm or ray")
+
+    @property
+    def enabled(self) -> bool:
+        return self.executor is not None
+
+    def task_count(self, workers: int) -> int:
+        return self.tasks or (64 if self.executor == "slurm" else 4 * workers)
+
+
+def check_engine(opts: ExecutorOptions) -> None:
+    """Before any work: the engine is importable, `sbatch` is there for Slurm, the Ray address answers."""
+    kind = opts.executor
+    if kind is None:
+        return
+    module = _ENGINE_MODULE[kind]
+    if importlib.util.find_spec(module) is None:
+        raise ZhBertError(f"--executor {kind} needs {module}, which is not installed: {SCALE_INSTALL}")
+    if kind == "slurm" and shutil.which("sbatch") is None:
+        raise ZhBertError("--executor slurm: sbatch not found on PATH (run on a Slurm login node)")
+    if kind == "ray" and opts.ray_address not in (None, "auto"):
+        _check_reachable(opts.ray_address)
+
+
+def _check_reachable(address: str) -> None:
+    """A TCP connect to HOST:PORT, so that a typo fails in a second instead of after Ray's long retries."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise ZhBertError(f"--ray-address '{address}' is not HOST:PORT (e.g. 10.0.0.1:6379) or 'auto'")
+    try:
+        with socket.create_connection((host, int(port)), timeout=5):
+            pass
+    except OSError as e:
+        raise ZhBertError(f"--ray-address {address}: no Ray cluster answers there ({e.strerror or e}); start "
+                          f"one with `ray start --head --port {port}` or fix the address") from None
+
+
+@dataclass
+class Stage:
+    """One datatrove pipeline run as `tasks` tasks; its completion markers live in LOGDIR/`name`."""
+    name: str
+    steps: list
+    tasks: int
+
+
+def start_method() -> str:
+    """fork when this process runs no other Python thread (fast: no re-import); otherwise forkserver,
+    because forking while another thread holds a lock (logging, imports) can deadlock the child."""
+    import multiprocessing as mp
+
+    methods = mp.get_all_start_methods()
+    if "fork" in methods and threading.active_count() == 1:
+        return "fork"
+    return "forkserver" if "forkserver" in methods else "spawn"
+
+
+def _executor(stage: Stage, opts: ExecutorOptions, workers: int, logdir: Path, depends):
+    folder = str(logdir / stage.name)
+    if opts.executor == "local":
+        from datatrove.executor import LocalPipelineExecutor
+
+        return LocalPipelineExecutor(stage.steps, tasks=stage.tasks, workers=min(workers, stage.tasks),
+                                     logging_dir=folder, start_method=start_method())
+    if opts.executor == "ray":
+        from datatrove.executor.ray import RayPipelineExecutor
+
+        return RayPipelineExecutor(stage.steps, tasks=stage.tasks, workers=workers, logging_dir=folder,
+                                   cpus_per_task=1, mem_per_cpu_gb=1)
+    from datatrove.executor.slurm import SlurmPipelineExecutor
+
+    return SlurmPipelineExecutor(
+        stage.steps, tasks=stage.tasks, time=opts.slurm_time or "24:00:00", partition=opts.slurm_partition,
+        cpus_per_task=opts.slurm_cpus or 1, mem_per_cpu_gb=4, workers=-1, job_name=f"zh-bert-{stage.name}",
+        qos="", logging_dir=folder, depends=depends, requeue=False,
+        # the job finds this Python's `launch_pickled_pipeline` and zh_bert whatever its login shell sets
+        env_command=f"export PATH={Path(sys.executable).parent}:$PATH; "
+                    f"export PYTHONPATH={os.pathsep.join(p for p in sys.path if p)}")
+
+
+def _ray_init(opts: ExecutorOptions, workers: int) -> None:
+    import ray
+
+    if ray.is_initialized():
+        return
+    try:
+        if opts.ray_address:
+            ray.init(address=opts.ray_address, log_to_driver=False)
+        else:
+            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        where = opts.ray_address or "a local cluster"
+        raise ZhBertError(f"--executor ray: cannot connect to {where} ({str(e).splitlines()[0]})") from None
+
+
+def incomplete(stage: Stage, logdir: Path) -> list[int]:
+    done = logdir / stage.name / "completions"
+    return [r for r in range(stage.tasks) if not (done / f"{r:05d}").is_file()]
+
+
+def run_stages(stages: list[Stage], opts: ExecutorOptions, workers: int, logdir: Path) -> bool:
+    """Run `stages` in order, each after the previous one finished; tasks finished by an earlier run of
+    the same job are skipped. True when everything ran here; False when Slurm jobs were submitted."""
+    check_engine(opts)
+    if opts.executor == "slurm":
+        prev = None
+        for stage in stages:
+            prev = _executor(stage, opts, workers, logdir, prev)
+        prev.run()   # submits every unfinished stage, chained by afterok dependencies
+        return False
+    if opts.executor == "ray":
+        _ray_init(opts, workers)
+    for stage in stages:
+        if not incomplete(stage, logdir):
+            continue
+        _executor(stage, opts, workers, logdir, None).run()
+        left = incomplete(stage, logdir)
+        if left:
+            raise ZhBertError(f"stage {stage.name}: tasks {left[:10]} did not finish; see their logs in "
+                              f"{logdir / stage.name / 'logs'} and rerun the same command to finish them")
+    return True
+
+
+class JobMarker:
+    """OUTDIR/.zh-bert/job.json: which command and settings own this directory. A rerun of the same job
+    resumes; another job is refused unless `force`, which clears the old one's parts, work and logs."""
+
+    def __init__(self, outdir: Path, command: str, settings: dict):
+        self.outdir = outdir
+        self.state = outdir / ".zh-bert"
+        self.path = self.state / "job.json"
+        blob = json.dumps(settings, sort_keys=True, default=str)
+        self.job = {"command": command, "key": hashlib.sha256(blob.encode()).hexdigest()[:16],
+                    "settings": json.loads(blob)}
+
+    def existing(self) -> dict | None:
+        try:
+            return json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+
+    def claim(self, force: bool, owned) -> bool:
+        """Take OUTDIR for this job; True when it resumes an earlier run of the same job. `owned(path)`:
+        whether a file in OUTDIR is one this command writes (anything else is the user's and refused)."""
+        old = self.existing()
+        if old is not None and old.get("key") == self.job["key"]:
+            return True
+        if self.outdir.exists() and not self.outdir.is_dir():
+            raise ZhBertError(f"-o {self.outdir}: is a file; give a directory for the parts")
+        foreign = [p.name for p in self.outdir.iterdir() if p.name != ".zh-bert" and not owned(p)] \
+            if self.outdir.is_dir() else []
+        if foreign:
+            raise ZhBertError(f"-o {self.outdir}: holds files this command did not write ({', '.join(foreign[:3])}"
+                              f"{' ...' if len(foreign) > 3 else ''}); give an empty or new directory")
+        if old is not None and not force:
+            raise ZhBertError(f"-o {self.outdir}: holds another {old.get('command', 'zh-bert')} job's work (other "
+                              f"inputs or settings); rerun that command to finish it, or add --force to start over")
+        if self.outdir.is_dir():
+            for p in self.outdir.iterdir():
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
+        self.state.mkdir(parents=True, exist_ok=True)
+        write_json(self.path, self.job)
+        return False
