@@ -43,6 +43,7 @@ POOL_FILES = ("CLUECorpusSmall_sampled.txt", "zhwiki_sampled.txt", "CLUECorpusSm
 _SENTENCE_RE = re.compile(r"[^。！？\n]*[。！？]+|[^。！？\n]+")
 _HAN_RE = re.compile(r"[\u4e00-\u9fff]")
 LINE_OVERHEAD = len('{"text": ""}\n')
+GENERATOR = 1       # bumped when the same spec would give other bytes: a stored corpus is then rebuilt
 CHUNK_DOCS = 1024   # documents drawn per RNG call: the draw sequence (hence the corpus) does not depend on sizes
 
 
@@ -262,7 +263,7 @@ def generate(spec: CorpusSpec, outdir: Path, workers: int = 2, pool: Pool | None
     outdir = Path(outdir)
     if (outdir / "truth.json").is_file():
         truth = json.loads((outdir / "truth.json").read_text(encoding="utf-8"))
-        if truth.get("spec") == asdict(spec):
+        if truth.get("spec") == asdict(spec) and truth.get("generator") == GENERATOR:
             return truth
     t0 = time.perf_counter()
     pool = pool or sentence_pool()
@@ -289,7 +290,7 @@ def generate(spec: CorpusSpec, outdir: Path, workers: int = 2, pool: Pool | None
     near = [p["jaccard"] for p in planted if p["kind"] == "near"]
     seconds = time.perf_counter() - t0
     truth = {
-        "spec": asdict(spec), "files": spec.files, "docs": sum(ndocs), "bytes": nbytes,
+        "spec": asdict(spec), "generator": GENERATOR, "files": spec.files, "docs": sum(ndocs), "bytes": nbytes,
         "pool_sentences": len(pool.sentences), "sources": [f"corpora/sample/{n}" for n in POOL_FILES],
         "exact": sum(p["kind"] == "exact" for p in planted), "near": len(near),
         "near_jaccard": {"min": min(near), "max": max(near), "mean": round(float(np.mean(near)), 4)} if near else {},

@@ -88,7 +88,9 @@ def measure(cmd: list[str], log: Path) -> dict:
             "processes": len(peak), "peak_rss_mb": round(max(peak.values(), default=0) * mb, 1),
             "peak_rss_main_mb": round(peak.get(proc.pid, 0) * mb, 1),
             "peak_rss_child_mb": round(max(kids, default=0) * mb, 1),
-            "peak_rss_tree_mb": round(tree_peak * mb, 1), "log": str(log)}
+            "peak_rss_tree_mb": round(tree_peak * mb, 1),
+            "peak_rss_per_process_mb": sorted((round(v * mb, 1) for v in peak.values()), reverse=True),
+            "log": str(log)}
 
 
 def has_executor(command: str) -> bool:
