@@ -211,8 +211,8 @@ def ratios(results: list[dict]) -> None:
 
 
 def table(results: list[dict]) -> str:
-    rows = ["| size | path | wall s | MB/s | MB/s per core | × in-process | peak RSS, largest process (main / child) "
-            "| processes | recall | precision |", "|---|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| size | path | wall s | CPU s | MB/s | MB/s per core | × in-process | peak RSS, largest process "
+            "(main / child) | processes | recall | precision |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for res in results:
         for r in res["runs"]:
             q = r.get("quality", {})
@@ -221,9 +221,22 @@ def table(results: list[dict]) -> str:
                                                                  else f"* ({r['ratio_at_size_mb']:g} MB)")
             rss = f"{r['peak_rss_mb']:.0f} MB ({r['peak_rss_main_mb']:.0f} / {r['peak_rss_child_mb']:.0f})"
             rows.append(f"| {res['size_mb']:g} MB | {r['path']}{'' if r['rc'] == 0 else ' (FAILED)'} | "
-                        f"{r['wall_s']:.1f} | {r['mb_per_s']:.2f} | {r['mb_per_s_per_core']:.2f} | {ratio} | {rss} | "
+                        f"{r['wall_s']:.1f} | {r['cpu_s']:.1f} | {r['mb_per_s']:.2f} | {r['mb_per_s_per_core']:.2f} | {ratio} | {rss} | "
                         f"{r['processes']} | {q.get('recall', '–')} | {q.get('precision', '–')} |")
     return "\n".join(rows)
+
+
+def memory_growth(results: list[dict]) -> list[str]:
+    """Per path: the largest process's peak RSS at the smallest and largest size (flat = within 20%)."""
+    lines = []
+    for path in dict.fromkeys(r["path"] for res in results for r in res["runs"]):
+        seen = [(res["size_mb"], r["peak_rss_mb"]) for res in results for r in res["runs"]
+                if r["path"] == path and r["rc"] == 0]
+        if len(seen) > 1:
+            (s0, m0), (s1, m1) = min(seen), max(seen)
+            lines.append(f"{path}: largest process {m0:.0f} MB at {s0:g} MB → {m1:.0f} MB at {s1:g} MB "
+                         f"({100 * (m1 / m0 - 1):+.0f}%)")
+    return lines
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -259,7 +272,7 @@ def main(argv=None) -> None:
     pool = sentence_pool()
     results = [run_size(size, args, tok, pool, executor) for size in args.sizes]
     ratios(results)
-    text = table(results)
+    text = "\n".join([table(results), ""] + memory_growth(results))
     record = {"command": command, "date": date, "machine": machine(), "cores": os.cpu_count(),
               "args": vars(args), "executor_available": executor, "results": results}
     path = Path(args.json or work / "scale.json")
