@@ -9,13 +9,14 @@ here holds a corpus in memory unless the caller asks for a list.
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import json
 import os
 import zlib
 import re
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import IO, Any, Iterable, Iterator
 
 from zh_bert.errors import ZhBertError
 
@@ -59,9 +60,14 @@ def corpus_files(paths: Iterable[str | os.PathLike]) -> list[Path]:
     return files
 
 
-def open_binary(path: Path):
-    """The file's bytes, decompressed when it is gzip (by suffix)."""
-    return gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
+def open_binary(path: Path) -> IO[bytes]:
+    """`path` opened for reading bytes, decompressed on the fly when it ends in .gz or .bz2."""
+    name = path.name.lower()
+    if name.endswith(".gz"):
+        return gzip.open(path, "rb")
+    if name.endswith(".bz2"):
+        return bz2.open(path, "rb")
+    return open(path, "rb")
 
 
 def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
@@ -84,7 +90,9 @@ def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
                 if line.strip():
                     yield n, line.rstrip("\n")
     except (gzip.BadGzipFile, EOFError, zlib.error) as e:
-        raise ZhBertError(f"{path}: broken gzip file after line {n} ({e or 'truncated'})") from None
+        raise ZhBertError(f"{path}: broken compressed file after line {n} ({e or 'truncated'})") from None
+    except OSError as e:  # bz2's "Invalid data stream", or the disk
+        raise ZhBertError(f"{path}: cannot read after line {n} ({e.strerror or e})") from None
 
 
 def _json(line: str, path: str | os.PathLike, lineno: int, hint: str = "") -> Any:
