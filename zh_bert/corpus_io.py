@@ -21,7 +21,7 @@ from typing import IO, Any, Iterable, Iterator
 from zh_bert.errors import ZhBertError
 
 JSONL_SUFFIXES = (".jsonl", ".json")
-PART_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".txt", ".txt.gz")
+PART_SUFFIXES = (".jsonl", ".jsonl.gz", ".txt", ".txt.gz")
 CLEAN_REPORT = "report.json"       # written last by `zh-bert clean --executor`: the directory is complete
 JOB_MARKER = ".zh-bert/job.json"   # written first by `zh-bert clean/shard --executor`: a job owns the directory
 _EXPECTED = 'expected `zh-bert clean` output: {"text": ..., "source": ...} per line'
