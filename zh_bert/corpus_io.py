@@ -24,6 +24,7 @@ JSONL_SUFFIXES = (".jsonl", ".json")
 PART_SUFFIXES = (".jsonl", ".jsonl.gz", ".txt", ".txt.gz")
 CLEAN_REPORT = "report.json"       # written last by `zh-bert clean --executor`: the directory is complete
 JOB_MARKER = ".zh-bert/job.json"   # written first by `zh-bert clean/shard --executor`: a job owns the directory
+REPORT_NAMES = (CLEAN_REPORT, ".report.json")   # clean's reports (OUTDIR's, or OUT.report.json): never parts
 _EXPECTED = 'expected `zh-bert clean` output: {"text": ..., "source": ...} per line'
 
 
@@ -41,8 +42,9 @@ def lone_surrogate(text: str) -> str | None:
 
 def corpus_files(paths: Iterable[str | os.PathLike]) -> list[Path]:
     """The files behind corpus arguments: a file is itself; a directory is its parts (`*.jsonl`,
-    `*.jsonl.gz`, ... sorted by name, hidden entries skipped). A directory whose `zh-bert clean` job has
-    not finished (a job marker but no report.json) is refused: its parts are not the whole corpus."""
+    `*.jsonl.gz`, ... sorted by name; hidden entries and clean's reports skipped). A directory whose
+    `zh-bert clean` job has not finished (a job marker but no report.json) is refused: its parts are not
+    the whole corpus."""
     files: list[Path] = []
     for arg in paths:
         path = Path(arg)
@@ -53,7 +55,8 @@ def corpus_files(paths: Iterable[str | os.PathLike]) -> list[Path]:
             raise ZhBertError(f"{path}: unfinished `zh-bert clean` job (no {CLEAN_REPORT} yet); rerun the same "
                               f"clean command to finish it")
         parts = sorted(p for p in path.iterdir()
-                       if p.is_file() and not p.name.startswith(".") and p.name.endswith(PART_SUFFIXES))
+                       if p.is_file() and not p.name.startswith(".") and p.name.endswith(PART_SUFFIXES)
+                       and not p.name.endswith(REPORT_NAMES))
         if not parts:
             raise ZhBertError(f"{path}: directory holds no corpus parts (*.jsonl, *.jsonl.gz, *.txt)")
         files.extend(parts)
