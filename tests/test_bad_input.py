@@ -40,6 +40,7 @@ def write_bad_files(w: Path) -> None:
     (w / "foreign_binary.txt").write_bytes(bytes(range(128, 256)) * 300)   # no text encoding fits
     _eval_files(w)
     _train_files(w)
+    _part_dirs(w)
 
 
 def _eval_files(w: Path) -> None:
@@ -73,6 +74,33 @@ def _train_files(w: Path) -> None:
     (w / "pt_heads.json").write_text('{"hidden_size": 130, "num_attention_heads": 4}', encoding="utf-8")
     (w / "pt_bad_init").mkdir()
     (w / "pt_bad_init" / "config.json").write_text('{"vocab_size": 21128, "hidden', encoding="utf-8")
+
+
+def _part_dirs(w: Path) -> None:
+    """Directories of corpus parts: a `zh-bert clean` OUTDIR whose job has not finished, one with a part cut
+    short, one whose parts are not JSON, each next to a recipe that names it as `data:`."""
+    import gzip
+
+    docs = (w / "docs.jsonl").read_bytes()
+    unfinished = w / "parts_unfinished"
+    (unfinished / ".zh-bert").mkdir(parents=True)
+    (unfinished / ".zh-bert" / "job.json").write_text('{"command": "clean"}', encoding="utf-8")
+    (unfinished / "part-00000.jsonl").write_bytes(docs)          # a finished task; others still running
+    cut = w / "parts_truncated"
+    cut.mkdir()
+    (cut / "part-00000.jsonl").write_bytes(docs)
+    whole = gzip.compress(docs * 20)
+    (cut / "part-00001.jsonl.gz").write_bytes(whole[:len(whole) // 2])   # a copy killed halfway
+    not_json = w / "parts_not_json"
+    not_json.mkdir()
+    (not_json / "part-00000.jsonl").write_text("北京是中国的首都。\n上海是一座城市。\n", encoding="utf-8")
+    (not_json / "report.json").write_text('{"docs_out": 2, "parts": []}', encoding="utf-8")
+    for name in ("unfinished", "truncated", "not_json"):
+        (w / f"pt_parts_{name}.yaml").write_text(f"data: parts_{name}\nmodel: tiny\nout_dir: run\nmax_steps: 2\n"
+                                                 f"seq_len: 64\nglobal_batch: 8\nmicro_batch: 8\n",
+                                                 encoding="utf-8")
+    (w / "pt_parts_empty.yaml").write_text("data: a_dir\nmodel: tiny\nout_dir: run\nmax_steps: 2\n",
+                                           encoding="utf-8")
 
 
 @dataclass
@@ -111,6 +139,10 @@ CASES: list[Case] = [
     Case("vocab-report-lone-surrogate", ["vocab", "report", "{tok}", "surrogate.jsonl"], "surrogate.jsonl:1"),
     Case("vocab-report-json-is-dir", ["vocab", "report", "{tok}", "docs.jsonl", "--json", "a_dir"], "a_dir"),
     Case("vocab-report-not-tokdir", ["vocab", "report", "a_dir", "docs.jsonl"], "a_dir"),
+    Case("vocab-unfinished-clean-outdir", ["vocab", "parts_unfinished", "-o", "tok"], "unfinished `zh-bert clean`"),
+    Case("vocab-empty-dir", ["vocab", "a_dir", "-o", "tok"], "a_dir: directory holds no corpus parts"),
+    Case("vocab-truncated-gz-part", ["vocab", "parts_truncated", "-o", "tok"], "part-00001.jsonl.gz: broken"),
+    Case("vocab-parts-not-json", ["vocab", "parts_not_json", "-o", "tok"], "part-00000.jsonl:1: not JSON"),
 
     # ------------------------------------------------------------------ shard / inspect
     Case("shard-empty", ["shard", "empty.jsonl", "--tokenizer", "{tok}", "-o", "sh"], "empty"),
@@ -151,6 +183,11 @@ CASES: list[Case] = [
     Case("pretrain-resume-missing", ["pretrain", "pt_recipe.yaml", "--resume", "no_ckpt"], "no_ckpt"),
     Case("pretrain-resume-not-checkpoint", ["pretrain", "pt_recipe.yaml", "--resume", "a_dir"],
          "trainer_state.json is missing"),
+    Case("pretrain-data-unfinished-clean-outdir", ["pretrain", "pt_parts_unfinished.yaml"],
+         "unfinished `zh-bert clean`"),
+    Case("pretrain-data-empty-dir", ["pretrain", "pt_parts_empty.yaml"], "a_dir: directory holds no corpus parts"),
+    Case("pretrain-data-truncated-gz-part", ["pretrain", "pt_parts_truncated.yaml"], "part-00001.jsonl.gz: broken"),
+    Case("pretrain-data-parts-not-json", ["pretrain", "pt_parts_not_json.yaml"], "part-00000.jsonl:1: not JSON"),
     Case("plan-model-size-text", ["plan", "--model", "pt_size_text.json"], "hidden_size"),
     Case("plan-model-heads", ["plan", "--model", "pt_heads.json"], "num_attention_heads"),
     Case("plan-mask-rate-nan", ["plan", "--mask-rate", "nan"], "finite"),
@@ -167,6 +204,13 @@ CASES: list[Case] = [
          "cannot load"),
     Case("eval-lone-surrogate", ["eval", "mlm", "{tiny}", "--text", "surrogate.jsonl", "--no-record"],
          "surrogate.jsonl:1"),
+    Case("eval-unfinished-clean-outdir", ["eval", "mlm", "{tiny}", "--text", "parts_unfinished", "--no-record"],
+         "unfinished `zh-bert clean`"),
+    Case("eval-empty-dir", ["eval", "mlm", "{tiny}", "--text", "a_dir", "--no-record"], "no corpus parts"),
+    Case("eval-truncated-gz-part", ["eval", "mlm", "{tiny}", "--text", "parts_truncated", "--no-record"],
+         "part-00001.jsonl.gz: broken"),
+    Case("eval-parts-not-json", ["eval", "mlm", "{tiny}", "--text", "parts_not_json", "--no-record"],
+         "part-00000.jsonl:1: not JSON"),
     Case("finetune-unknown-task", ["finetune", "{tiny}", "--task", "chnsenticorpp", "--no-record"], "chnsenticorp"),
     Case("eval-cloze-not-utf8", ["eval", "cloze", "{tiny}", "--data", "gbk.txt", "--no-record"], "gbk.txt"),
     Case("eval-batch-size-negative", ["eval", "mlm", "{tiny}", "--text", "docs.jsonl", "--batch-size", "-3",

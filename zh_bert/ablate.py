@@ -28,14 +28,14 @@ from typing import Any, Literal, Optional
 
 
 from zh_bert.config import build_parser as derive_parser, config_from_args, from_dict, load_yaml, option, parse_set
-from zh_bert.corpus_io import read_documents
+from zh_bert.corpus_io import iter_lines, read_documents
 from zh_bert.errors import ZhBertError, unknown_key_error
 from zh_bert.eval_results import entry, record
 from zh_bert.evaluate import MlmEvalConfig, eval_mlm, load_mlm
 from zh_bert.fileio import atomic_write, read_text, write_json
 from zh_bert.finetune import FinetuneConfig, check_trainable, eval_entries, run as run_finetune
 from zh_bert.masking import STRATEGIES, MaskingConfig
-from zh_bert.pipeline import input_files, is_sharddir
+from zh_bert.pipeline import data_inputs, is_sharddir
 from zh_bert.recipe import load_recipe
 from zh_bert.rundir import FINAL, is_model_dir
 from zh_bert.tasks import load_task
@@ -177,6 +177,8 @@ def plan_runs(spec: AblationSpec) -> list[Run]:
 # --------------------------------------------------------------------------- data: carve held-out docs
 
 def _docs(path: Path, doc_sep: str) -> list[str]:
+    if path.name.endswith(".gz"):   # a part of a `zh-bert clean --executor` OUTDIR: one document per line
+        return [line for _, line in iter_lines(path)]
     text = read_text(path)
     if doc_sep == "blank":
         return [d.strip("\n") for d in re.split(r"\n\s*\n", text) if d.strip()]
@@ -216,8 +218,8 @@ def check_carved(files: list[Path], corpus: Path, heldout_docs: int, doc_sep: st
 
 def carved_paths(files: list[Path], out: Path, fractions: set[float]) -> dict[float, list[str]]:
     """Where `carve_corpus` puts each fraction's training copies: known before (and without) carving."""
-    return {f: [str(out / f"train-{int(round(f * 100))}" / f"{i:02d}-{path.name}") for i, path in enumerate(files)]
-            for f in fractions}
+    return {f: [str(out / f"train-{int(round(f * 100))}" / f"{i:02d}-{path.name.removesuffix('.gz')}")
+                for i, path in enumerate(files)] for f in fractions}   # copies are written uncompressed
 
 
 def carve_corpus(files: list[Path], out: Path, heldout_docs: int, fractions: set[float],
@@ -486,7 +488,7 @@ def _check_data(spec: AblationSpec, spec_path: Path, base_recipe, runs: list[Run
             raise ZhBertError(f"{spec_path}: the base recipe's data is a SHARDDIR; corpus_fraction and "
                               f"heldout_docs need a raw corpus (set heldout_docs: 0 to skip the held-out eval)")
         return None
-    files = input_files([Path(p) for p in base_recipe.data_paths])
+    files, _ = data_inputs([Path(p) for p in base_recipe.data_paths])
     split_corpus(files, spec.heldout_docs, base_recipe.doc_sep)
     check_carved(files, out / "corpus", spec.heldout_docs, base_recipe.doc_sep)
     return files

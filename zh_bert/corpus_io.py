@@ -9,20 +9,22 @@ here holds a corpus in memory unless the caller asks for a list.
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import json
 import os
 import zlib
 import re
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import IO, Any, Iterable, Iterator
 
 from zh_bert.errors import ZhBertError
 
 JSONL_SUFFIXES = (".jsonl", ".json")
-PART_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".txt", ".txt.gz")
+PART_SUFFIXES = (".jsonl", ".jsonl.gz", ".txt", ".txt.gz")
 CLEAN_REPORT = "report.json"       # written last by `zh-bert clean --executor`: the directory is complete
 JOB_MARKER = ".zh-bert/job.json"   # written first by `zh-bert clean/shard --executor`: a job owns the directory
+REPORT_NAMES = (CLEAN_REPORT, ".report.json")   # clean's reports (OUTDIR's, or OUT.report.json): never parts
 _EXPECTED = 'expected `zh-bert clean` output: {"text": ..., "source": ...} per line'
 
 
@@ -40,8 +42,9 @@ def lone_surrogate(text: str) -> str | None:
 
 def corpus_files(paths: Iterable[str | os.PathLike]) -> list[Path]:
     """The files behind corpus arguments: a file is itself; a directory is its parts (`*.jsonl`,
-    `*.jsonl.gz`, ... sorted by name, hidden entries skipped). A directory whose `zh-bert clean` job has
-    not finished (a job marker but no report.json) is refused: its parts are not the whole corpus."""
+    `*.jsonl.gz`, ... sorted by name; hidden entries and clean's reports skipped). A directory whose
+    `zh-bert clean` job has not finished (a job marker but no report.json) is refused: its parts are not
+    the whole corpus."""
     files: list[Path] = []
     for arg in paths:
         path = Path(arg)
@@ -52,16 +55,22 @@ def corpus_files(paths: Iterable[str | os.PathLike]) -> list[Path]:
             raise ZhBertError(f"{path}: unfinished `zh-bert clean` job (no {CLEAN_REPORT} yet); rerun the same "
                               f"clean command to finish it")
         parts = sorted(p for p in path.iterdir()
-                       if p.is_file() and not p.name.startswith(".") and p.name.endswith(PART_SUFFIXES))
+                       if p.is_file() and not p.name.startswith(".") and p.name.endswith(PART_SUFFIXES)
+                       and not p.name.endswith(REPORT_NAMES))
         if not parts:
             raise ZhBertError(f"{path}: directory holds no corpus parts (*.jsonl, *.jsonl.gz, *.txt)")
         files.extend(parts)
     return files
 
 
-def open_binary(path: Path):
-    """The file's bytes, decompressed when it is gzip (by suffix)."""
-    return gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
+def open_binary(path: Path) -> IO[bytes]:
+    """`path` opened for reading bytes, decompressed on the fly when it ends in .gz or .bz2."""
+    name = path.name.lower()
+    if name.endswith(".gz"):
+        return gzip.open(path, "rb")
+    if name.endswith(".bz2"):
+        return bz2.open(path, "rb")
+    return open(path, "rb")
 
 
 def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
@@ -84,7 +93,9 @@ def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
                 if line.strip():
                     yield n, line.rstrip("\n")
     except (gzip.BadGzipFile, EOFError, zlib.error) as e:
-        raise ZhBertError(f"{path}: broken gzip file after line {n} ({e or 'truncated'})") from None
+        raise ZhBertError(f"{path}: broken compressed file after line {n} ({e or 'truncated'})") from None
+    except OSError as e:  # bz2's "Invalid data stream", or the disk
+        raise ZhBertError(f"{path}: cannot read after line {n} ({e.strerror or e})") from None
 
 
 def _json(line: str, path: str | os.PathLike, lineno: int, hint: str = "") -> Any:

@@ -324,7 +324,8 @@ def eval_cloze(model, tok, items: list[ClozeItem], score: str = "sum", seq_len: 
 @dataclass
 class MlmText:
     text: list[str] = option(metavar="FILE", help="held-out text: `zh-bert clean` JSONL or plain text, "
-                                                  "one document per line")
+                                                  "one document per line, or a directory of parts "
+                                                  "(a `zh-bert clean` OUTDIR)")
 
 
 @dataclass

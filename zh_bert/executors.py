@@ -23,6 +23,7 @@ import shutil
 import socket
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Optional
@@ -117,11 +118,13 @@ class Stage:
 
 def start_method() -> str:
     """fork when this process runs no other Python thread (fast: no re-import); otherwise forkserver,
-    because forking while another thread holds a lock (logging, imports) can deadlock the child."""
+    because forking while another thread holds a lock (logging, imports) can deadlock the child. fsspec's
+    event-loop thread (datatrove's file layer starts it) does not count: fsspec resets it in a forked child."""
     import multiprocessing as mp
 
     methods = mp.get_all_start_methods()
-    if "fork" in methods and threading.active_count() == 1:
+    others = [t for t in threading.enumerate() if t is not threading.main_thread() and t.name != "fsspecIO"]
+    if "fork" in methods and not others:
         return "fork"
     return "forkserver" if "forkserver" in methods else "spawn"
 
@@ -202,19 +205,30 @@ class JobMarker:
         self.path = self.state / "job.json"
         blob = json.dumps(settings, sort_keys=True, default=str)
         self.job = {"command": command, "key": hashlib.sha256(blob.encode()).hexdigest()[:16],
-                    "settings": json.loads(blob)}
+                    "started": time.time(), "settings": json.loads(blob)}
 
-    def existing(self) -> dict | None:
+    @property
+    def started(self) -> float:
+        return self.job["started"]
+
+    @staticmethod
+    def _read(path: Path) -> dict | None:
         try:
-            return json.loads(self.path.read_text(encoding="utf-8"))
+            return json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
 
-    def claim(self, force: bool, owned) -> bool:
-        """Take OUTDIR for this job; True when it resumes an earlier run of the same job. `owned(path)`:
-        whether a file in OUTDIR is one this command writes (anything else is the user's and refused)."""
-        old = self.existing()
+    def claim(self, force: bool, owned, logdir: Path) -> bool:
+        """Take OUTDIR (and `logdir`, whose completion markers decide what a rerun skips) for this job; True
+        when it resumes an earlier run of the same job. `owned(path)`: whether a file in OUTDIR is one this
+        command writes (anything else is the user's, and refused)."""
+        old, log_old = self._read(self.path), self._read(logdir / "job.json")
         if old is not None and old.get("key") == self.job["key"]:
+            if log_old is not None and log_old.get("key") != old["key"] and not force:
+                raise ZhBertError(f"--logging-dir {logdir}: holds another job's logs; give another directory "
+                                  f"or add --force to clear it")
+            self.job = old
+            self._take_logdir(logdir, log_old)
             return True
         if self.outdir.exists() and not self.outdir.is_dir():
             raise ZhBertError(f"-o {self.outdir}: is a file; give a directory for the parts")
@@ -223,12 +237,20 @@ class JobMarker:
         if foreign:
             raise ZhBertError(f"-o {self.outdir}: holds files this command did not write ({', '.join(foreign[:3])}"
                               f"{' ...' if len(foreign) > 3 else ''}); give an empty or new directory")
-        if old is not None and not force:
-            raise ZhBertError(f"-o {self.outdir}: holds another {old.get('command', 'zh-bert')} job's work (other "
-                              f"inputs or settings); rerun that command to finish it, or add --force to start over")
+        if (old is not None or log_old is not None) and not force:
+            where = f"-o {self.outdir}" if old is not None else f"--logging-dir {logdir}"
+            raise ZhBertError(f"{where}: holds another {(old or log_old).get('command', 'zh-bert')} job's work "
+                              f"(other inputs or settings); rerun that command to finish it, or add --force "
+                              f"to start over")
         if self.outdir.is_dir():
             for p in self.outdir.iterdir():
                 shutil.rmtree(p) if p.is_dir() else p.unlink()
-        self.state.mkdir(parents=True, exist_ok=True)
+        self._take_logdir(logdir, None if log_old is None else {})
         write_json(self.path, self.job)
         return False
+
+    def _take_logdir(self, logdir: Path, log_old: dict | None) -> None:
+        if log_old is not None and log_old.get("key") != self.job["key"]:
+            shutil.rmtree(logdir, ignore_errors=True)
+        if self._read(logdir / "job.json") is None:
+            write_json(logdir / "job.json", self.job)

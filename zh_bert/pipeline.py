@@ -1,5 +1,9 @@
 """Raw corpus -> clean -> vocab -> shard, cached, so `zh-bert pretrain` goes from text to checkpoint.
 
+A recipe's `data:` that already holds cleaned documents (see `is_cleaned_dir`) skips the clean stage:
+cleaning a 100 GB `zh-bert clean --executor` OUTDIR a second time on one machine would undo the point of
+cleaning it on a cluster.
+
 Each stage is called as the function behind its command (`clean`, `build_vocab`, `build_shards`) with the
 config object its CLI builds, so the one-command path and the step-by-step path validate and behave the
 same. Outputs live in a cache dir keyed by a hash of the input bytes and every setting that changes them;
@@ -16,6 +20,7 @@ from pathlib import Path
 from zh_bert.clean import CleanJob, clean
 from zh_bert.clean.readers import ReadOptions
 from zh_bert.clean.report import read_report
+from zh_bert.corpus_io import CLEAN_REPORT, JOB_MARKER, REPORT_NAMES, corpus_files, iter_lines
 from zh_bert.errors import ZhBertError
 from zh_bert.fileio import recover
 from zh_bert.shard import ShardConfig, build_shards
@@ -33,22 +38,75 @@ def is_sharddir(path: str | Path) -> bool:
     return (Path(path) / "meta.json").is_file()
 
 
-def input_files(paths: list[Path]) -> list[Path]:
-    files = []
+CLEANED_PARTS = (".jsonl", ".jsonl.gz")
+
+
+def _cleaned_line(path: Path) -> bool:
+    """Whether the first line of `path` is what `zh-bert clean` writes: {"text": str, "source": str}."""
+    first = next(iter_lines(path), (0, ""))[1]
+    try:
+        obj = json.loads(first)
+    except ValueError:
+        return False
+    return isinstance(obj, dict) and obj.keys() == {"text", "source"} and isinstance(obj["text"], str)
+
+
+def is_cleaned_dir(path: Path) -> bool:
+    """The one rule for `data:`: does this path hold cleaned documents (used as they are) or raw text
+    (cleaned first)? Cleaned: a `zh-bert clean` OUTDIR (it has a job marker or report.json; an unfinished
+    job is refused), or a directory whose entries are all `*.jsonl` / `*.jsonl.gz` parts (clean reports
+    aside) each starting with a {"text", "source"} line, as clean writes them. Anything else (files,
+    other directories) is raw text: a raw dump mistaken for cleaned documents would train on uncleaned
+    text, while cleaned text mistaken for raw only costs a second, harmless clean."""
+    if not path.is_dir():
+        return False
+    if (path / JOB_MARKER).is_file() or (path / CLEAN_REPORT).is_file():
+        corpus_files([path])   # an unfinished job or an OUTDIR without parts: one line, before any work
+        return True
+    entries = [p for p in path.iterdir() if not p.name.startswith(".") and not p.name.endswith(REPORT_NAMES)]
+    if not entries:
+        corpus_files([path])   # "holds no corpus parts"
+    return all(p.is_file() and p.name.endswith(CLEANED_PARTS) and _cleaned_line(p) for p in entries)
+
+
+def data_inputs(paths: list[Path]) -> tuple[list[Path], bool]:
+    """(the files `data:` reads, whether they are cleaned documents): a cleaned directory's parts, a raw
+    directory's files, a file itself. Cleaned and raw inputs in one list are refused: one of them would
+    be cleaned and the other not, or both cleaned, silently."""
+    files, kinds = [], {}
     for p in paths:
-        if p.is_dir():
+        cleaned = is_cleaned_dir(p)
+        if cleaned:
+            files += corpus_files([p])
+        elif p.is_dir():
             files += sorted(f for f in p.rglob("*") if f.is_file() and not f.name.startswith("."))
         elif p.is_file():
             files.append(p)
         else:
             raise ZhBertError(f"data: {p} does not exist (expected a SHARDDIR, a corpus file or a directory)")
-    return files
+        kinds.setdefault(cleaned, str(p))
+    if len(kinds) == 2:
+        raise ZhBertError(f"data: {kinds[True]} holds cleaned documents but {kinds[False]} is raw text; "
+                          f"run `zh-bert clean` on the raw text first, or list only one kind")
+    return files, True in kinds
 
 
-def cache_key(paths: list[Path], settings: dict) -> str:
-    """sha256 over input file names + bytes and the stage settings: same inputs and settings, same key."""
+def outdir_report(paths: list[Path]) -> dict | None:
+    """The report.json of a single `zh-bert clean` OUTDIR given as `data:` (what the run card shows)."""
+    if len(paths) != 1 or not (paths[0] / CLEAN_REPORT).is_file():
+        return None
+    try:
+        report = json.loads((paths[0] / CLEAN_REPORT).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return report if isinstance(report, dict) else None
+
+
+def cache_key(files: list[Path], settings: dict) -> str:
+    """sha256 over input file names + bytes and the stage settings: same inputs and settings, same key
+    (an edited part of a cleaned directory is another key)."""
     h = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
-    for f in input_files(paths):
+    for f in files:
         h.update(str(f).encode() + b"\0")
         with open(f, "rb") as fh:
             for block in iter(lambda: fh.read(1 << 20), b""):
@@ -57,32 +115,42 @@ def cache_key(paths: list[Path], settings: dict) -> str:
 
 
 def prepare_data(recipe, log=print) -> PreparedData:
-    """SHARDDIR as is, or build one from the raw corpus in `recipe.data` (cached)."""
+    """SHARDDIR as is, or build one from the corpus in `recipe.data` (cached): raw text is cleaned first,
+    cleaned documents (`is_cleaned_dir`) go straight to vocab and shard."""
     paths = [Path(p) for p in recipe.data_paths]
     if len(paths) == 1 and is_sharddir(paths[0]):
         return PreparedData(paths[0], None, None)
+    files, cleaned = data_inputs(paths)
     tokenizer = recipe.tokenizer or recipe.init_from   # a given tokenizer is used, not rebuilt
     pairs = recipe.pairs
     settings = {"doc_sep": recipe.doc_sep, "vocab_kind": None if tokenizer else recipe.vocab_kind,
                 "vocab_size": None if tokenizer else recipe.vocab_size,
                 "tokenizer": str(Path(tokenizer).resolve()) if tokenizer else None,
                 "seq_len": recipe.seq_len, "pairs": pairs, "valid_docs": recipe.valid_docs}
-    root = Path(recipe.data_cache or Path(recipe.out_dir) / "data") / cache_key(paths, settings)
-    docs, tokdir, sharddir = root / "docs.jsonl", root / "tokenizer", root / "shards"
+    if cleaned:
+        settings["cleaned_input"] = True   # no docs.jsonl in this cache entry
+    root = Path(recipe.data_cache or Path(recipe.out_dir) / "data") / cache_key(files, settings)
+    tokdir, sharddir = root / "tokenizer", root / "shards"
     for d in (tokdir, sharddir):
         recover(d)  # a stage killed while replacing its output: the previous complete one stands
-    report = read_report(docs) if docs.is_file() else None  # docs without its own report: incomplete
-    if report is None:
-        log(f"[data] clean {' '.join(map(str, paths))} -> {docs}")
-        report = clean(CleanJob(inputs=[str(p) for p in paths], output=str(docs),
-                                read=ReadOptions(doc_sep=recipe.doc_sep)))
+    if cleaned:
+        log(f"[data] {' '.join(map(str, paths))}: cleaned documents, no clean stage")
+        report, corpus = outdir_report(paths), [str(f) for f in files]
+    else:
+        docs = root / "docs.jsonl"
+        report = read_report(docs) if docs.is_file() else None  # docs without its own report: incomplete
+        if report is None:
+            log(f"[data] clean {' '.join(map(str, paths))} -> {docs}")
+            report = clean(CleanJob(inputs=[str(p) for p in paths], output=str(docs),
+                                    read=ReadOptions(doc_sep=recipe.doc_sep)))
+        corpus = [str(docs)]
     if not tokenizer and not (tokdir / "tokenizer_config.json").is_file():
         log(f"[data] vocab --kind {recipe.vocab_kind} -> {tokdir}")
-        build_vocab(VocabConfig(corpus=[str(docs)], output=str(tokdir), quiet=True,
+        build_vocab(VocabConfig(corpus=corpus, output=str(tokdir), quiet=True,
                                 options=VocabOptions(kind=recipe.vocab_kind, size=recipe.vocab_size or None)))
     if not is_sharddir(sharddir):
         tok = str(tokenizer or tokdir)
         log(f"[data] shard --tokenizer {tok} --seq-len {recipe.seq_len} -> {sharddir}")
-        build_shards(ShardConfig(corpus=[str(docs)], tokenizer=tok, output=str(sharddir), seq_len=recipe.seq_len,
+        build_shards(ShardConfig(corpus=corpus, tokenizer=tok, output=str(sharddir), seq_len=recipe.seq_len,
                                  valid_docs=recipe.valid_docs, pairs=pairs))
     return PreparedData(sharddir, None if tokenizer else tokdir, report)

@@ -45,7 +45,8 @@ class Recipe:
     # --- where things are
     out_dir: str = "runs/tiny-cpu"          # run directory (metrics, checkpoints, final/)
     data: Union[str, list[str]] = "corpora/sample/zhwiki_sampled.txt"
-    # ^ a SHARDDIR (has meta.json) or a raw corpus (file, dir or list) -> clean/vocab/shard first, cached
+    # ^ a SHARDDIR (has meta.json) or a corpus (file, dir or list) -> vocab/shard first, cached; raw text is
+    #   cleaned first, cleaned documents (a `zh-bert clean` OUTDIR, pipeline.is_cleaned_dir) are not
     tokenizer: Optional[str] = None          # TOKDIR; null = init_from's tokenizer or the one built from raw data
     model: str = "tiny"                      # preset tiny|mini|small|medium|base|large, or a BertConfig json path
     init_from: Optional[str] = None          # HF checkpoint dir to continue from (null = from scratch)

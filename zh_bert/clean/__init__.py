@@ -1,5 +1,8 @@
 """`zh-bert clean INPUT... -o OUT.jsonl`: raw Chinese text → cleaned, deduplicated documents.
 
+With `--executor local|slurm|ray --tasks N` the same cleaning runs as datatrove stages into a directory of
+parts (on_executor.py); below is the in-process path, for inputs one machine cleans comfortably.
+
 Pipeline: the main process reads documents in input order (readers.py) and sends batches to worker
 processes, which normalise (normalize.py), filter (filters.py) and hash (dedup.py) them; results come back
 in submission order and the main process deduplicates and writes them, so the output is the same for any
@@ -19,11 +22,10 @@ import json
 import multiprocessing as mp
 import os
 import sys
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, Optional
+from typing import Iterable, Iterator, Literal, Optional
 
 from zh_bert.clean.dedup import DEDUP_MODES, DedupMode, Deduplicator, MinHashConfig, MinHasher, exact_key
 from zh_bert.clean.filters import FilterConfig, quality_reason, remove_boilerplate
@@ -35,6 +37,7 @@ from zh_bert.clean.wikitext import wikitext_to_text
 from zh_bert.config import build_parser as _build_parser
 from zh_bert.config import config_from_args, option
 from zh_bert.errors import ZhBertError
+from zh_bert.executors import ExecutorOptions, start_method
 from zh_bert.fileio import atomic_write, recover, write_json
 
 __all__ = ["main", "clean", "build_parser", "report_path", "read_report", "CleanJob", "CleanConfig",
@@ -64,15 +67,22 @@ class CleanJob:
     reaches the worker processes; the rest is the main process's business."""
     inputs: list[str] = option(positional=True, metavar="INPUT",
                                help="files or directories (recursive); .gz/.bz2 are decompressed on the fly")
-    output: str = option(flags=("-o",), metavar="OUT.jsonl", help="output JSONL file")
+    output: str = option(flags=("-o",), metavar="OUT.jsonl|OUTDIR", help="output JSONL file; with --executor, "
+                         "a directory of parts (part-00000.jsonl ...) and report.json")
     read: ReadOptions = field(default_factory=ReadOptions)
     config: CleanConfig = field(default_factory=CleanConfig)
-    workers: Optional[int] = option(None, help="worker processes (default: number of cores)")
+    engine: ExecutorOptions = field(default_factory=ExecutorOptions)
+    workers: Optional[int] = option(None, help="worker processes; with --executor, tasks run at once "
+                                    "(default: number of cores)")
+    compression: Literal["none", "gzip"] = option("none", help="--executor parts as .jsonl or .jsonl.gz")
     quiet: bool = option(False, flags=("-q",), help="no progress bar or summary")
 
     def __post_init__(self):
         if self.workers is not None and self.workers < 1:
             raise ZhBertError(f"--workers must be at least 1, got {self.workers}")
+        if self.compression not in ("none", "gzip"):
+            raise ZhBertError(f"--compression must be none or gzip, got '{self.compression}'")
+
 
 
 @dataclass
@@ -135,16 +145,6 @@ def _clean_in_worker(batch: list[RawDoc]) -> BatchResult:
     return _worker_cleaner(batch)
 
 
-def _start_method() -> str:
-    """fork when this process runs no other Python thread (fast: no re-import, ~1 s saved per run on a
-    busy 2-core machine); otherwise forkserver, because forking while another thread holds a lock (logging,
-    imports; `zh-bert pretrain` may call clean with TensorBoard or tqdm threads alive) can deadlock the child."""
-    methods = mp.get_all_start_methods()
-    if "fork" in methods and threading.active_count() == 1:
-        return "fork"
-    return "forkserver" if "forkserver" in methods else "spawn"
-
-
 def _map_ordered(cfg: CleanConfig, batches: Iterable[list[RawDoc]], workers: int) -> Iterator[BatchResult]:
     """Results in input order, with a bounded number of batches in flight (streaming, flat memory)."""
     if workers <= 1:
@@ -152,7 +152,7 @@ def _map_ordered(cfg: CleanConfig, batches: Iterable[list[RawDoc]], workers: int
         for b in batches:
             yield cleaner(b)
         return
-    ctx = mp.get_context(_start_method())
+    ctx = mp.get_context(start_method())
     with ctx.Pool(workers, initializer=_init_worker, initargs=(cfg,)) as pool:
         pending: collections.deque = collections.deque()
         for b in batches:
@@ -163,7 +163,7 @@ def _map_ordered(cfg: CleanConfig, batches: Iterable[list[RawDoc]], workers: int
             yield pending.popleft().get()
 
 
-def _batched(docs: Iterable[RawDoc]) -> Iterator[list[RawDoc]]:
+def batched(docs: Iterable[RawDoc]) -> Iterator[list[RawDoc]]:
     batch, chars = [], 0
     for d in docs:
         batch.append(d)
@@ -222,8 +222,15 @@ class _Progress:
             self.bar.close()
 
 
-def clean(job: CleanJob) -> dict:
-    """Clean `job.inputs` into `job.output` (+ its report, see `report_path`); returns the report dict."""
+def clean(job: CleanJob) -> dict | None:
+    """Clean `job.inputs` into `job.output` (+ its report, see `report_path`); returns the report dict
+    (None when `--executor slurm` submitted jobs that will write it)."""
+    if job.compression != "none" and not job.engine.enabled:
+        raise ZhBertError("--compression is for the parts --executor writes: add --executor local (or slurm, ray)")
+    if job.engine.enabled:
+        from zh_bert.clean.on_executor import clean_on_executor
+
+        return clean_on_executor(job)
     t0 = time.time()
     read, cfg, out = job.read, job.config, Path(job.output)
     rpath = _prepare_output(out)
@@ -250,7 +257,7 @@ def clean(job: CleanJob) -> dict:
     try:
         with atomic_write(out, "wb") as fout:
             digest, size = hashlib.sha256(), 0
-            for res in _map_ordered(cfg, _batched(docs()), workers):
+            for res in _map_ordered(cfg, batched(docs()), workers):
                 progress.update(res)
                 tally.add_batch(res)
                 lines = []
@@ -287,7 +294,8 @@ def clean(job: CleanJob) -> dict:
 
 
 # --- CLI -----------------------------------------------------------------------------------------
-_OPTION_CLASSES = (CleanJob, ReadOptions, NormalizeConfig, FilterConfig, CleanConfig, MinHashConfig)
+_OPTION_CLASSES = (CleanJob, ReadOptions, NormalizeConfig, FilterConfig, CleanConfig, MinHashConfig,
+                   ExecutorOptions)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -301,6 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
 def job_from_args(args: argparse.Namespace) -> CleanJob:
     """The CleanJob a parsed command line describes (each part validated by its own class)."""
     job = config_from_args(CleanJob, args)
+    job.engine = config_from_args(ExecutorOptions, args)
     job.read = config_from_args(ReadOptions, args)
     job.config = config_from_args(CleanConfig, args)
     job.config.normalize = config_from_args(NormalizeConfig, args)
@@ -312,6 +321,15 @@ def job_from_args(args: argparse.Namespace) -> CleanJob:
 def main(argv: list[str] | None = None) -> int:
     job = job_from_args(build_parser().parse_args(argv))
     report = clean(job)
+    if report is None:
+        print(f"zh-bert clean: Slurm jobs submitted; {Path(job.output) / 'report.json'} appears when the last "
+              f"one finishes (rerun the same command afterwards to finish any task that failed)", file=sys.stderr)
+        return 0
+    if job.engine.enabled and not job.quiet:
+        print(f"zh-bert clean: {report['docs_out']:,} of {report['docs_in']:,} documents kept in "
+              f"{len(report['parts'])} parts → {job.output}/ ({report['bytes_in'] / 1e6:.1f} MB in "
+              f"{report['seconds']:.1f} s); report: {Path(job.output) / 'report.json'}", file=sys.stderr)
+        return 0
     if not job.quiet and sys.stderr.isatty():
         print(f"zh-bert clean: {report['docs_out']:,} of {report['docs_in']:,} documents kept "
               f"({report['bytes_in'] / 1e6:.1f} MB in {report['seconds']:.1f} s, {report['mb_per_s']} MB/s) "

@@ -4,11 +4,10 @@ depend on it and not on each other."""
 
 from __future__ import annotations
 
-import bz2
-import gzip
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+
+from zh_bert.corpus_io import open_binary  # noqa: F401  (the readers' opener)
 
 MAX_RECORDED = 100  # file:line entries kept per problem kind in the report (counts are always exact)
 COMPRESSED = (".gz", ".bz2")
@@ -42,13 +41,3 @@ def inner_name(path: Path) -> str:
         if name.endswith(ext):
             return name[: -len(ext)]
     return name
-
-
-def open_binary(path: Path) -> IO[bytes]:
-    """`path` opened for reading bytes, decompressed on the fly when it ends in .gz or .bz2."""
-    name = path.name.lower()
-    if name.endswith(".gz"):
-        return gzip.open(path, "rb")
-    if name.endswith(".bz2"):
-        return bz2.open(path, "rb")
-    return open(path, "rb")

@@ -1,7 +1,7 @@
 """`zh-bert vocab`: cleaned documents -> a stock Hugging Face tokenizer dir (TOKDIR), and
 `zh-bert vocab report`: compare tokenizer dirs on real text.
 
-    zh-bert vocab CORPUS.jsonl... -o TOKDIR --kind char|wordpiece|sentencepiece|word [--size N]
+    zh-bert vocab CORPUS.jsonl|OUTDIR... -o TOKDIR --kind char|wordpiece|sentencepiece|word [--size N]
     zh-bert vocab report TOKDIR TEXT... [--compare TOKDIR2]
 
 Every TOKDIR has tokenizer.json, tokenizer_config.json, special_tokens_map.json, vocab.txt (BERT-style

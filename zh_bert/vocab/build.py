@@ -89,7 +89,8 @@ class VocabOptions:
 class VocabConfig:
     """`zh-bert vocab CORPUS... -o TOKDIR [options]` as one value: `build_vocab(VocabConfig(...))`."""
     corpus: list[str] = option(positional=True, metavar="CORPUS",
-                               help='docs.jsonl ({"text", "source"} per line) or .txt (one document per line)')
+                               help='docs.jsonl ({"text", "source"} per line), .txt (one document per line) '
+                                    'or a directory of parts (*.jsonl, *.jsonl.gz: a `zh-bert clean` OUTDIR)')
     output: str = option(flags=("-o",), metavar="TOKDIR", help="output tokenizer dir (must not exist)")
     options: VocabOptions = field(default_factory=VocabOptions)
     max_docs: Optional[int] = option(None, help="use only the first N documents")

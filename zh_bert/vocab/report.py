@@ -21,7 +21,8 @@ class ReportConfig:
     """`zh-bert vocab report TOKDIR TEXT... [--compare TOKDIR2]` as one value."""
     tokdir: str = option(positional=True, metavar="TOKDIR",
                          help="tokenizer dir (zh-bert vocab output, or a model dir)")
-    text: list[str] = option(positional=True, metavar="TEXT", help=".txt (one document per line) or .jsonl files")
+    text: list[str] = option(positional=True, metavar="TEXT",
+                             help=".txt (one document per line) or .jsonl files, or directories of parts")
     compare: list[str] = option(default_factory=list, action="append", metavar="TOKDIR2",
                                 help="another tokenizer dir, printed side by side (repeat to compare more)")
     max_docs: Optional[int] = option(None, help="use only the first N documents")
