@@ -403,6 +403,6 @@ def clean_on_executor(job) -> dict | None:
     stages += [Stage("dedup", [DedupStep(str(out), tasks, job.config)], 1),
                Stage("write", [WritePartStep(str(out), job.compression)], tasks),
                Stage("report", [ReportStep(str(out), tasks, info)], 1)]
-    if not run_stages(stages, opts, workers, logdir):
+    if not run_stages(stages, opts, workers, logdir, quiet=job.quiet):
         return None
     return json.loads((out / CLEAN_REPORT).read_text(encoding="utf-8"))
