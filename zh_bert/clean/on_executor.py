@@ -350,7 +350,9 @@ def merge_report(tallies: list[dict], dups: dict, written: list[dict], info: dic
         output=info["outdir"], options=info["options"],
         inputs=[{"path": f, "docs": per_file.get(f, 0), "encoding": problems.encodings.get(f, default_enc)}
                 for f in info["input_names"]])
-    report.update(output_bytes=sum(p["bytes"] for p in parts), tasks=info["tasks"], executor=info["executor"],
+    fingerprint = hashlib.sha256(json.dumps([[p["name"], p["sha256"]] for p in parts]).encode()).hexdigest()
+    report.update(output_bytes=sum(p["bytes"] for p in parts), output_sha256=fingerprint,
+                  tasks=info["tasks"], executor=info["executor"],
                   parts=[{k: p[k] for k in ("name", "docs", "bytes", "sha256")} for p in parts])
     return report
 
