@@ -15,6 +15,7 @@ job's leftovers are refused unless `--force`.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -172,7 +173,44 @@ def incomplete(stage: Stage, logdir: Path) -> list[int]:
     return [r for r in range(stage.tasks) if not (done / f"{r:05d}").is_file()]
 
 
-def run_stages(stages: list[Stage], opts: ExecutorOptions, workers: int, logdir: Path) -> bool:
+@contextlib.contextmanager
+def task_logs_to_files():
+    """datatrove prints every task's INFO log, its stats and any traceback to the terminal; here each task
+    logs to LOGDIR/STAGE/logs/task_NNNNN.log only, the terminal gets warnings, and a failure reaches the
+    user as the command's one-line error (the traceback stays in the task's log file)."""
+    import datatrove.executor.base as base
+    from loguru import logger
+
+    fmt = "{time:YYYY-MM-DD HH:mm:ss.SSS} | {level: <8} | {name}:{function}:{line} - {message}"
+    saved = base.add_task_logger, base.close_task_logger
+
+    def to_terminal():
+        logger.remove()
+        logger.add(sys.stderr, level="WARNING", format="{level}: {message}")
+
+    def add_task_logger(logging_dir, rank, local_rank=0, node_rank=-1):
+        logger.remove()
+        logfile = logging_dir.open(f"logs/task_{rank:05d}.log", "w")
+        logger.add(logfile, level="DEBUG", colorize=False, format=fmt)
+        logger.info(f"Launching pipeline for {rank=}")
+        return logfile
+
+    def close_task_logger(logfile):
+        logger.complete()
+        to_terminal()
+        logfile.close()
+
+    base.add_task_logger, base.close_task_logger = add_task_logger, close_task_logger
+    to_terminal()
+    try:
+        yield
+    finally:
+        base.add_task_logger, base.close_task_logger = saved
+        logger.remove()
+        logger.add(sys.stderr)
+
+
+def run_stages(stages: list[Stage], opts: ExecutorOptions, workers: int, logdir: Path, quiet: bool = False) -> bool:
     """Run `stages` in order, each after the previous one finished; tasks finished by an earlier run of
     the same job are skipped. True when everything ran here; False when Slurm jobs were submitted."""
     check_engine(opts)
@@ -182,16 +220,21 @@ def run_stages(stages: list[Stage], opts: ExecutorOptions, workers: int, logdir:
             prev = _executor(stage, opts, workers, logdir, prev)
         prev.run()   # submits every unfinished stage, chained by afterok dependencies
         return False
-    if opts.executor == "ray":
-        _ray_init(opts, workers)
-    for stage in stages:
-        if not incomplete(stage, logdir):
-            continue
-        _executor(stage, opts, workers, logdir, None).run()
-        left = incomplete(stage, logdir)
-        if left:
-            raise ZhBertError(f"stage {stage.name}: tasks {left[:10]} did not finish; see their logs in "
-                              f"{logdir / stage.name / 'logs'} and rerun the same command to finish them")
+    with task_logs_to_files():
+        if opts.executor == "ray":
+            _ray_init(opts, workers)
+        for stage in stages:
+            todo = incomplete(stage, logdir)
+            if len(todo) < stage.tasks and not quiet:
+                print(f"zh-bert: stage {stage.name}: {stage.tasks - len(todo)} of {stage.tasks} tasks finished "
+                      f"by an earlier run, skipped", file=sys.stderr)
+            if not todo:
+                continue
+            _executor(stage, opts, workers, logdir, None).run()
+            left = incomplete(stage, logdir)
+            if left:
+                raise ZhBertError(f"stage {stage.name}: tasks {left[:10]} did not finish; see their logs in "
+                                  f"{logdir / stage.name / 'logs'} and rerun the same command to finish them")
     return True
 
 

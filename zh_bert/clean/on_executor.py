@@ -350,7 +350,9 @@ def merge_report(tallies: list[dict], dups: dict, written: list[dict], info: dic
         output=info["outdir"], options=info["options"],
         inputs=[{"path": f, "docs": per_file.get(f, 0), "encoding": problems.encodings.get(f, default_enc)}
                 for f in info["input_names"]])
-    report.update(output_bytes=sum(p["bytes"] for p in parts), tasks=info["tasks"], executor=info["executor"],
+    fingerprint = hashlib.sha256(json.dumps([[p["name"], p["sha256"]] for p in parts]).encode()).hexdigest()
+    report.update(output_bytes=sum(p["bytes"] for p in parts), output_sha256=fingerprint,
+                  tasks=info["tasks"], executor=info["executor"],
                   parts=[{k: p[k] for k in ("name", "docs", "bytes", "sha256")} for p in parts])
     return report
 
@@ -403,6 +405,6 @@ def clean_on_executor(job) -> dict | None:
     stages += [Stage("dedup", [DedupStep(str(out), tasks, job.config)], 1),
                Stage("write", [WritePartStep(str(out), job.compression)], tasks),
                Stage("report", [ReportStep(str(out), tasks, info)], 1)]
-    if not run_stages(stages, opts, workers, logdir):
+    if not run_stages(stages, opts, workers, logdir, quiet=job.quiet):
         return None
     return json.loads((out / CLEAN_REPORT).read_text(encoding="utf-8"))

@@ -47,10 +47,25 @@ def read_report(out: str | os.PathLike, sha256: str | None = None) -> dict | Non
     not made by clean), it is unreadable, or it describes other bytes than `out` holds (a run killed
     between writing its report and renaming its output, or an output edited since): a report is taken
     only for the exact file it was written with. `sha256`: the caller's hash of `out`, saves a pass."""
-    report, out = _load(report_path(out)), Path(out)
+    out = Path(out)
+    if out.is_dir():
+        return _read_dir_report(out)
+    report = _load(report_path(out))
     if report is None or not out.is_file() or report.get("output_bytes") != out.stat().st_size:
         return None
     return report if report.get("output_sha256") == (sha256 or file_digest(out)[1]) else None
+
+
+def _read_dir_report(outdir: Path) -> dict | None:
+    """OUTDIR/report.json of `zh-bert clean --executor`, if every part it lists is on disk with its size."""
+    report = _load(outdir / "report.json")
+    if report is None or not isinstance(report.get("parts"), list):
+        return None
+    for part in report["parts"]:
+        p = outdir / str(part.get("name"))
+        if not p.is_file() or p.stat().st_size != part.get("bytes"):
+            return None
+    return report
 
 
 def written_by_clean(out: str | os.PathLike) -> bool:
