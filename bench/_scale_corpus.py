@@ -353,7 +353,7 @@ def dedup_quality(corpus: Path, out: Path, report: dict) -> dict:
         by[p["kind"]][0] += caught
         by[p["kind"]][1] += 1
         if p["kind"] == "near":
-            b = bins.setdefault(f"{min(0.94, int(p['jaccard'] * 50) / 50):.2f}", [0, 0])
+            b = bins.setdefault(f"{int(p['jaccard'] * 100) / 100:.2f}", [0, 0])   # [0.85, 0.86) -> "0.85"
             b[0] += caught
             b[1] += 1
     caught = by["exact"][0] + by["near"][0]

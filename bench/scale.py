@@ -137,7 +137,8 @@ def run_path(name: str, cmd: list[str], in_mb: float, args, logdir: Path, corpus
     print(f"  {name}: {shown(cmd)}", flush=True)
     r = measure(cmd, logdir / f"{name.replace(' ', '_')}.log")
     r.update(path=name, input_mb=round(in_mb, 2), mb_per_s=round(in_mb / r["wall_s"], 3),
-             mb_per_s_per_core=round(in_mb / r["wall_s"] / args.workers, 3))
+             mb_per_s_per_core=round(in_mb / r["wall_s"] / args.workers, 3),
+             mb_per_cpu_s=round(in_mb / max(r["cpu_s"], 1e-9), 3))
     if r["rc"]:
         print(f"    FAILED rc {r['rc']}; log: {r['log']}\n" + Path(r["log"]).read_text(errors="replace")[-2000:],
               flush=True)
@@ -192,36 +193,37 @@ def run_size(size: float, args, tok: Path, pool, executor: dict) -> dict:
 
 
 def ratios(results: list[dict]) -> None:
-    """Each executor run's MB/s over the in-process run of the same command at the same size (else at the
-    nearest size measured, marked with *)."""
+    """Each executor run's MB/s (and MB per CPU-second, steadier on a shared machine) over the in-process run
+    of the same command at the same size, else at the nearest size measured (marked with *)."""
     base = {}
     for res in results:
         for r in res["runs"]:
             if r["path"].endswith("in-process") and r["rc"] == 0:
-                base[(r["path"].split()[0], res["size_mb"])] = r["mb_per_s"]
+                base[(r["path"].split()[0], res["size_mb"])] = r
     for res in results:
         for r in res["runs"]:
-            if r["path"].endswith("in-process") or r["rc"]:
+            cmd = r["path"].split()[0]
+            sizes = [s for (c, s) in base if c == cmd]
+            if r["path"].endswith("in-process") or r["rc"] or not sizes:
                 continue
-            sizes = [s for (cmd, s) in base if cmd == r["path"].split()[0]]
-            if sizes:
-                near = min(sizes, key=lambda s: (abs(s - res["size_mb"]), s))
-                r["ratio_to_in_process"] = round(r["mb_per_s"] / base[(r["path"].split()[0], near)], 3)
-                r["ratio_at_size_mb"] = near
+            near = min(sizes, key=lambda s: (abs(s - res["size_mb"]), s))
+            b = base[(cmd, near)]
+            r.update(ratio_to_in_process=round(r["mb_per_s"] / b["mb_per_s"], 3),
+                     cpu_ratio_to_in_process=round(r["mb_per_cpu_s"] / b["mb_per_cpu_s"], 3), ratio_at_size_mb=near)
 
 
 def table(results: list[dict]) -> str:
-    rows = ["| size | path | wall s | CPU s | MB/s | MB/s per core | × in-process | peak RSS, largest process "
-            "(main / child) | processes | recall | precision |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| size | path | wall s | CPU s | MB/s | MB/s per core | MB per CPU-s | × in-process (wall / CPU) | peak RSS, largest "
+            "process (main / child) | processes | recall | precision |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for res in results:
         for r in res["runs"]:
             q = r.get("quality", {})
             ratio = r.get("ratio_to_in_process")
-            ratio = "–" if ratio is None else f"{ratio:.2f}" + ("" if r["ratio_at_size_mb"] == res["size_mb"]
+            ratio = "–" if ratio is None else f"{ratio:.2f} / {r['cpu_ratio_to_in_process']:.2f}" + ("" if r["ratio_at_size_mb"] == res["size_mb"]
                                                                  else f"* ({r['ratio_at_size_mb']:g} MB)")
             rss = f"{r['peak_rss_mb']:.0f} MB ({r['peak_rss_main_mb']:.0f} / {r['peak_rss_child_mb']:.0f})"
             rows.append(f"| {res['size_mb']:g} MB | {r['path']}{'' if r['rc'] == 0 else ' (FAILED)'} | "
-                        f"{r['wall_s']:.1f} | {r['cpu_s']:.1f} | {r['mb_per_s']:.2f} | {r['mb_per_s_per_core']:.2f} | {ratio} | {rss} | "
+                        f"{r['wall_s']:.1f} | {r['cpu_s']:.1f} | {r['mb_per_s']:.2f} | {r['mb_per_s_per_core']:.2f} | {r['mb_per_cpu_s']:.2f} | {ratio} | {rss} | "
                         f"{r['processes']} | {q.get('recall', '–')} | {q.get('precision', '–')} |")
     return "\n".join(rows)
 
