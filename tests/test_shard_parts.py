@@ -264,3 +264,17 @@ def test_multi_part_shards_train_and_resume_exactly_after_kill9(tmp_path, char_s
     p = cli(str(recipe), "--resume", "auto")
     assert p.returncode == 0, p.stderr[-2000:]
     assert_same_losses(losses(tmp_path / "killed" / "run"), expected)
+
+
+@pytest.mark.slow
+def test_ray_executor_writes_the_same_parts(tmp_path, sample_jsonl, google_tokdir, parts):
+    """A local Ray cluster (started by the command, 2 CPUs) runs the same tasks: the same bytes as local."""
+    pytest.importorskip("ray")
+    out = tmp_path / "shards"
+    p = shard_cli(sample_jsonl, "--tokenizer", google_tokdir, "-o", out, "--seq-len", SEQ, "--valid-fraction", FRACTION,
+                  "--executor", "ray", "--tasks", 3, "--workers", 2)
+    assert p.returncode == 0, p.stderr[-2000:]
+    ref = parts(3)
+    for name in ("part-00000", "part-00001", "part-00002"):
+        assert split_files(out / name) == split_files(ref / name), name
+    assert (out / "unigram_counts.npy").read_bytes() == (ref / "unigram_counts.npy").read_bytes()

@@ -97,7 +97,7 @@ def segment_lines(path: str, start: int, end: int) -> Lines:
 # ---------------------------------------------------------------------------------------------------
 @contextlib.contextmanager
 def _reported(job: dict, name: str):
-    """A task's ZhBertError also lands in SHARDDIR/.zh-bert/errors/NAME.txt, so that the command can show
+    """A task's ZhBertError also lands in SHARDDIR/.zh-bert/errors/NAME.json, so that the command can show
     its one line whatever the engine made of the exception."""
     try:
         yield
@@ -251,11 +251,11 @@ def build_parts(cfg: ShardConfig, opts: ExecutorOptions) -> Path:
     shutil.rmtree(out / ".zh-bert" / "errors", ignore_errors=True)
     try:
         ran = run_stages(stages, opts, cfg.workers, logdir)
-    except Exception as e:
+    except Exception:
         error = _task_error(out)
         if error:
             raise ZhBertError(error) from None
-        raise e
+        raise
     if not ran:
         print(f"zh-bert shard: submitted {len(job['shares'])} tasks and the meta.json task to Slurm; {out}/meta.json "
               f"appears when they finish (logs: {logdir}); rerun the same command to resubmit unfinished tasks")
