@@ -186,6 +186,8 @@ CASES: list[Case] = [
                                                "--slurm-partition", "cpu"], "--executor slurm"),
     Case("shard-empty-with-executor", ["shard", "empty.jsonl", "--tokenizer", "{tok}", "-o", "sh", "--tasks", "2"],
          "empty corpus"),
+    Case("shard-executor-broken-jsonl", ["shard", "broken.jsonl", "--tokenizer", "{tok}", "-o", "sh", "--tasks", "2"],
+         "broken.jsonl:2", may_leave=("sh",)),   # only sh/.zh-bert (the job's state): no meta.json
     Case("shard-dir-without-parts", ["shard", "a_dir", "--tokenizer", "{tok}", "-o", "sh"], "no corpus parts"),
 
     # ------------------------------------------------------------------ pretrain / plan
