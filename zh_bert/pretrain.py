@@ -14,7 +14,8 @@ also all-reduces those counts and the stop flag; logging (every `log_every` step
 when they run.
 
 What makes it safe: the loss is normalised by the masked-token count of the whole global batch (so
-accumulation and DDP give the same update as one big batch), non-finite steps are skipped and a streak
+accumulation and DDP give the same update as one big batch; ELECTRA's RTD loss by the batch's real-token
+count, its generator samples keyed per sequence, see `model.ElectraPretrainModel`), non-finite steps are skipped and a streak
 of them stops the run, and checkpoints hold everything needed to continue with exactly the losses of an
 uninterrupted run.
 
