@@ -3,7 +3,8 @@ traceback, and nothing new in the working folder that could be taken for a finis
 
 One table; each row is (id, argv, what the error line must contain). `{w}` in argv is the row's working folder
 (cwd of the command), which `write_bad_files` fills first; `{tiny}` is a real tiny model folder, `{truncated}`
-the same with its model.safetensors cut in half, `{tok}` a real tokenizer folder, `{shards}` a real SHARDDIR. A row may name paths it is allowed to
+the same with its model.safetensors cut in half, `{tok}` a real tokenizer folder, `{shards}` a real SHARDDIR
+(`{pair_shards}` one built with `--pairs nsp`). A row may name paths it is allowed to
 leave behind (for example a folder that existed before the command).
 """
 
@@ -211,6 +212,17 @@ CASES: list[Case] = [
                                      "--set", "data={shards}", "--set", "tokenizer={tok}"], "cannot load"),
     Case("pretrain-init-bad-config", ["pretrain", "pt_recipe.yaml", "--set", "init_from=pt_bad_init",
                                       "--set", "data={shards}", "--set", "tokenizer={tok}"], "pt_bad_init"),
+    Case("pretrain-electra-pair-shards", ["pretrain", "pt_recipe.yaml", "--set", "objective=electra", "--set",
+                                          "data={pair_shards}", "--set", "tokenizer={tok}"],
+         "objective electra needs shards without sentence pairs"),
+    Case("pretrain-generator-ratio-zero", ["pretrain", "pt_recipe.yaml", "--set", "objective=electra", "--set",
+                                           "generator_ratio=0"], "'generator_ratio' must be in (0, 1]"),
+    Case("pretrain-generator-ratio-above-one", ["pretrain", "pt_recipe.yaml", "--set", "generator_ratio=1.5"],
+         "'generator_ratio' must be in (0, 1]"),
+    Case("pretrain-rtd-weight-negative", ["pretrain", "pt_recipe.yaml", "--set", "objective=electra", "--set",
+                                          "rtd_weight=-1"], "'rtd_weight' must be >= 0"),
+    Case("pretrain-electra-init-from", ["pretrain", "pt_recipe.yaml", "--set", "objective=electra", "--set",
+                                        "init_from={tiny}"], "init_from is not supported"),
     Case("pretrain-resume-missing", ["pretrain", "pt_recipe.yaml", "--resume", "no_ckpt"], "no_ckpt"),
     Case("pretrain-resume-not-checkpoint", ["pretrain", "pt_recipe.yaml", "--resume", "a_dir"],
          "trainer_state.json is missing"),
@@ -223,6 +235,8 @@ CASES: list[Case] = [
     Case("plan-model-heads", ["plan", "--model", "pt_heads.json"], "num_attention_heads"),
     Case("plan-mask-rate-nan", ["plan", "--mask-rate", "nan"], "finite"),
     Case("plan-days-inf", ["plan", "--days", "inf"], "finite"),
+    Case("plan-generator-ratio-zero", ["plan", "--objective", "electra", "--generator-ratio", "0"],
+         "--generator-ratio must be in (0, 1]"),
 
     # ------------------------------------------------------------------ eval / finetune / ablate
     Case("eval-no-checkpoint", ["eval", "mlm", "nope", "--text", "docs.jsonl"], "nope"),
@@ -314,7 +328,8 @@ def bad_root(tmp_path_factory, tiny_model_dir, google_tokdir, sample_jsonl, buil
     weights = truncated / "model.safetensors"
     os.truncate(weights, weights.stat().st_size // 2)          # a killed copy
     return {"tiny": str(tiny_model_dir), "tok": str(google_tokdir), "truncated": str(truncated),
-            "shards": str(build_shards(sample_jsonl, google_tokdir, "--seq-len", "64"))}
+            "shards": str(build_shards(sample_jsonl, google_tokdir, "--seq-len", "64")),
+            "pair_shards": str(build_shards(sample_jsonl, google_tokdir, "--seq-len", "64", "--pairs", "nsp"))}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
