@@ -233,24 +233,21 @@ class DedupStep(PipelineStep):
 
     def _near(self, work: Work, removed: dict[int, str]) -> None:
         mh = self.config.minhash
-        sigs: dict[int, np.ndarray] = {}
+        row_bytes = 4 * mh.num_perm
 
-        def sig(x):
-            r = x >> 32
-            if r not in sigs:
-                sigs[r] = np.memmap(work.sigs(r), dtype="<u4", mode="r").reshape(-1, mh.num_perm)
-            return sigs[r][x & 0xFFFFFFFF]
+        def sig(x):   # read, not memory-mapped: touched pages would stay in this process's RSS
+            return np.fromfile(work.sigs(x >> 32), dtype="<u4", count=mh.num_perm, offset=(x & 0xFFFFFFFF) * row_bytes)
 
         edges = _ids(_pairs(work.dups("minhash")))
         edges = edges[[a not in removed and b not in removed for a, b in edges.tolist()]] if len(edges) else edges
         for members in _components(edges).values():
-            kept = [members[0]]
+            kept = [sig(members[0])]
             for x in members[1:]:
                 s = sig(x)
-                if any((sig(k) == s).mean() >= mh.threshold for k in kept):
+                if any((k == s).mean() >= mh.threshold for k in kept):
                     removed[x] = "near"
                 else:
-                    kept.append(x)
+                    kept.append(s)
 
 
 class WritePartStep(PipelineStep):
