@@ -183,29 +183,22 @@ def _correct(flat: np.ndarray, start: np.ndarray, length: np.ndarray, cfg: Maski
     becomes a similar word of the same length (`mask_token_prob`), random tokens (`random_token_prob`, and
     every word the table has no similar word for) or stays. One decision per word, all of it array lookups."""
     u = rng.random(len(start))
-    to_similar = u < cfg.mask_token_prob
-    to_random = ~to_similar & (u < cfg.mask_token_prob + cfg.random_token_prob)
+    to_similar = np.flatnonzero(u < cfg.mask_token_prob)
+    to_random = (u >= cfg.mask_token_prob) & (u < cfg.mask_token_prob + cfg.random_token_prob)
     rows = similar.find(flat, start[to_similar], length[to_similar])     # -1: no similar word
     found = rows >= 0
-    words = similar.tokens[similar.pick(rows[found], rng)]             # (n, max_len), same lengths
-    s, n = start[to_similar][found], length[to_similar][found]
-    flat[_expand(s, n)] = words[np.arange(len(s)).repeat(n), _offsets(n)]
-    fallback = np.flatnonzero(to_similar)[~found]
-    to_random[fallback] = True
-    pos = _expand(start[to_random], length[to_random])
-    if len(pos):
-        flat[pos] = _random_tokens(len(pos), cfg, rng, special_ids, vocab_size, None)
-
-
-def _offsets(length: np.ndarray) -> np.ndarray:
-    """0..n-1 for each n in `length`, concatenated."""
-    total = int(length.sum())
-    return np.arange(total) - np.repeat(np.cumsum(length) - length, length)
-
-
-def _expand(start: np.ndarray, length: np.ndarray) -> np.ndarray:
-    """Flat positions of every token of the words (start, length)."""
-    return np.repeat(start, length) + _offsets(length)
+    replacement = np.full(len(start), -1, dtype=np.int64)               # table row of each word's substitute
+    replacement[to_similar[found]] = similar.pick(rows[found], rng)
+    to_random[to_similar[~found]] = True                                # fallback: random tokens
+    word = np.repeat(np.arange(len(start)), length)                     # every token of the picked words
+    offset = np.arange(len(word)) - np.repeat(np.cumsum(length) - length, length)
+    pos = start[word] + offset
+    sub = replacement[word]
+    take = sub >= 0
+    flat[pos[take]] = similar.tokens[sub[take], offset[take]]
+    rand = to_random[word]
+    if rand.any():
+        flat[pos[rand]] = _random_tokens(int(rand.sum()), cfg, rng, special_ids, vocab_size, None)
 
 
 def _random_tokens(n: int, cfg: MaskingConfig, rng: np.random.Generator, special_ids: np.ndarray,

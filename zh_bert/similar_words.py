@@ -23,6 +23,7 @@ found by binary search in the sorted keys.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -52,6 +53,7 @@ SETTINGS = {"format": FORMAT_VERSION, "window": WINDOW, "min_count": MIN_COUNT, 
             "max_word_len": MAX_WORD_LEN, "alpha": 0.75}
 
 
+@functools.lru_cache(maxsize=8)
 def max_word_len(vocab_size: int) -> int:
     """Longest word (tokens) whose key (sum of (id + 1) * (vocab_size + 1)^j) fits in an int64."""
     return max(1, min(MAX_WORD_LEN, int(63 * math.log(2) / math.log(vocab_size + 1))))
@@ -60,12 +62,16 @@ def max_word_len(vocab_size: int) -> int:
 def pack_keys(flat: np.ndarray, start: np.ndarray, length: np.ndarray, vocab_size: int) -> np.ndarray:
     """int64 key of each word (token ids flat[start : start + length]); -1 for words too long to have one."""
     W = max_word_len(vocab_size)
-    base = vocab_size + 1
     j = np.arange(W)
     idx = np.minimum(start[:, None] + j, max(len(flat) - 1, 0))
-    digits = np.where(j < length[:, None], flat[idx] + 1, 0) if len(flat) else np.zeros((0, W), np.int64)
-    keys = digits.astype(np.int64) @ (base ** j).astype(np.int64)
+    digits = np.where(j < length[:, None], flat[idx] + 1, 0) if len(flat) else np.zeros((len(start), W), np.int64)
+    keys = digits.astype(np.int64) @ _powers(vocab_size + 1, W)
     return np.where(length <= W, keys, -1)
+
+
+@functools.lru_cache(maxsize=8)
+def _powers(base: int, n: int) -> np.ndarray:
+    return np.array([base ** j for j in range(n)], dtype=np.int64)
 
 
 @dataclass
@@ -88,7 +94,7 @@ class SimilarWords:
         keys = pack_keys(flat, start, length, self.vocab_size)
         if not len(self.keys):
             return np.full(len(keys), -1, dtype=np.int64)
-        row = np.searchsorted(self.keys, keys).clip(0, len(self.keys) - 1)
+        row = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
         ok = (keys >= 0) & (self.keys[row] == keys) & (self.n_neighbours[row] > 0)
         return np.where(ok, row, -1)
 
@@ -133,10 +139,11 @@ def check_possible(meta: dict, sharddir) -> None:
                           f"use more text or another masking (wwm)")
 
 
-def load_or_build(train_ds, log=None) -> SimilarWords:
-    """The table of `train_ds`'s shard dir (a train-split `zh_bert.data.ShardDataset`): loaded from
-    SHARDDIR/similar_words.npz when its fingerprint matches, else built and saved there (kept in memory
-    only, with a note, when the shard dir is read-only)."""
+def load_or_build(ds, log=None) -> SimilarWords:
+    """The table of the shard dir of `ds` (a `zh_bert.data.ShardDataset` of any split; the table is always
+    learned from the train split): loaded from SHARDDIR/similar_words.npz when its fingerprint matches,
+    else built and saved there (kept in memory only, with a note, when the shard dir is read-only)."""
+    train_ds = ds if ds.split == "train" else type(ds)(ds.dir, "train")
     sharddir = Path(train_ds.dir)
     check_possible(train_ds.meta, sharddir)
     fp = fingerprint(sharddir)
