@@ -54,7 +54,7 @@ def examples(table, tok) -> dict[str, list[str]]:
 def masking_speed(ds, table, repeat: int) -> dict:
     import numpy as np
 
-    from zh_bert.masking import MaskingConfig, mask_batch
+    from zh_bert.masking import MaskingConfig, mask_batch, word_units
 
     b = ds.batch(np.arange(min(len(ds), 512)))
     kw = dict(mask_id=ds.mask_id, special_ids=ds.special_ids, vocab_size=ds.vocab_size, similar=table)
@@ -75,6 +75,11 @@ def masking_speed(ds, table, repeat: int) -> dict:
         n = b["input_ids"].size
         out[strategy] = {"batch32_tokens_per_s": n / timed(batches, repeat, warmup=1).wall,
                          "per_sequence_tokens_per_s": n / timed(per_sequence, repeat, warmup=1).wall}
+    special = np.isin(b["input_ids"], ds.special_ids)
+    start = np.flatnonzero(word_units(b["word_start"], special).ravel() & ~special.ravel())
+    ends = np.flatnonzero(word_units(b["word_start"], special).ravel())
+    length = np.diff(np.append(ends, special.size))[np.isin(ends, start)]
+    out["word_occurrences_with_similar"] = float((table.find(b["input_ids"].ravel(), start, length) >= 0).mean())
     for k in ("batch32_tokens_per_s", "per_sequence_tokens_per_s"):
         out[f"ratio_{k.split('_tokens')[0]}"] = out["correction"][k] / out["wwm"][k]
     return out
