@@ -189,3 +189,49 @@ def test_too_small_a_corpus_is_one_line(tmp_path):
     with pytest.raises(ZhBertError, match=f"needs at least {sw.MIN_TRAIN_TOKENS:,}"):
         sw.check_possible({"counts": {"train": {"tokens": 5_000}}}, tmp_path)
     sw.check_possible({"counts": {"train": {"tokens": sw.MIN_TRAIN_TOKENS}}}, tmp_path)
+
+
+def test_loader_masks_with_the_train_table_and_resumes_exactly(sharddir, ds, table):
+    """ShardLoader builds/loads the table once (train and valid loaders share the train split's table);
+    masks are keyed per sequence, so a loader restored from state_dict() gives the very same batches."""
+    from zh_bert.data import ShardDataset, ShardLoader
+
+    cfg = MaskingConfig("correction")
+    a = ShardLoader(ds, 8, cfg, seed=3)
+    assert a._similar.fingerprint == sw.fingerprint(sharddir)
+    for _ in range(3):
+        a.next_numpy()
+    state = a.state_dict()
+    want = [a.next_numpy() for _ in range(2)]
+    b = ShardLoader(ShardDataset(sharddir, "train"), 8, cfg, seed=3)
+    b.load_state_dict(json.loads(json.dumps(state)))
+    got = [b.next_numpy() for _ in range(2)]
+    assert all((w[k] == g[k]).all() for w, g in zip(want, got) for k in w)
+    batch = want[0]
+    pred = batch["labels"] != -100
+    assert pred.any() and not (batch["input_ids"] == ds.mask_id).any()
+    assert (batch["input_ids"][pred] != batch["labels"][pred]).mean() > 0.7     # replaced, not [MASK]ed
+    valid = ShardLoader(ShardDataset(sharddir, "valid"), 8, cfg, seed=3)
+    assert valid._similar.fingerprint == sw.fingerprint(sharddir)
+    assert next(valid.one_pass())["labels"].ne(-100).any()
+
+
+def test_too_few_distinct_words_is_one_line(tmp_path):
+    """Enough tokens but one sentence over and over: too few distinct words for word vectors."""
+    ids = np.array([101, 1266, 776, 3221, 704, 1744, 4638, 7674, 6963, 511, 102] + [0] * 5)
+
+    class Repeated:     # the ShardDataset interface the table builder reads
+        dir, split, seq_len, vocab_size, special_ids, pad_id = tmp_path, "train", 16, 21128, [0, 100, 101, 102, 103], 0
+        meta = {"counts": {"train": {"tokens": 30_000}}}
+
+        def __len__(self):
+            return 3000
+
+        def batch(self, idx):
+            n = len(idx)
+            ws = np.tile([1, 1, 0, 1, 1, 0, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1], (n, 1)).astype(bool)
+            return {"input_ids": np.tile(ids, (n, 1)), "word_start": ws,
+                    "attention_mask": np.tile((ids != 0).astype(np.int64), (n, 1))}
+
+    with pytest.raises(ZhBertError, match=f"needs {sw.MIN_TABLE_WORDS} for a similar-word table"):
+        sw.build(Repeated())
