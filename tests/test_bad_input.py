@@ -177,6 +177,16 @@ CASES: list[Case] = [
     Case("shard-output-is-a-file", ["shard", "docs.jsonl", "--tokenizer", "{tok}", "-o", "docs.jsonl"],
          "not a shard directory"),
     Case("inspect-missing", ["inspect", "nope"], "nope"),
+    Case("shard-tasks-zero", ["shard", "docs.jsonl", "--tokenizer", "{tok}", "-o", "sh", "--tasks", "0"], "--tasks"),
+    Case("shard-valid-docs-with-executor", ["shard", "docs.jsonl", "--tokenizer", "{tok}", "-o", "sh", "--executor",
+                                            "local", "--valid-docs", "5"], "--valid-fraction"),
+    Case("shard-valid-fraction-one", ["shard", "docs.jsonl", "--tokenizer", "{tok}", "-o", "sh", "--valid-fraction",
+                                      "1"], "--valid-fraction"),
+    Case("shard-slurm-setting-without-slurm", ["shard", "docs.jsonl", "--tokenizer", "{tok}", "-o", "sh",
+                                               "--slurm-partition", "cpu"], "--executor slurm"),
+    Case("shard-empty-with-executor", ["shard", "empty.jsonl", "--tokenizer", "{tok}", "-o", "sh", "--tasks", "2"],
+         "empty corpus"),
+    Case("shard-dir-without-parts", ["shard", "a_dir", "--tokenizer", "{tok}", "-o", "sh"], "no corpus parts"),
 
     # ------------------------------------------------------------------ pretrain / plan
     Case("pretrain-missing-recipe", ["pretrain", "nope.yaml"], "nope.yaml"),

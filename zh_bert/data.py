@@ -13,6 +13,12 @@ of seq_len L, all raw little-endian arrays that `np.memmap` opens directly:
     meta.json         format_version, tokenizer_fingerprint, vocab_size, seq_len, pairs, special ids,
                       counts per split, segmenter, sources + input hashes, cache_key
 
+A multi-part SHARDDIR (`zh-bert shard --executor ... --tasks N`) holds these per-split files in
+part-00000/ ... part-{N-1}/ (each also with its unigram_counts.npy and part.json), and at the top only
+meta.json (written last: "parts" lists each part's counts, "counts" are the totals) and the summed
+unigram_counts.npy. `ShardDataset` reads it as one split: row i of the whole is row i - offset(p) of part p,
+parts in order, so shuffling, resume and rank sharding see one index space either way.
+
 .npy files are loaded with allow_pickle=False; every file's size is checked against meta.json at open so a
 truncated copy fails with a clear message instead of a crash mid-training.
 """
@@ -25,11 +31,17 @@ from pathlib import Path
 
 import numpy as np
 
+from zh_bert.corpus_io import JOB_MARKER
 from zh_bert.errors import ZhBertError
 from zh_bert.masking import MaskingConfig, mask_batch
 
 FORMAT_VERSION = 1
 SPLITS = ("train", "valid")
+PART_META = "part.json"
+
+
+def part_name(rank: int) -> str:
+    return f"part-{rank:05d}"
 
 
 def ids_dtype(vocab_size: int) -> np.dtype:
@@ -41,6 +53,9 @@ def read_meta(sharddir: str | Path) -> dict:
     path = sharddir / "meta.json"
     if not sharddir.is_dir():
         raise ZhBertError(f"{sharddir}: shard directory not found (build it with `zh-bert shard`)")
+    if not path.is_file() and (sharddir / JOB_MARKER).is_file():
+        raise ZhBertError(f"{sharddir}: unfinished `zh-bert shard --executor` job (no meta.json yet); rerun the "
+                          f"same shard command to finish it")
     if not path.is_file():
         raise ZhBertError(f"{sharddir}: not a shard directory (no meta.json); build it with `zh-bert shard`")
     try:
@@ -64,6 +79,41 @@ def _fingerprint_of(tok) -> tuple[str, str]:
     return tokenizer_fingerprint(tok), f"tokenizer {getattr(tok, 'name_or_path', '') or type(tok).__name__}"
 
 
+class PartRows:
+    """Same-width row arrays (the parts' memmaps) read as one (N, L) array: `rows[i]`, `rows[a:b]`,
+    `rows[index_array]`, with further indices after the row (`rows[i, :n]`). Only the rows asked for are read."""
+
+    def __init__(self, parts: list[np.ndarray]):
+        self.parts = parts
+        self.offsets = np.cumsum([0] + [len(p) for p in parts])
+        self.shape = (int(self.offsets[-1]), int(parts[0].shape[1]))
+        self.dtype = parts[0].dtype
+        self.ndim = 2
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __array__(self, dtype=None, copy=None):
+        return np.asarray(self[:], dtype=dtype)
+
+    def __getitem__(self, key):
+        key, rest = (key[0], key[1:]) if isinstance(key, tuple) else (key, ())
+        n = self.shape[0]
+        scalar = isinstance(key, (int, np.integer))
+        idx = np.arange(n)[key] if isinstance(key, slice) else np.asarray(key, dtype=np.int64)
+        flat = idx.reshape(-1)
+        if flat.size and (flat.min() < -n or flat.max() >= n):
+            raise IndexError(f"row index out of range for {n} rows")
+        flat = flat % max(n, 1)
+        out = np.empty((flat.size, self.shape[1]), dtype=self.dtype)
+        part = np.searchsorted(self.offsets, flat, side="right") - 1
+        for p in np.unique(part).tolist():
+            sel = part == p
+            out[sel] = self.parts[p][flat[sel] - self.offsets[p]]
+        out = out.reshape(idx.shape + (self.shape[1],))
+        return out[rest] if scalar else out[(slice(None),) * idx.ndim + rest]
+
+
 class ShardDataset:
     """Sequence i of one split of SHARDDIR as numpy arrays; memory-mapped, O(1) per item.
 
@@ -85,19 +135,45 @@ class ShardDataset:
         self.pad_id, self.cls_id, self.sep_id = int(meta["pad_id"]), int(meta["cls_id"]), int(meta["sep_id"])
         self.mask_id, self.unk_id = int(meta["mask_id"]), int(meta["unk_id"])
         self.special_ids: list[int] = [int(i) for i in meta["special_ids"]]
-        self.n = n = int(meta["counts"][split]["sequences"])
-        L = self.seq_len
-        self.ids = self._memmap(f"{split}.ids.bin", np.dtype(meta["ids_dtype"]), (n, L))
-        self.word_start = self._memmap(f"{split}.word_start.bin", np.dtype(np.uint8), (n, L))
-        self.lengths = self._npy(f"{split}.lengths.npy", (n,))
-        self.doc_starts = self._npy(f"{split}.doc_starts.npy", (int(meta["counts"][split]["documents"]),))
+        self.n = int(meta["counts"][split]["sequences"])
+        if meta.get("parts"):
+            self._open_parts(meta["parts"])
+        else:
+            self._assign(self._open(self.dir, meta["counts"][split]))
+
+    def _assign(self, arrays: dict) -> None:
+        self.ids, self.word_start = arrays["ids"], arrays["word_start"]
+        self.lengths, self.doc_starts = arrays["lengths"], arrays["doc_starts"]
         if self.pairs:
-            self.b_start = self._npy(f"{split}.b_start.npy", (n,))
-            self.nsp = self._npy(f"{split}.nsp.npy", (n,))
+            self.b_start, self.nsp = arrays["b_start"], arrays["nsp"]
+
+    def _open(self, folder: Path, counts: dict) -> dict:
+        """One split's arrays in `folder` (SHARDDIR or one part of it), each checked against `counts`."""
+        n, L, split = int(counts["sequences"]), self.seq_len, self.split
+        out = {"ids": self._memmap(folder / f"{split}.ids.bin", np.dtype(self.meta["ids_dtype"]), (n, L)),
+               "word_start": self._memmap(folder / f"{split}.word_start.bin", np.dtype(np.uint8), (n, L)),
+               "lengths": self._npy(folder / f"{split}.lengths.npy", (n,)),
+               "doc_starts": self._npy(folder / f"{split}.doc_starts.npy", (int(counts["documents"]),))}
+        if self.pairs:
+            out["b_start"] = self._npy(folder / f"{split}.b_start.npy", (n,))
+            out["nsp"] = self._npy(folder / f"{split}.nsp.npy", (n,))
+        return out
+
+    def _open_parts(self, parts: list[dict]) -> None:
+        """The parts of a multi-part SHARDDIR as one split: row arrays stay per-part memmaps behind
+        `PartRows`; the small per-row arrays are concatenated, document starts shifted by each part's rows."""
+        opened = [self._open(self.dir / p["name"], p["counts"][self.split]) for p in parts]
+        rows = np.cumsum([0] + [len(o["lengths"]) for o in opened])
+        if rows[-1] != self.n:
+            raise ZhBertError(f"{self.dir / 'meta.json'}: parts hold {rows[-1]} {self.split} sequences but the "
+                              f"total says {self.n}; re-run `zh-bert shard`")
+        cat = {k: np.concatenate([o[k] for o in opened]) for k in opened[0] if k not in ("ids", "word_start")}
+        cat["doc_starts"] = np.concatenate([o["doc_starts"] + off * self.seq_len for o, off in zip(opened, rows)])
+        self._assign({"ids": PartRows([o["ids"] for o in opened]),
+                      "word_start": PartRows([o["word_start"] for o in opened]), **cat})
 
     # -- opening files with size checks ------------------------------------------------------------
-    def _memmap(self, name: str, dtype: np.dtype, shape: tuple[int, int]) -> np.ndarray:
-        path = self.dir / name
+    def _memmap(self, path: Path, dtype: np.dtype, shape: tuple[int, int]) -> np.ndarray:
         expected = dtype.itemsize * shape[0] * shape[1]
         if not path.is_file():
             raise ZhBertError(f"{path}: missing shard file; re-run `zh-bert shard`")
@@ -109,8 +185,7 @@ class ShardDataset:
             return np.zeros(shape, dtype=dtype)
         return np.memmap(path, dtype=dtype, mode="r", shape=shape)
 
-    def _npy(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
-        path = self.dir / name
+    def _npy(self, path: Path, shape: tuple[int, ...]) -> np.ndarray:
         try:
             arr = np.load(path, allow_pickle=False)
         except FileNotFoundError:
@@ -173,7 +248,7 @@ class ShardDataset:
 
     def unigram_probs(self) -> np.ndarray:
         """(vocab_size,) float64 token frequencies of the train split (specials excluded)."""
-        counts = self._npy("unigram_counts.npy", (self.vocab_size,)).astype(np.float64)
+        counts = self._npy(self.dir / "unigram_counts.npy", (self.vocab_size,)).astype(np.float64)
         total = counts.sum()
         if total <= 0:
             raise ZhBertError(f"{self.dir}: unigram_counts.npy is empty")

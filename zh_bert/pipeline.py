@@ -92,21 +92,25 @@ def data_inputs(paths: list[Path]) -> tuple[list[Path], bool]:
 
 
 def outdir_report(paths: list[Path]) -> dict | None:
-    """The report.json of a single `zh-bert clean` OUTDIR given as `data:` (what the run card shows)."""
-    if len(paths) != 1 or not (paths[0] / CLEAN_REPORT).is_file():
-        return None
-    try:
-        report = json.loads((paths[0] / CLEAN_REPORT).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return report if isinstance(report, dict) else None
+    """The report.json of a single `zh-bert clean` OUTDIR given as `data:` (what the run card shows), when
+    its parts are on disk as it lists them."""
+    return read_report(paths[0]) if len(paths) == 1 and paths[0].is_dir() else None
 
 
-def cache_key(files: list[Path], settings: dict) -> str:
-    """sha256 over input file names + bytes and the stage settings: same inputs and settings, same key
-    (an edited part of a cleaned directory is another key)."""
+def cache_key(paths: list[Path], files: list[Path], settings: dict) -> str:
+    """sha256 over the inputs and the stage settings: same inputs and settings, same key. A clean OUTDIR whose
+    report matches its parts counts by the parts' sha256 the report lists (no pass over a 100 GB corpus at
+    every start); any other file by its name and bytes (an edited part is another key)."""
     h = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
+    hashed = set()
+    for p in paths:
+        report = read_report(p) if p.is_dir() else None
+        if report is not None and report.get("output_sha256"):
+            h.update(f"{p.resolve()}\0{report['output_sha256']}\0".encode())
+            hashed |= {(p / part["name"]).resolve() for part in report["parts"]}
     for f in files:
+        if f.resolve() in hashed:
+            continue
         h.update(str(f).encode() + b"\0")
         with open(f, "rb") as fh:
             for block in iter(lambda: fh.read(1 << 20), b""):
@@ -129,7 +133,7 @@ def prepare_data(recipe, log=print) -> PreparedData:
                 "seq_len": recipe.seq_len, "pairs": pairs, "valid_docs": recipe.valid_docs}
     if cleaned:
         settings["cleaned_input"] = True   # no docs.jsonl in this cache entry
-    root = Path(recipe.data_cache or Path(recipe.out_dir) / "data") / cache_key(files, settings)
+    root = Path(recipe.data_cache or Path(recipe.out_dir) / "data") / cache_key(paths, files, settings)
     tokdir, sharddir = root / "tokenizer", root / "shards"
     for d in (tokdir, sharddir):
         recover(d)  # a stage killed while replacing its output: the previous complete one stands

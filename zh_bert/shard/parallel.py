@@ -1,0 +1,267 @@
+"""`zh-bert shard --executor local|slurm|ray --tasks N`: the shard build as datatrove tasks.
+
+Stage `shard-encode` (N tasks): task r reads its share of the corpus lines (input files assigned to tasks
+contiguously, balanced by bytes; an uncompressed file is cut at byte offsets, each cut moved to the next
+line start, so one big .jsonl still feeds every task) and writes SHARDDIR/part-{r:05d}/ with the chunk
+encoder and `SplitWriter` of the in-process build: the same per-split files as a single-part SHARDDIR,
+plus its train unigram counts and part.json. Stage `shard-meta` (1 task) sums the parts' counts and
+unigram counts and writes SHARDDIR/meta.json last: its presence means every part is complete.
+
+The validation split is a hash of each document's text (`valid_by_hash`), so it is the same for any N.
+Finished tasks leave datatrove completion markers; rerunning the same command redoes only the others.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+from datatrove.pipeline.base import PipelineStep
+
+from zh_bert.corpus_io import corpus_files
+from zh_bert.data import FORMAT_VERSION, PART_META, part_name
+from zh_bert.errors import ZhBertError
+from zh_bert.executors import ExecutorOptions, JobMarker, Stage, run_stages
+from zh_bert.fileio import atomic_dir, atomic_write, write_json
+from zh_bert.segment import Segmenter
+from zh_bert.shard.build import (COMMAND, SHARD_FILES, Lines, ShardConfig, check_files, check_not_empty,
+                                 chunk_lines, file_sha256, iter_lines, line_number, make_encoder, sample_texts,
+                                 shard_meta, summary, tokenizer_info, write_splits)
+from zh_bert.shard.encode import TextEncoder
+from zh_bert.tokenizer_files import load_tokenizer, tokenizer_fingerprint
+
+DEFAULT_VALID_FRACTION = 0.01
+COMPRESSED = (".gz", ".bz2")      # no seeking into these: such a file goes whole to one task
+_OWNED = re.compile(r"\.?(part-\d{5}|meta\.json|unigram_counts\.npy)(\.(tmp|old)-.*)?")
+Segment = tuple[str, int, int]    # (path, first byte, end byte); end -1: the whole file
+
+
+# ---------------------------------------------------------------------------------------------------
+# who reads what
+# ---------------------------------------------------------------------------------------------------
+def plan_shares(paths: list[Path], tasks: int) -> list[list[Segment]]:
+    """Task r's segments: the bytes [r*B/N, (r+1)*B/N) of the inputs laid end to end (B bytes in all),
+    in input order. A compressed file goes whole to the task that holds its middle byte."""
+    sizes = [p.stat().st_size for p in paths]
+    total = max(sum(sizes), 1)
+    shares: list[list[Segment]] = [[] for _ in range(tasks)]
+    at = 0
+    for path, size in zip(paths, sizes):
+        if path.name.lower().endswith(COMPRESSED):
+            shares[min(tasks - 1, (at + size // 2) * tasks // total)].append((str(path), 0, -1))
+        else:
+            for r in range(tasks):
+                lo, hi = max(at, r * total // tasks), min(at + size, (r + 1) * total // tasks)
+                if hi > lo:
+                    shares[r].append((str(path), lo - at, hi - at))
+        at += size
+    return shares
+
+
+def segment_lines(path: str, start: int, end: int) -> Lines:
+    """The non-blank lines that begin in bytes [start, end) of `path` (end -1: every line, read through
+    `iter_lines`, which also decompresses). Lines are numbered when the segment starts the file; otherwise
+    a line's number is minus its byte offset, turned into a number only if the line is reported."""
+    if end < 0:
+        yield from iter_lines(path)
+        return
+    with open(path, "rb") as f:
+        if start:
+            f.seek(start - 1)
+            f.readline()   # the rest of a line that began before `start` (its reader is the previous task)
+        pos, n = f.tell(), 0
+        while pos < end:
+            raw = f.readline()
+            if not raw:
+                break
+            n += 1
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                where = n if start == 0 else line_number(path, pos)
+                raise ZhBertError(f"{path}:{where}: not UTF-8 text ({e.reason} at byte {e.start} of the line)") from None
+            if start == 0 and n == 1:
+                line = line.removeprefix("\ufeff")
+            if line.strip():
+                yield (n if start == 0 else -pos), line.rstrip("\n")
+            pos += len(raw)
+
+
+# ---------------------------------------------------------------------------------------------------
+# the datatrove steps (module level: Slurm and Ray pickle them)
+# ---------------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _reported(job: dict, name: str):
+    """A task's ZhBertError also lands in SHARDDIR/.zh-bert/errors/NAME.json, so that the command can show
+    its one line whatever the engine made of the exception."""
+    try:
+        yield
+    except ZhBertError as e:
+        write_json(Path(job["out"]) / ".zh-bert" / "errors" / f"{name}.json", {"error": str(e)})
+        raise
+
+
+class EncodePart(PipelineStep):
+    """Task r: its share of the corpus -> SHARDDIR/part-{r:05d}/."""
+    name = "zh-bert shard: encode part"
+    type = "zh-bert"
+
+    def __init__(self, job: dict):
+        super().__init__()
+        self.job = job
+
+    def run(self, data=None, rank: int = 0, world_size: int = 1):
+        with _reported(self.job, part_name(rank)):
+            counts, totals = write_part(self.job, rank)
+        for k in ("docs", "valid_docs", "bytes"):
+            self.stat_update(k, value=totals[k])
+        for split, c in counts.items():
+            self.stat_update(f"{split}_sequences", value=c["sequences"])
+        yield from ()
+
+
+class WriteMeta(PipelineStep):
+    """The last task: meta.json over all parts."""
+    name = "zh-bert shard: meta.json"
+    type = "zh-bert"
+
+    def __init__(self, job: dict):
+        super().__init__()
+        self.job = job
+
+    def run(self, data=None, rank: int = 0, world_size: int = 1):
+        with _reported(self.job, "meta"):
+            write_meta(self.job)
+        yield from ()
+
+
+def write_part(job: dict, rank: int) -> tuple[dict, dict]:
+    cfg, info = job["cfg"], job["info"]
+    tok = load_tokenizer(cfg.tokenizer)
+    if tokenizer_fingerprint(tok) != info["tokenizer_fingerprint"]:
+        raise ZhBertError(f"{cfg.tokenizer}: tokenizer changed since the job started; rerun with --force")
+    encoder = TextEncoder(tok, Segmenter(cfg.segmenter, cfg.user_dict), fast=job["char_lookup"])
+    share = job["shares"][rank]
+    chunks = chunk_lines(((p, segment_lines(p, a, b)) for p, a, b in share), first_idx=rank << 32)
+    with atomic_dir(Path(job["out"]) / part_name(rank), overwrite=True) as tmp:
+        counts, unigram, totals = write_splits(tmp, cfg, info, chunks, encoder, None, 1)
+        np.save(tmp / "unigram_counts.npy", unigram)
+        write_json(tmp / PART_META, {"counts": counts, "text": totals, "segments": share})
+    return counts, totals
+
+
+def write_meta(job: dict) -> None:
+    cfg, out = job["cfg"], Path(job["out"])
+    parts, unigram = [], np.zeros(job["info"]["vocab_size"], dtype=np.int64)
+    counts = {s: {"documents": 0, "sequences": 0, "tokens": 0} for s in ("train", "valid")}
+    totals = {"chars": 0, "bytes": 0, "docs": 0, "valid_docs": 0}
+    for rank in range(len(job["shares"])):
+        name = part_name(rank)
+        part = json.loads((out / name / PART_META).read_text(encoding="utf-8"))
+        parts.append({"name": name, "counts": part["counts"], "text": part["text"]})
+        for s in counts:
+            for k in counts[s]:
+                counts[s][k] += part["counts"][s][k]
+        for k in totals:
+            totals[k] += part["text"][k]
+        unigram += np.load(out / name / "unigram_counts.npy", allow_pickle=False)
+    check_not_empty(counts, cfg, ", ".join(s["path"] for s in job["sources"]))
+    unigram[job["zero_ids"]] = 0
+    with atomic_write(out / "unigram_counts.npy", "wb") as f:
+        np.save(f, unigram)
+    meta = shard_meta(cfg, job["info"], job["key"], counts, totals, job["char_lookup"], job["sources"],
+                      job["build"])
+    meta["parts"] = parts
+    write_json(out / "meta.json", meta)
+
+
+# ---------------------------------------------------------------------------------------------------
+# the command
+# ---------------------------------------------------------------------------------------------------
+def _owned(p: Path) -> bool:
+    return p.name in SHARD_FILES or _OWNED.fullmatch(p.name) is not None
+
+
+def _job_settings(cfg: ShardConfig, paths: list[Path], fingerprint: str, tasks: int) -> dict:
+    """What makes two runs the same job: inputs (path, size, mtime: no pass over a 100 GB corpus to hash
+    it), tokenizer, every setting that changes the rows, and the task count."""
+    inputs = [[str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns] for p in paths]
+    return {"format_version": FORMAT_VERSION, "inputs": inputs, "tokenizer": fingerprint, "seq_len": cfg.seq_len,
+            "pairs": cfg.pairs, "segmenter": cfg.segmenter,
+            "user_dict": file_sha256(Path(cfg.user_dict)) if cfg.user_dict else None,
+            "valid_fraction": cfg.valid_fraction, "seed": cfg.seed, "slow": cfg.slow, "tasks": tasks}
+
+
+def _prepare(cfg: ShardConfig, opts: ExecutorOptions) -> tuple[ShardConfig, dict]:
+    """Every check that needs no pass over the corpus, before anything is written; the job's picklable state."""
+    if cfg.valid_docs is not None:
+        raise ZhBertError("--valid-docs needs a count of all documents first; with --executor use "
+                          f"--valid-fraction (default {DEFAULT_VALID_FRACTION})")
+    if cfg.valid_fraction is None:
+        cfg = dataclasses.replace(cfg, valid_fraction=DEFAULT_VALID_FRACTION)
+    paths = corpus_files(cfg.corpus)
+    check_files(paths)
+    if not sum(p.stat().st_size for p in paths):
+        raise ZhBertError(f"empty corpus: no documents in {', '.join(map(str, paths))}")
+    tok, info, zero_ids = tokenizer_info(cfg.tokenizer)
+    encoder = make_encoder(tok, cfg, sample_texts(paths))
+    tasks = opts.task_count(cfg.workers)
+    sources = [{"path": str(p), "bytes": p.stat().st_size} for p in paths]
+    job = {"cfg": cfg, "info": info, "zero_ids": zero_ids, "char_lookup": encoder.fast, "out": str(cfg.output),
+           "shares": plan_shares(paths, tasks), "sources": sources,
+           "settings": _job_settings(cfg, paths, info["tokenizer_fingerprint"], tasks),
+           "build": {"executor": opts.executor, "tasks": tasks, "workers": cfg.workers}}
+    return cfg, job
+
+
+def _stages(job: dict) -> list[Stage]:
+    return [Stage("shard-encode", [EncodePart(job)], len(job["shares"])), Stage("shard-meta", [WriteMeta(job)], 1)]
+
+
+def _task_error(out: Path) -> str | None:
+    for p in sorted((out / ".zh-bert" / "errors").glob("*.json")):
+        try:
+            return f"{json.loads(p.read_text(encoding='utf-8'))['error']} (task {p.stem})"
+        except (OSError, ValueError, KeyError):
+            continue
+    return None
+
+
+def build_parts(cfg: ShardConfig, opts: ExecutorOptions) -> Path:
+    """Write the multi-part SHARDDIR `cfg.output` on `opts.executor`; returns its path (for Slurm: once
+    the jobs are submitted)."""
+    cfg, job = _prepare(cfg, opts)
+    out = Path(cfg.output)
+    marker = JobMarker(out, COMMAND, job["settings"])
+    resumed = marker.claim(opts.force, _owned)
+    job["key"] = marker.job["key"]
+    logdir = Path(opts.logging_dir) if opts.logging_dir else out / ".zh-bert" / "logs"
+    stages = _stages(job)
+    if resumed and (out / "meta.json").is_file():
+        print(f"zh-bert shard: {out} is up to date (same inputs and settings, job {job['key']})")
+        return out
+    if not resumed:   # completion markers of another job under a shared --logging-dir do not count
+        for stage in stages:
+            shutil.rmtree(logdir / stage.name, ignore_errors=True)
+    shutil.rmtree(out / ".zh-bert" / "errors", ignore_errors=True)
+    try:
+        ran = run_stages(stages, opts, cfg.workers, logdir)
+    except Exception:
+        error = _task_error(out)
+        if error:
+            raise ZhBertError(error) from None
+        raise
+    if not ran:
+        print(f"zh-bert shard: submitted {len(job['shares'])} tasks and the meta.json task to Slurm; {out}/meta.json "
+              f"appears when they finish (logs: {logdir}); rerun the same command to resubmit unfinished tasks")
+        return out
+    meta = json.loads((out / "meta.json").read_text(encoding="utf-8"))
+    print(f"zh-bert shard: {out}: {summary(meta['counts'])}; {len(meta['parts'])} parts, "
+          f"{meta['text']['bytes'] / 1e6:.1f} MB of text ({opts.executor} executor, {cfg.workers} workers)")
+    return out
+
