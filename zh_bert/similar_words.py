@@ -65,8 +65,9 @@ def pack_keys(flat: np.ndarray, start: np.ndarray, length: np.ndarray, vocab_siz
     j = np.arange(W)
     idx = np.minimum(start[:, None] + j, max(len(flat) - 1, 0))
     digits = np.where(j < length[:, None], flat[idx] + 1, 0) if len(flat) else np.zeros((len(start), W), np.int64)
-    keys = digits.astype(np.int64) @ _powers(vocab_size + 1, W)
-    return np.where(length <= W, keys, -1)
+    keys = (digits.astype(np.int64, copy=False) * _powers(vocab_size + 1, W)).sum(axis=1)
+    keys[length > W] = -1
+    return keys
 
 
 @functools.lru_cache(maxsize=8)
