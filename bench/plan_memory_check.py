@@ -8,8 +8,10 @@ VmHWM − baseline. glibc's malloc keeps freed memory unless large blocks are mm
 with MALLOC_MMAP_THRESHOLD_=65536 (fixed threshold: every tensor buffer ≥ 64 KiB is its own mapping and
 goes back to the OS when freed); then peak RSS tracks peak live tensor bytes. The planner's estimate is
 `zh_bert.plan.estimate_memory(..., device="cpu")` (live tensors, no CUDA context/allocator slack).
+`--objective electra` does the same for a generator + discriminator pair (`ElectraPretrainModel`).
 
     python bench/plan_memory_check.py            # prints a table; exit 1 if any case is off by > 25%
+    python bench/plan_memory_check.py --objective electra
 """
 
 from __future__ import annotations
@@ -34,29 +36,34 @@ def _status_kb(field: str) -> int:
 
 
 def child(model: str, micro_batch: int, seq_len: int, precision: str, attention_dropout: float = 0.0,
-          accumulation: int = 2, steps: int = 2) -> dict:
+          accumulation: int = 2, steps: int = 2, objective: str = "mlm") -> dict:
     """Runs in the fresh subprocess: returns the peak bytes of training above the warmed-up baseline."""
     import torch
     from transformers import BertForMaskedLM
 
-    from zh_bert.model import PretrainModel
+    from zh_bert.model import ElectraPretrainModel, PretrainModel, build_electra
     from zh_bert.plan import model_config
 
     torch.set_num_threads(2)
     dtype = {"bf16": torch.bfloat16}.get(precision)
+    electra = objective == "electra"
 
     def run(cfg, mb, n_steps):
         torch.manual_seed(0)
-        net = PretrainModel(BertForMaskedLM(cfg)).train()
+        net = (ElectraPretrainModel(*build_electra(cfg)) if electra else PretrainModel(BertForMaskedLM(cfg))).train()
         opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
         g = torch.Generator().manual_seed(0)
         for _ in range(n_steps):
             for _ in range(accumulation):
                 ids = torch.randint(1000, cfg.vocab_size, (mb, seq_len), generator=g)
                 labels = torch.where(torch.rand(ids.shape, generator=g) < 0.15, ids, torch.full_like(ids, -100))
+                extra = {"sample_u": torch.rand(ids.shape, generator=g)} if electra else {}
                 with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
-                    out = net(ids, attention_mask=torch.ones_like(ids), labels=labels)
-                (out["mlm_loss_sum"] / out["mlm_count"]).backward()
+                    out = net(ids, attention_mask=torch.ones_like(ids), labels=labels, **extra)
+                loss = out["mlm_loss_sum"] / out["mlm_count"]
+                if electra:
+                    loss = loss + 50 * out["rtd_loss_sum"] / out["rtd_count"]
+                loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
 
@@ -71,20 +78,22 @@ def child(model: str, micro_batch: int, seq_len: int, precision: str, attention_
 
 
 def measure(model: str, micro_batch: int, seq_len: int = 128, precision: str = "fp32",
-            attention_dropout: float = 0.0) -> float:
+            attention_dropout: float = 0.0, objective: str = "mlm") -> float:
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="0",
                PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     code = (f"import json,sys; sys.path.insert(0, {str(REPO / 'bench')!r}); import plan_memory_check as m; "
-            f"print(json.dumps(m.child({model!r}, {micro_batch}, {seq_len}, {precision!r}, {attention_dropout!r})))")
+            f"print(json.dumps(m.child({model!r}, {micro_batch}, {seq_len}, {precision!r}, {attention_dropout!r}, "
+            f"objective={objective!r})))")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])["peak_bytes"]
 
 
 def estimate(model: str, micro_batch: int, seq_len: int = 128, precision: str = "fp32",
-             attention_dropout: float = 0.0) -> float:
-    from zh_bert.plan import ModelShape, estimate_memory, model_config
+             attention_dropout: float = 0.0, objective: str = "mlm") -> float:
+    from zh_bert.plan import PlanArgs, estimate_memory, model_config, shape_and_flops
 
-    shape = ModelShape.from_config(model_config(model, 21128, 0.1, attention_dropout))
+    args = PlanArgs(model=model, seq_len=seq_len, objective=objective, attention_dropout=attention_dropout)
+    shape, _ = shape_and_flops(args, model_config(model, 21128, 0.1, attention_dropout))
     # CPU SDPA has no fused kernel with attention dropout > 0: the math path stores the s×s matrix.
     return estimate_memory(shape, seq_len, micro_batch, precision, device="cpu",
                            fused_attention=attention_dropout == 0).total
@@ -96,19 +105,20 @@ def main(argv=None) -> int:
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--attention-dropout", type=float, default=0.0,
                     help="0 (zh-bert's default): CPU SDPA's fused kernel; > 0: the math path")
+    ap.add_argument("--objective", default="mlm", choices=["mlm", "electra"])
     args = ap.parse_args(argv)
     rows, ok = [], True
     print(f"{'model':<7}{'micro':>6}{'measured MB':>13}{'planned MB':>12}{'planned/measured':>18}")
     for model, mb in CASES:
-        got = measure(model, mb, args.seq_len, args.precision, args.attention_dropout)
-        want = estimate(model, mb, args.seq_len, args.precision, args.attention_dropout)
+        got = measure(model, mb, args.seq_len, args.precision, args.attention_dropout, args.objective)
+        want = estimate(model, mb, args.seq_len, args.precision, args.attention_dropout, args.objective)
         ratio = want / got
         ok &= abs(ratio - 1) <= TOLERANCE
         rows.append({"model": model, "micro_batch": mb, "measured_mb": got / 2**20, "planned_mb": want / 2**20,
                      "ratio": ratio})
         print(f"{model:<7}{mb:>6}{got / 2**20:>13.0f}{want / 2**20:>12.0f}{ratio:>18.2f}")
     print(f"{'all within' if ok else 'NOT all within'} ±{TOLERANCE:.0%} (precision {args.precision}, "
-          f"seq_len {args.seq_len}, attention_dropout {args.attention_dropout})")
+          f"seq_len {args.seq_len}, attention_dropout {args.attention_dropout}, objective {args.objective})")
     return 0 if ok else 1
 
 

@@ -3,7 +3,8 @@ traceback, and nothing new in the working folder that could be taken for a finis
 
 One table; each row is (id, argv, what the error line must contain). `{w}` in argv is the row's working folder
 (cwd of the command), which `write_bad_files` fills first; `{tiny}` is a real tiny model folder, `{truncated}`
-the same with its model.safetensors cut in half, `{tok}` a real tokenizer folder, `{shards}` a real SHARDDIR. A row may name paths it is allowed to
+the same with its model.safetensors cut in half, `{tok}` a real tokenizer folder, `{shards}` a real SHARDDIR
+(`{pair_shards}` one built with `--pairs nsp`). A row may name paths it is allowed to
 leave behind (for example a folder that existed before the command).
 """
 
@@ -186,6 +187,8 @@ CASES: list[Case] = [
                                                "--slurm-partition", "cpu"], "--executor slurm"),
     Case("shard-empty-with-executor", ["shard", "empty.jsonl", "--tokenizer", "{tok}", "-o", "sh", "--tasks", "2"],
          "empty corpus"),
+    Case("shard-executor-broken-jsonl", ["shard", "broken.jsonl", "--tokenizer", "{tok}", "-o", "sh", "--tasks", "2"],
+         "broken.jsonl:2", may_leave=("sh",)),   # only sh/.zh-bert (the job's state): no meta.json
     Case("shard-dir-without-parts", ["shard", "a_dir", "--tokenizer", "{tok}", "-o", "sh"], "no corpus parts"),
 
     # ------------------------------------------------------------------ pretrain / plan
@@ -209,6 +212,17 @@ CASES: list[Case] = [
                                      "--set", "data={shards}", "--set", "tokenizer={tok}"], "cannot load"),
     Case("pretrain-init-bad-config", ["pretrain", "pt_recipe.yaml", "--set", "init_from=pt_bad_init",
                                       "--set", "data={shards}", "--set", "tokenizer={tok}"], "pt_bad_init"),
+    Case("pretrain-electra-pair-shards", ["pretrain", "pt_recipe.yaml", "--set", "objective=electra", "--set",
+                                          "data={pair_shards}", "--set", "tokenizer={tok}"],
+         "objective electra needs shards without sentence pairs"),
+    Case("pretrain-generator-ratio-zero", ["pretrain", "pt_recipe.yaml", "--set", "objective=electra", "--set",
+                                           "generator_ratio=0"], "'generator_ratio' must be in (0, 1]"),
+    Case("pretrain-generator-ratio-above-one", ["pretrain", "pt_recipe.yaml", "--set", "generator_ratio=1.5"],
+         "'generator_ratio' must be in (0, 1]"),
+    Case("pretrain-rtd-weight-negative", ["pretrain", "pt_recipe.yaml", "--set", "objective=electra", "--set",
+                                          "rtd_weight=-1"], "'rtd_weight' must be >= 0"),
+    Case("pretrain-electra-init-from", ["pretrain", "pt_recipe.yaml", "--set", "objective=electra", "--set",
+                                        "init_from={tiny}"], "init_from is not supported"),
     Case("pretrain-resume-missing", ["pretrain", "pt_recipe.yaml", "--resume", "no_ckpt"], "no_ckpt"),
     Case("pretrain-resume-not-checkpoint", ["pretrain", "pt_recipe.yaml", "--resume", "a_dir"],
          "trainer_state.json is missing"),
@@ -224,6 +238,8 @@ CASES: list[Case] = [
     Case("plan-model-heads", ["plan", "--model", "pt_heads.json"], "num_attention_heads"),
     Case("plan-mask-rate-nan", ["plan", "--mask-rate", "nan"], "finite"),
     Case("plan-days-inf", ["plan", "--days", "inf"], "finite"),
+    Case("plan-generator-ratio-zero", ["plan", "--objective", "electra", "--generator-ratio", "0"],
+         "--generator-ratio must be in (0, 1]"),
 
     # ------------------------------------------------------------------ eval / finetune / ablate
     Case("eval-no-checkpoint", ["eval", "mlm", "nope", "--text", "docs.jsonl"], "nope"),
@@ -321,7 +337,8 @@ def bad_root(tmp_path_factory, tiny_model_dir, google_tokdir, sample_jsonl, samp
     os.truncate(weights, weights.stat().st_size // 2)          # a killed copy
     return {"tiny": str(tiny_model_dir), "tok": str(google_tokdir), "truncated": str(truncated),
             "shards": str(build_shards(sample_jsonl, google_tokdir, "--seq-len", "64")),
-            "small_shards": str(build_shards(small, google_tokdir, "--seq-len", "64", "--valid-docs", "2"))}
+            "small_shards": str(build_shards(small, google_tokdir, "--seq-len", "64", "--valid-docs", "2")),
+            "pair_shards": str(build_shards(sample_jsonl, google_tokdir, "--seq-len", "64", "--pairs", "nsp"))}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])

@@ -208,7 +208,7 @@ def test_kill9_mid_job_then_rerun_finishes_with_the_same_bytes(tmp_path, sample_
 
     p = shard_cli(*argv[:-1], 2)                        # the same job, two tasks at a time
     assert p.returncode == 0, p.stderr[-2000:]
-    assert "Skipping 1 already completed tasks" in p.stderr
+    assert "stage shard-encode: 1 of 3 tasks finished by an earlier run, skipped" in p.stderr
     ref = parts(3)
     for name in ("part-00000", "part-00001", "part-00002"):
         assert split_files(out / name) == split_files(ref / name), name
@@ -278,3 +278,25 @@ def test_ray_executor_writes_the_same_parts(tmp_path, sample_jsonl, google_tokdi
     for name in ("part-00000", "part-00001", "part-00002"):
         assert split_files(out / name) == split_files(ref / name), name
     assert (out / "unigram_counts.npy").read_bytes() == (ref / "unigram_counts.npy").read_bytes()
+
+
+@pytest.mark.slow
+def test_slurm_job_scripts_write_the_same_parts(tmp_path, sample_jsonl, google_tokdir, parts):
+    """Through a stub `sbatch` that runs the generated job arrays here (tests/slurm_stub.py): the same bytes."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("sbatch", "srun", "scontrol", "squeue"):
+        (bin_dir / name).symlink_to(REPO / "tests" / "slurm_stub.py")
+    env = {**ENV, "PATH": f"{bin_dir}:{Path(sys.executable).parent}:{os.environ['PATH']}",
+           "SLURM_STUB_STATE": str(tmp_path / "state")}
+    out = tmp_path / "shards"
+    p = subprocess.run([sys.executable, "-m", "zh_bert", "shard", str(sample_jsonl), "--tokenizer", str(google_tokdir),
+                        "-o", str(out), "--seq-len", str(SEQ), "--valid-fraction", FRACTION, "--executor", "slurm",
+                        "--tasks", "3", "--slurm-partition", "cpu"], cwd=REPO, env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert not (tmp_path / "state" / "failed").exists()
+    ref = parts(3)
+    for name in ("part-00000", "part-00001", "part-00002"):
+        assert split_files(out / name) == split_files(ref / name), name
+    assert json.loads((out / "meta.json").read_text())["counts"] == json.loads((ref / "meta.json").read_text())["counts"]

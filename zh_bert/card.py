@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from zh_bert import eval_results
+from zh_bert.rundir import GENERATOR
 
 WIDGET_TEXT = "北京是中国的{mask}都。"
 
@@ -171,6 +172,7 @@ class _Facts:
     vocab_size: Any
     datasets: list[str]
     evals: list[dict]
+    generator: dict     # objective electra: generator/config.json (the top-level model is the discriminator)
 
     @classmethod
     def gather(cls, model_dir: Path, run_dir: Path | None) -> "_Facts":
@@ -187,7 +189,12 @@ class _Facts:
                    params=params if isinstance(params, int) else count_parameters(model_dir),
                    vocab_kind=vocab_kind, vocab_size=config.get("vocab_size") or vocab_meta.get("vocab_size"),
                    datasets=_datasets(run, run_dir),
-                   evals=latest_eval_results(eval_results.load(run_dir) if run_dir else []))
+                   evals=latest_eval_results(eval_results.load(run_dir) if run_dir else []),
+                   generator=read_json(model_dir / GENERATOR / "config.json", {}) or {})
+
+    @property
+    def electra(self) -> bool:
+        return bool(self.generator)
 
     @property
     def widget_text(self) -> str:
@@ -203,12 +210,20 @@ def _metadata(facts: _Facts, name: str, license: str):
                                metric_type=e["metric_type"], metric_name=e.get("metric_name"),
                                metric_value=e["metric_value"]) for e in facts.evals]
     kind_tag = [f"vocab-{facts.vocab_kind}"] if facts.vocab_kind != "unknown" else []
+    # an ELECTRA discriminator fills no blanks: no fill-mask widget at the top level (the generator has one)
     return ModelCardData(
-        language="zh", license=license, library_name="transformers", pipeline_tag="fill-mask",
-        tags=["zh-bert", "bert", "fill-mask", "chinese"] + kind_tag,
+        language="zh", license=license, library_name="transformers",
+        pipeline_tag=None if facts.electra else "fill-mask",
+        tags=(["zh-bert", "electra", "chinese"] if facts.electra else ["zh-bert", "bert", "fill-mask", "chinese"])
+        + kind_tag,
         datasets=facts.datasets or None, model_name=name, eval_results=eval_results or None,
-        widget=[{"text": facts.widget_text}, {"text": f"今天天气很{facts.mask}。"}],
+        widget=None if facts.electra else [{"text": facts.widget_text}, {"text": f"今天天气很{facts.mask}。"}],
     )
+
+
+def _arch(config: dict) -> str:
+    return (f"{config.get('num_hidden_layers', '?')} layers, hidden {config.get('hidden_size', '?')}, "
+            f"{config.get('num_attention_heads', '?')} heads, FFN {config.get('intermediate_size', '?')}")
 
 
 def _model_section(facts: _Facts, name: str) -> list[str]:
@@ -217,17 +232,25 @@ def _model_section(facts: _Facts, name: str) -> list[str]:
     objective = _find(run, "objective") or ("MLM + " + config["pairs"] if config.get("pairs") else None)
     masking = _find(run, "masking")
     masking = ", ".join(f"{k}={v}" for k, v in masking.items()) if isinstance(masking, dict) else masking
-    arch = (f"{config.get('num_hidden_layers', '?')} layers, hidden {config.get('hidden_size', '?')}, "
-            f"{config.get('num_attention_heads', '?')} heads, FFN {config.get('intermediate_size', '?')}")
-    lines = [f"# {name}", "",
-             f"A Chinese BERT masked language model pretrained from scratch with "
-             f"zh-bert ({'preset `' + str(preset) + '`, ' if preset else ''}{arch}).", "",
+    arch = _arch(config)
+    what = (f"A Chinese ELECTRA discriminator (replaced-token detection) pretrained from scratch with zh-bert "
+            f"({'preset `' + str(preset) + '`, ' if preset else ''}{arch}); its generator, a small masked LM, is "
+            f"in `{GENERATOR}/`." if facts.electra else
+            f"A Chinese BERT masked language model pretrained from scratch with "
+            f"zh-bert ({'preset `' + str(preset) + '`, ' if preset else ''}{arch}).")
+    lines = [f"# {name}", "", what, "",
              "## Model", "",
              "| | |", "|---|---|",
              f"| architecture | {config.get('architectures', ['BertForMaskedLM'])[0]} ({arch}) |",
              f"| parameters | {_fmt_int(facts.params) if facts.params else 'unknown'} |",
              f"| vocabulary | {facts.vocab_kind}, {_fmt_int(facts.vocab_size)} entries |",
              f"| max sequence length | {config.get('max_position_embeddings', '?')} |"]
+    if facts.electra:
+        gen = facts.generator
+        lines += [f"| this folder | the discriminator: {config.get('architectures', ['?'])[0]}, the model to "
+                  f"fine-tune |",
+                  f"| `{GENERATOR}/` | the generator: {gen.get('architectures', ['ElectraForMaskedLM'])[0]} "
+                  f"({_arch(gen)}), a masked LM that shares the discriminator's embeddings; fills blanks |"]
     if objective:
         lines.append(f"| objective | {objective} |")
     if masking:
@@ -253,6 +276,9 @@ def _training_section(run: dict) -> list[str]:
             ("hardware", _hardware(_find(run, "hardware"))),
             ("final validation MLM loss", figure("mlm_loss", "val_mlm_loss", "valid_mlm_loss")),
             ("final validation MLM accuracy", figure("mlm_acc", "val_mlm_acc", "valid_mlm_acc")))
+    if _find(run, "rtd_acc") is not None:   # electra: the MLM figures are the generator's
+        rows = tuple((label + " (generator)" if "MLM" in label else label, value) for label, value in rows) + (
+            ("final validation RTD accuracy (discriminator)", figure("rtd_acc")),)
     return ["", "## Training", "", "| | |", "|---|---|"] + [
         f"| {label} | {value if value is not None else 'not recorded'} |" for label, value in rows]
 
@@ -284,8 +310,26 @@ def _evaluation_section(evals: list[dict]) -> list[str]:
         f"{e.get('metric_name') or e['metric_type']} | {e['metric_value']} |" for e in evals]
 
 
+def _electra_usage(facts: _Facts, repo_id: str) -> list[str]:
+    return ["", "## How to use", "", "```python",
+            "from transformers import (AutoModelForMaskedLM, AutoModelForPreTraining,",
+            "                          AutoModelForSequenceClassification, AutoTokenizer, pipeline)", "",
+            f'discriminator = AutoModelForPreTraining.from_pretrained("{repo_id}")   # replaced-token detection',
+            f'classifier = AutoModelForSequenceClassification.from_pretrained("{repo_id}", num_labels=2)  # fine-tune this',
+            f'generator = AutoModelForMaskedLM.from_pretrained("{repo_id}", subfolder="{GENERATOR}")',
+            f'tokenizer = AutoTokenizer.from_pretrained("{repo_id}")',
+            'fill = pipeline("fill-mask", model=generator, tokenizer=tokenizer)',
+            f'print(fill("{facts.widget_text}"))', "```", "",
+            f"Stock `ElectraForPreTraining` (this folder) and `ElectraForMaskedLM` (`{GENERATOR}/`) folders "
+            "(safetensors, `tokenizer.json` and `vocab.txt` in each): they load in transformers 4.x and 5.x. "
+            "Fine-tune the discriminator; the generator is small by design (it only has to propose plausible "
+            "replacements), so its fill-mask answers are weaker than a BERT of the discriminator's size.", ""]
+
+
 def _usage_and_limits(facts: _Facts, repo_id: str) -> list[str]:
     small = (facts.params or 0) < 50_000_000
+    if facts.electra:
+        return _electra_usage(facts, repo_id) + _limits(small, electra=True)
     return ["", "## How to use", "", "```python",
             "from transformers import pipeline", "",
             f'fill = pipeline("fill-mask", model="{repo_id}")',
@@ -293,11 +337,16 @@ def _usage_and_limits(facts: _Facts, repo_id: str) -> list[str]:
             "It is a stock `BertForMaskedLM` folder (safetensors, `tokenizer.json` and `vocab.txt`): "
             "`AutoModelForMaskedLM`, `AutoTokenizer` and `BertTokenizer` load it in transformers 4.x and 5.x. "
             "Fine-tune it like any BERT checkpoint, continue pretraining it with zh-bert, or try it in the "
-            f"browser with `zh-bert demo {repo_id}`.", "",
-            "## Limitations", "",
+            f"browser with `zh-bert demo {repo_id}`.", ""] + _limits(small)
+
+
+def _limits(small: bool, electra: bool = False) -> list[str]:
+    return ["## Limitations", "",
             "- Trained on the corpus above only: it reflects that text's topics, register and biases, and knows "
             "nothing after it was collected.",
-            "- A masked LM: it fills blanks and provides features for fine-tuning; it does not generate free text.",
+            ("- A pretrained encoder for fine-tuning (its generator fills blanks); it does not generate free text."
+             if electra else
+             "- A masked LM: it fills blanks and provides features for fine-tuning; it does not generate free text."),
             f"- {'Small model and short training: expect far lower accuracy than released base-size models. ' if small else ''}"
             "Evaluate it on your task before relying on it.",
             "- Simplified Chinese; traditional characters are handled only as far as the corpus contained them.", ""]

@@ -2,6 +2,8 @@
 
 Layout of `out_dir/checkpoints/step-NNNNNNN/`:
   config.json + model.safetensors   stock HF model (the main process writes it)
+  generator/                        objective electra: the generator, a stock model folder too (the
+                                    discriminator is the top-level model)
   optimizer.pt                      optimizer, scheduler, grad-scaler state (tensors + plain types only,
                                     loaded with weights_only=True: nothing is unpickled)
   rng-rankR.pt                      torch/cuda/numpy/python RNG of each process
@@ -35,6 +37,7 @@ import torch
 
 from zh_bert.errors import ZhBertError
 from zh_bert.fileio import fault_point, write_json
+from zh_bert.rundir import GENERATOR
 
 STATE = "trainer_state.json"
 MANIFEST = "manifest.json"
@@ -102,7 +105,7 @@ def _together(accelerator, work) -> None:
 
 
 def save_checkpoint(ckpt_root: Path, step: int, *, accelerator, hf_model, optimizer, scheduler,
-                    trainer_state: dict, keep_last: int) -> Path:
+                    trainer_state: dict, keep_last: int, generator=None) -> Path:
     """Every process calls this (each saves its RNG); returns the final dir.
 
     The temp dir has a fixed name (not `fileio.atomic_dir`'s random one) because every rank writes into it.
@@ -124,6 +127,8 @@ def save_checkpoint(ckpt_root: Path, step: int, *, accelerator, hf_model, optimi
         fault_point(f"after:rng-rank{rank}", step)
         if main:
             hf_model.save_pretrained(str(tmp), safe_serialization=True)
+            if generator is not None:
+                generator.save_pretrained(str(tmp / GENERATOR), safe_serialization=True)
             fault_point("after:model", step)
             scaler = getattr(accelerator, "scaler", None)
             torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
@@ -161,18 +166,19 @@ def save_checkpoint(ckpt_root: Path, step: int, *, accelerator, hf_model, optimi
 
 
 def write_manifest(folder: Path) -> None:
-    """`manifest.json`: every file in `folder` with its size (sha256 too up to HASH_LIMIT), each synced to
-    disk first; the file whose presence makes the checkpoint complete."""
+    """`manifest.json`: every file in `folder` and its subfolders (`generator/...`) with its size (sha256 too
+    up to HASH_LIMIT), each synced to disk first; the file whose presence makes the checkpoint complete."""
     files = {}
-    for p in sorted(Path(folder).iterdir()):
-        if p.name == MANIFEST or not p.is_file():
+    for p in sorted(Path(folder).rglob("*")):
+        name = p.relative_to(folder).as_posix()
+        if name == MANIFEST or not p.is_file():
             continue
         entry = {"size": p.stat().st_size}
         with open(p, "rb") as f:
             os.fsync(f.fileno())
             if entry["size"] <= HASH_LIMIT:
                 entry["sha256"] = hashlib.sha256(f.read()).hexdigest()
-        files[p.name] = entry
+        files[name] = entry
     write_json(Path(folder) / MANIFEST, {"format": 1, "files": files})
 
 
@@ -295,21 +301,19 @@ def find_resume(resume: str | None, ckpt_root: Path, warn=print) -> Path | None:
     return Path(resume)
 
 
-def load_checkpoint(path: Path, *, accelerator, hf_model, optimizer, scheduler) -> dict:
-    """Restore model, optimizer, scheduler, scaler and this process's RNG; return the trainer state."""
-    from safetensors.torch import load_file
-
+def load_checkpoint(path: Path, *, accelerator, hf_model, optimizer, scheduler, generator=None) -> dict:
+    """Restore model (and the ELECTRA generator), optimizer, scheduler, scaler and this process's RNG; return
+    the trainer state."""
     path = Path(path)
     state = read_state(path)
     if state.get("num_processes", 1) != accelerator.num_processes:
         accelerator.print(f"note: checkpoint was written by {state.get('num_processes')} processes, resuming with "
                           f"{accelerator.num_processes}: data order continues, exact-loss resume is not guaranteed")
-    weights = load_file(str(path / "model.safetensors"))
-    missing, unexpected = hf_model.load_state_dict(weights, strict=False)
-    missing = [k for k in missing if k not in _tied_names(hf_model)]
-    if missing or unexpected:
-        raise ZhBertError(f"{path}: checkpoint does not match the model (missing {missing[:3]}, "
-                          f"unexpected {unexpected[:3]})")
+    _load_weights(path, hf_model)
+    if generator is not None:
+        if not (path / GENERATOR / "model.safetensors").is_file():
+            raise ZhBertError(f"{path}: no {GENERATOR}/ in this checkpoint: it was not written by an electra run")
+        _load_weights(path / GENERATOR, generator)
     opt = torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True)
     optimizer.load_state_dict(opt["optimizer"])
     scheduler.load_state_dict(opt["scheduler"])
@@ -320,6 +324,18 @@ def load_checkpoint(path: Path, *, accelerator, hf_model, optimizer, scheduler) 
     if rng_file.is_file():
         set_rng_state(torch.load(rng_file, map_location="cpu", weights_only=True))
     return state
+
+
+def _load_weights(folder: Path, model) -> None:
+    """`folder/model.safetensors` into `model`, every parameter accounted for (tied ones stored once)."""
+    from safetensors.torch import load_file
+
+    weights = load_file(str(folder / "model.safetensors"))
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    missing = [k for k in missing if k not in _tied_names(model)]
+    if missing or unexpected:
+        raise ZhBertError(f"{folder}: checkpoint does not match the model (missing {missing[:3]}, "
+                          f"unexpected {unexpected[:3]})")
 
 
 def read_state(path: Path) -> dict:
@@ -337,6 +353,6 @@ def _tied_names(model) -> set[str]:
     """Parameter names that safetensors stores once because they are tied (the decoder weight)."""
     names = set()
     for k in model.state_dict():
-        if k.endswith("predictions.decoder.weight") or k.endswith("predictions.decoder.bias"):
+        if k.endswith(("predictions.decoder.weight", "predictions.decoder.bias", "generator_lm_head.weight")):
             names.add(k)
     return names

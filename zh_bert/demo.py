@@ -203,7 +203,7 @@ def load_model(name: str):
     from transformers import AutoModelForMaskedLM
 
     if Path(name).exists():
-        path = rundir.model_dir(name)
+        path = rundir.masked_lm_dir(name)
     else:
         repo_id, entry = resolve(name)
         path = default_out(entry.alias if entry else repo_id)
@@ -326,7 +326,7 @@ def model_arg(name: str) -> str:
     """A MODEL argument as the page lists it: a local run dir becomes its final/ folder; a name that does
     not exist locally stays a catalog alias or ORG/NAME repo id, unless it can only be a path."""
     if Path(name).exists() or name.startswith((".", os.sep)) or name.count("/") > 1:
-        return str(rundir.model_dir(name))
+        return str(rundir.masked_lm_dir(name))
     return name
 
 
@@ -385,7 +385,7 @@ def check_local_models(models: list[str]) -> None:
 
     for m in models:
         if Path(m).exists():
-            folder = rundir.model_dir(m)
+            folder = rundir.masked_lm_dir(m)
             load_pretrained(AutoConfig, folder, "a model config")
             weights = sorted(folder.glob("*.safetensors"))
             if not weights and not (folder / "pytorch_model.bin").is_file():

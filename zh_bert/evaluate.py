@@ -27,7 +27,7 @@ from zh_bert.config import at_least, build_parser as derive_parser, config_from_
 from zh_bert.corpus_io import read_documents, read_jsonl
 from zh_bert.errors import ZhBertError
 from zh_bert.eval_results import entry, record_for_checkpoint
-from zh_bert.rundir import model_dir
+from zh_bert.rundir import masked_lm_dir
 from zh_bert.masking import MaskingConfig, mask_batch
 from zh_bert.segment import SEGMENTERS, Segmenter
 from zh_bert.shard import Specials, TextEncoder, pack_sequences
@@ -38,11 +38,12 @@ from zh_bert.weights import load_pretrained
 # --------------------------------------------------------------------------- model
 
 def load_mlm(ckpt):
-    """(model in eval mode, tokenizer, model dir) for a checkpoint folder or run dir."""
+    """(model in eval mode, tokenizer, model dir) for a checkpoint folder or run dir (an ELECTRA one: its
+    generator)."""
     from transformers import AutoModelForMaskedLM
     from transformers.utils import logging as hf_logging
 
-    ckpt_dir = model_dir(ckpt)
+    ckpt_dir = masked_lm_dir(ckpt)
     tok = load_tokenizer(ckpt_dir)
     hf_logging.disable_progress_bar()
     model = load_pretrained(AutoModelForMaskedLM, ckpt_dir, "a masked-LM model")

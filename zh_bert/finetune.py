@@ -136,10 +136,12 @@ def logits(model, batch: dict, pooling: str):
     an MLM-only checkpoint never trained [CLS] or the pooler (no NSP), but every token's representation."""
     if pooling == "cls":
         return model(**batch).logits
-    hidden = model.bert(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                        token_type_ids=batch.get("token_type_ids")).last_hidden_state
+    hidden = model.base_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                              token_type_ids=batch.get("token_type_ids")).last_hidden_state
     mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
     pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
+    if not hasattr(model, "dropout"):   # ELECTRA: its stock head (dropout, dense, GELU, dropout, output) reads position 0
+        return model.classifier(pooled.unsqueeze(1))
     return model.classifier(model.dropout(pooled))
 
 

@@ -19,6 +19,13 @@ LayerNorm inputs in fp32 = 38h. A fused SDPA kernel keeps no s×s attention matr
 a CPU with attention dropout > 0, which PyTorch's CPU flash kernel does not support) the probabilities
 add 4·heads·s bytes per token, with attention dropout 9·heads·s (mask + dropped copy; 6 / 11 under AMP). The sparse MLM head stores per *masked* token its 4 h-sized inputs and
 2 V-sized fp32 tensors (logits, log-softmax), plus 2 more V-sized gradients at the start of backward.
+
+`--objective electra` plans both networks (`zh_bert.model.electra_configs`): parameters = discriminator +
+generator with the embeddings counted once; FLOPs = `model.electra_flops_per_token` (the generator's encoder
+and sparse head, the discriminator's encoder and per-token RTD head); activations = the generator's encoder at
+its width (its embeddings E = the discriminator's hidden size, plus the projection input) and sparse head with
+E in place of h, plus the discriminator's encoder and RTD head (3 h-sized inputs per token: 12h bytes fp32, 6h
+under AMP).
 """
 
 from __future__ import annotations
@@ -58,7 +65,8 @@ class PlanArgs:
     mask_rate: float = option(0.15)
     attention_dropout: float = option(0.0, help="recipe key attention_dropout; > 0 on a CPU stores the s×s "
                                                 "attention matrix")
-    objective: Literal["mlm", "mlm+nsp", "mlm+sop"] = option("mlm")
+    objective: Literal["mlm", "mlm+nsp", "mlm+sop", "electra"] = option("mlm")
+    generator_ratio: float = option(0.25, help="objective electra: generator hidden size / discriminator's")
     grad_checkpointing: Literal["auto", "on", "off"] = option("auto", help="auto: only when nothing fits "
                                                                            "without it")
     utilisation: Optional[float] = option(None, help="override the assumed fraction of peak")
@@ -85,6 +93,8 @@ class PlanArgs:
             raise ZhBertError(f"--tokens must be positive, got {self.tokens}")
         if self.utilisation is not None and not 0 < self.utilisation <= 1:
             raise ZhBertError(f"--utilisation must be in (0, 1], got {self.utilisation}")
+        if not 0 < self.generator_ratio <= 1:
+            raise ZhBertError(f"--generator-ratio must be in (0, 1], got {self.generator_ratio}")
         if self.measure_steps < 1:
             raise ZhBertError(f"--measure-steps must be at least 1, got {self.measure_steps}")
 
@@ -108,6 +118,8 @@ class ModelShape:
     params: int                      # BertForMaskedLM (tied decoder), or BertForPreTraining with pairs
     # ^ counted from the config, so a plan never builds the model (a large one takes GBs and seconds);
     #   tests/test_plan.py checks it equals model.count_params of the built model
+    generator: Optional["ModelShape"] = None   # electra: the generator (its params: only what it adds)
+    embedding: int = 0                         # electra: the generator's embedding width (= hidden here)
 
     @classmethod
     def from_config(cls, cfg, pairs: bool = False) -> "ModelShape":
@@ -120,8 +132,28 @@ class ModelShape:
         return cls(l, h, cfg.num_attention_heads, i, v, p, cfg.hidden_dropout_prob,
                    cfg.attention_probs_dropout_prob, emb + l * layer + head + extra)
 
+    @classmethod
+    def from_electra(cls, disc, gen) -> "ModelShape":
+        """Discriminator (ElectraForPreTraining) + generator (ElectraForMaskedLM, tied output layer) sharing one
+        embedding module of width E = disc.embedding_size; `params` = both, the shared embeddings once."""
+        h, i, v, l, e = disc.hidden_size, disc.intermediate_size, disc.vocab_size, disc.num_hidden_layers, disc.embedding_size
+        emb = v * e + disc.max_position_embeddings * e + disc.type_vocab_size * e + 2 * e
+        d_params = emb + l * _layer_params(h, i) + (h * h + h + h + 1)             # RTD head: dense + prediction
+        hg, ig, lg = gen.hidden_size, gen.intermediate_size, gen.num_hidden_layers
+        g_params = ((e * hg + hg) if e != hg else 0) + lg * _layer_params(hg, ig) + (hg * e + e + 2 * e) + v
+        g = cls(lg, hg, gen.num_attention_heads, ig, v, gen.max_position_embeddings, gen.hidden_dropout_prob,
+                gen.attention_probs_dropout_prob, g_params, embedding=e)
+        return cls(l, h, disc.num_attention_heads, i, v, disc.max_position_embeddings, disc.hidden_dropout_prob,
+                   disc.attention_probs_dropout_prob, d_params + g_params, generator=g, embedding=e)
+
     def label(self) -> str:
-        return f"L{self.layers}/H{self.hidden}/A{self.heads}"
+        own = f"L{self.layers}/H{self.hidden}/A{self.heads}"
+        return own if self.generator is None else f"{own} + generator {self.generator.label()}"
+
+
+def _layer_params(h: int, i: int) -> int:
+    """One post-LN encoder layer: attention (qkvo + biases), FFN, two LayerNorms."""
+    return (4 * h * h + 4 * h) + (2 * h * i + i + h) + 2 * 2 * h
 
 
 def model_config(model: str, vocab_size: int, dropout: float = 0.1, attention_dropout: float = 0.0):
@@ -151,7 +183,15 @@ def activation_bytes(shape: ModelShape, seq_len: int, micro_batch: int, precisio
                      mask_rate: float = 0.15, fused_attention: bool = True,
                      grad_checkpointing: bool = False) -> float:
     """Bytes autograd keeps for backward in one micro-batch (see module docstring for the derivation)."""
+    if shape.generator is not None:
+        kw = dict(fused_attention=fused_attention, grad_checkpointing=grad_checkpointing)
+        half, tokens, h = precision in ("fp16", "bf16"), micro_batch * seq_len, shape.hidden
+        discriminator = activation_bytes(dataclasses.replace(shape, generator=None), seq_len, micro_batch,
+                                         precision, mask_rate=0.0, **kw) + tokens * (6 if half else 12) * h
+        generator = activation_bytes(shape.generator, seq_len, micro_batch, precision, mask_rate=mask_rate, **kw)
+        return discriminator + generator
     h, a, s, v = shape.hidden, shape.heads, seq_len, shape.vocab
+    e = shape.embedding or h
     half = precision in ("fp16", "bf16")
     drop = 1 if shape.dropout > 0 else 0
     per_layer = (38 if half else 64) * h + 2 * drop * h
@@ -164,9 +204,9 @@ def activation_bytes(shape: ModelShape, seq_len: int, micro_batch: int, precisio
         encoder = tokens * (shape.layers * 4 * h + per_layer)
     else:
         encoder = tokens * shape.layers * per_layer
-    embeddings = tokens * (4 + drop) * h
+    embeddings = tokens * (4 + drop) * e + (tokens * (2 if half else 4) * e if e != h else 0)   # + projection input
     masked = tokens * mask_rate
-    head = masked * ((10 * h + 18 * v) if half else (16 * h + 16 * v))
+    head = masked * ((10 * e + 18 * v) if half else (16 * e + 16 * v))
     return encoder + embeddings + head
 
 
@@ -237,7 +277,7 @@ def make_plan(args: PlanArgs, spec: GPUSpec, utilisation: float | None = None,
     cfg = model_config(model, args.vocab_size, attention_dropout=attention_dropout)
     if seq_len > cfg.max_position_embeddings:
         raise ZhBertError(f"--seq-len {seq_len} exceeds the model's {cfg.max_position_embeddings} positions")
-    shape = ModelShape.from_config(cfg, pairs=args.objective != "mlm")
+    shape, fpt = shape_and_flops(args, cfg)
     is_cpu = args.device == "cpu"
     prec, warns = decide_precision(precision, None if is_cpu else spec.capability,
                                    cpu_bf16=spec.bf16 if is_cpu else False, name=spec.name)
@@ -262,9 +302,6 @@ def make_plan(args: PlanArgs, spec: GPUSpec, utilisation: float | None = None,
     larger = [d for d in divisors(per_device) if d > micro]
     next_gb = mem(larger[0], ckpt).total / GiB if larger else None
 
-    from zh_bert.model import flops_per_token
-
-    fpt = flops_per_token(cfg, seq_len, mask_rate)
     recompute = RECOMPUTE if ckpt else 1.0
     util = spec.utilisation.get(prec, 0.3) if utilisation is None else utilisation
     achieved = spec.peak_tflops(prec) * 1e12 * util
@@ -295,6 +332,16 @@ def make_plan(args: PlanArgs, spec: GPUSpec, utilisation: float | None = None,
         gpu_hours=days * 24 * gpus, install=spec.torch_wheel, notes=notes)
 
 
+def shape_and_flops(args: PlanArgs, cfg) -> tuple[ModelShape, float]:
+    """(what trains, its training FLOPs per token) for `args.objective` on the BertConfig `cfg`."""
+    from zh_bert.model import electra_configs, electra_flops_per_token, flops_per_token
+
+    if args.objective == "electra":
+        disc, gen = electra_configs(cfg, args.generator_ratio)
+        return ModelShape.from_electra(disc, gen), electra_flops_per_token(disc, gen, args.seq_len, args.mask_rate)
+    return ModelShape.from_config(cfg, pairs=args.objective != "mlm"), flops_per_token(cfg, args.seq_len, args.mask_rate)
+
+
 def largest_within(args: PlanArgs, spec: GPUSpec, utilisation: float | None = None,
                    utilisation_source: str = "given") -> Plan | None:
     """The largest preset whose run (as `args` otherwise) fits in memory and finishes within `args.days`."""
@@ -310,7 +357,8 @@ def largest_within(args: PlanArgs, spec: GPUSpec, utilisation: float | None = No
 
 def measure(model: str, seq_len: int, micro_batch: int, precision: str, *, vocab_size: int = 21128,
             steps: int = 3, mask_rate: float = 0.15, dropout: float = 0.1, attention_dropout: float = 0.0,
-            device: str | None = None, grad_checkpointing: bool = False) -> dict:
+            device: str | None = None, grad_checkpointing: bool = False, objective: str = "mlm",
+            generator_ratio: float = 0.25) -> dict:
     """Time real training steps (`pretrain.train_step` with its model, optimizer and precision handling) on
     the local device ('cpu' or 'cuda'; None = the GPU if there is one).
 
@@ -322,17 +370,21 @@ def measure(model: str, seq_len: int, micro_batch: int, precision: str, *, vocab
     import torch
     from transformers import BertForMaskedLM
 
-    from zh_bert.model import PretrainModel
+    from zh_bert.model import ElectraPretrainModel, PretrainModel, build_electra
     from zh_bert.pretrain import StepStats, lr_lambda, make_accelerator, make_optimizer, train_step
     from zh_bert.recipe import Recipe
 
     acc = make_accelerator(precision, cpu=(device or ("cuda" if torch.cuda.is_available() else "cpu")) == "cpu")
     dev = acc.device
-    recipe = Recipe(lr=1e-4, warmup_steps=0, max_steps=steps + 1, global_batch=micro_batch, micro_batch=micro_batch)
+    recipe = Recipe(lr=1e-4, warmup_steps=0, max_steps=steps + 1, global_batch=micro_batch, micro_batch=micro_batch,
+                    objective=objective, generator_ratio=generator_ratio)
     torch.manual_seed(0)
-    net = PretrainModel(BertForMaskedLM(model_config(model, vocab_size, dropout, attention_dropout)))
-    if grad_checkpointing:
-        net.hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    cfg = model_config(model, vocab_size, dropout, attention_dropout)
+    net = (ElectraPretrainModel(*build_electra(cfg, generator_ratio)) if objective == "electra"
+           else PretrainModel(BertForMaskedLM(cfg)))
+    for hf in (net.hf, getattr(net, "generator", None)):
+        if grad_checkpointing and hf is not None:
+            hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     opt, _ = make_optimizer(net, recipe)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(recipe))
     net, opt = acc.prepare(net, opt)
@@ -353,8 +405,8 @@ def measure(model: str, seq_len: int, micro_batch: int, precision: str, *, vocab
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
     t0 = time.perf_counter()
-    for _ in range(steps):
-        train_step(net, opt, sched, acc, [batch], recipe, stats)
+    for k in range(steps):
+        train_step(net, opt, sched, acc, [batch], recipe, stats, k + 1)
     sync()
     dt = time.perf_counter() - t0
     result = {"device": str(dev), "model": model, "micro_batch": micro_batch, "seq_len": seq_len,
@@ -428,11 +480,13 @@ def _measure_utilisation(args: PlanArgs, spec: GPUSpec, plan: Plan) -> dict:
     mb = args.measure_micro_batch or (min(plan.micro_batch, 8) if dev == "cpu" else plan.micro_batch)
     measured = measure(args.model, args.seq_len, mb, plan.precision, vocab_size=args.vocab_size,
                        steps=args.measure_steps, mask_rate=args.mask_rate, device=dev,
-                       attention_dropout=args.attention_dropout, grad_checkpointing=plan.grad_checkpointing)
+                       attention_dropout=args.attention_dropout, grad_checkpointing=plan.grad_checkpointing,
+                       objective="electra" if args.objective == "electra" else "mlm",
+                       generator_ratio=args.generator_ratio)
     recompute = RECOMPUTE if plan.grad_checkpointing else 1.0
     measured["utilisation"] = measured["tokens_per_s"] * plan.flops_per_token * recompute / (plan.peak_tflops * 1e12)
     if dev == "cuda":
-        shape = ModelShape.from_config(model_config(args.model, args.vocab_size, 0.1, args.attention_dropout))
+        shape, _ = shape_and_flops(args, model_config(args.model, args.vocab_size, 0.1, args.attention_dropout))
         est = estimate_memory(shape, args.seq_len, mb, plan.precision, device="cpu", mask_rate=args.mask_rate,
                               fused_attention=spec.sdpa_fused)
         measured["estimated_allocated_gb"] = est.total / GiB

@@ -14,7 +14,8 @@ also all-reduces those counts and the stop flag; logging (every `log_every` step
 when they run.
 
 What makes it safe: the loss is normalised by the masked-token count of the whole global batch (so
-accumulation and DDP give the same update as one big batch), non-finite steps are skipped and a streak
+accumulation and DDP give the same update as one big batch; ELECTRA's RTD loss by the batch's real-token
+count, its generator samples keyed per sequence, see `model.ElectraPretrainModel`), non-finite steps are skipped and a streak
 of them stops the run, and checkpoints hold everything needed to continue with exactly the losses of an
 uninterrupted run.
 
@@ -51,6 +52,7 @@ from zh_bert.curves import plot_curves, read_metrics
 from zh_bert.errors import ZhBertError
 from zh_bert.fileio import atomic_dir, atomic_write, write_json, write_vocab_txt
 from zh_bert.recipe import Recipe, load_recipe, save_recipe
+from zh_bert.rundir import GENERATOR
 
 
 @dataclass
@@ -134,6 +136,7 @@ class StepStats:
 
     def reset(self):
         self.loss = self.correct = self.nsp_loss = self.nsp_correct = 0.0
+        self.rtd_loss = self.rtd_correct = self.replaced = 0.0
         self.masked = self.tokens = self.seqs = self.steps = self.skipped = 0
         self.t0 = time.perf_counter()
 
@@ -143,17 +146,28 @@ class StepStats:
         if "nsp_loss_sum" in out:
             self.nsp_loss = self.nsp_loss + out["nsp_loss_sum"].detach().float()
             self.nsp_correct = self.nsp_correct + out["nsp_correct"].detach()
+        if "rtd_loss_sum" in out:
+            self.rtd_loss = self.rtd_loss + out["rtd_loss_sum"].detach().float()
+            self.rtd_correct = self.rtd_correct + out["rtd_correct"].detach()
+            self.replaced = self.replaced + out["replaced"].detach()
 
 
-def train_step(model, optimizer, scheduler, accelerator, micro_batches: list[dict], recipe, stats: StepStats) -> dict:
-    """One optimizer step over `micro_batches` (this process's share of the global batch, host tensors).
+def train_step(model, optimizer, scheduler, accelerator, micro_batches: list[dict], recipe, stats: StepStats,
+               step: int = 0) -> dict:
+    """Optimizer step `step` (0-based) over `micro_batches` (this process's share of the global batch, host
+    tensors).
 
     Returns {'loss_finite', 'grad_norm', 'skipped', 'tokens' (of all processes)}. This is the whole training
-    computation; everything else in this module is bookkeeping.
+    computation; everything else in this module is bookkeeping. ELECTRA adds the RTD loss, normalised by the
+    global batch's real-token count as the MLM loss is by its masked-token count.
     """
     import torch
 
     device = accelerator.device
+    world = accelerator.num_processes
+    if recipe.objective == "electra":   # the generator's sampling noise, keyed per sequence (exact resume, N ranks)
+        from zh_bert.model import add_sampling_noise
+        micro_batches = add_sampling_noise(micro_batches, recipe.seed, step, accelerator.process_index, world)
     masked = sum(int((b["labels"] != -100).sum()) for b in micro_batches)   # host tensors: no device sync
     seqs = sum(int(b["input_ids"].shape[0]) for b in micro_batches)
     real = [int(b["attention_mask"].sum()) for b in micro_batches]
@@ -161,8 +175,7 @@ def train_step(model, optimizer, scheduler, accelerator, micro_batches: list[dic
     counts = torch.tensor([masked, seqs, tokens], dtype=torch.float64)
     if accelerator.num_processes > 1:  # normalise by the global batch's counts: DDP then averages exactly
         counts = accelerator.reduce(counts.to(device), reduction="sum").cpu()
-    n_masked, n_seqs = max(counts[0].item(), 1.0), max(counts[1].item(), 1.0)
-    world = accelerator.num_processes
+    n_masked, n_seqs, n_tokens = max(counts[0].item(), 1.0), max(counts[1].item(), 1.0), max(counts[2].item(), 1.0)
     step_loss = 0.0
     for i, batch in enumerate(micro_batches):
         # packed rows have no padding: without a mask SDPA takes its fused kernel instead of the math path
@@ -175,9 +188,13 @@ def train_step(model, optimizer, scheduler, accelerator, micro_batches: list[dic
             loss = out["mlm_loss_sum"] * (world / n_masked)
             if "nsp_loss_sum" in out:
                 loss = loss + out["nsp_loss_sum"] * (world / n_seqs)
+            if "rtd_loss_sum" in out:
+                loss = loss + out["rtd_loss_sum"] * (recipe.rtd_weight * world / n_tokens)
             accelerator.backward(loss)
         stats.add(out)
         step_loss = step_loss + out["mlm_loss_sum"].detach()
+        if "rtd_loss_sum" in out:
+            step_loss = step_loss + out["rtd_loss_sum"].detach()
     stats.masked += masked
     stats.seqs += seqs
     stats.tokens += tokens
@@ -222,51 +239,73 @@ def _stop_on_signals():
 
 
 def evaluate(model, loader, accelerator, max_batches: int) -> dict:
-    """Validation MLM loss/accuracy with fixed masks (same batches every call): comparable over time."""
+    """Validation MLM loss/accuracy with fixed masks (same batches every call): comparable over time. ELECTRA:
+    the generator's MLM figures, and the discriminator's RTD loss/accuracy on fixed generator samples."""
     import torch
+
+    from zh_bert.model import sampling_uniforms
 
     inner = accelerator.unwrap_model(model)   # no DDP hooks: ranks may see different batch counts
     was_training = inner.training
     inner.eval()
-    sums = torch.zeros(3, dtype=torch.float64, device=accelerator.device)
+    keys = ("mlm_loss_sum", "mlm_correct", "mlm_count")
+    electra = getattr(inner, "needs_noise", False)
+    if electra:
+        keys += ("rtd_loss_sum", "rtd_correct", "rtd_count")
+    sums = torch.zeros(len(keys), dtype=torch.float64, device=accelerator.device)
     with torch.no_grad(), accelerator.autocast():
         for k, batch in enumerate(loader.one_pass()):
             if k >= max_batches:
                 break
+            if electra:   # fixed samples: (validation, batch k, rank, row)
+                rows, seq_len = batch["input_ids"].shape
+                batch["sample_u"] = torch.from_numpy(sampling_uniforms(
+                    [(2**31 - 1, k, accelerator.process_index, j) for j in range(rows)], seq_len, loader.seed))
             batch = {key: v.to(accelerator.device) for key, v in batch.items()}
             out = inner(**batch)
-            sums += torch.stack([out["mlm_loss_sum"].double(), out["mlm_correct"].double(),
-                                 out["mlm_count"].double()])
+            sums += torch.stack([out[key].double() for key in keys])
     if accelerator.num_processes > 1:
         sums = accelerator.reduce(sums, reduction="sum")
     inner.train(was_training)
-    loss, correct, count = sums.tolist()
+    loss, correct, count = sums.tolist()[:3]
     count = max(count, 1.0)
-    return {"val_mlm_loss": loss / count, "val_mlm_acc": correct / count,
-            "val_ppl": math.exp(min(loss / count, 50.0)), "val_masked_tokens": int(count)}
+    val = {"val_mlm_loss": loss / count, "val_mlm_acc": correct / count,
+           "val_ppl": math.exp(min(loss / count, 50.0)), "val_masked_tokens": int(count)}
+    if electra:
+        rtd_loss, rtd_correct, tokens = sums.tolist()[3:]
+        val.update(val_rtd_loss=rtd_loss / max(tokens, 1.0), val_rtd_acc=rtd_correct / max(tokens, 1.0))
+    return val
 
 
-def save_final(out: Path, hf_model, tokenizer, tokdir: Path | None) -> Path:
+def save_final(out: Path, hf_model, tokenizer, tokdir: Path | None, generator=None) -> Path:
     """`out/final/`: stock HF model (safetensors) + tokenizer files + vocab.txt, written atomically (a full
-    disk leaves the previous `final/`, if any, and is one line)."""
+    disk leaves the previous `final/`, if any, and is one line). ELECTRA: `final/` is the discriminator and
+    `final/generator/` the generator (a masked LM), each with the tokenizer files so either loads alone."""
     try:
-        _write_final(out, hf_model, tokenizer, tokdir)
+        _write_final(out, hf_model, tokenizer, tokdir, generator)
     except OSError as e:
         raise ZhBertError(f"cannot write {out / 'final'}: {e.strerror or e}; the checkpoints in "
                           f"{out / 'checkpoints'} are intact") from None
     return out / "final"
 
 
-def _write_final(out: Path, hf_model, tokenizer, tokdir: Path | None) -> None:
+def _write_final(out: Path, hf_model, tokenizer, tokdir: Path | None, generator=None) -> None:
     with atomic_dir(out / "final", overwrite=True) as tmp:
-        hf_model.save_pretrained(str(tmp), safe_serialization=True)
-        tokenizer.save_pretrained(str(tmp))
-        for name in ("vocab.txt", "zh_bert_vocab.json", "spiece.model"):
-            if tokdir is not None and (tokdir / name).is_file():
-                shutil.copy(tokdir / name, tmp / name)
-        if not (tmp / "vocab.txt").exists() and hasattr(tokenizer, "vocab"):
-            vocab = tokenizer.get_vocab()
-            write_vocab_txt(tmp / "vocab.txt", [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])])
+        _write_model_dir(tmp, hf_model, tokenizer, tokdir)
+        if generator is not None:
+            _write_model_dir(tmp / GENERATOR, generator, tokenizer, tokdir)
+
+
+def _write_model_dir(folder: Path, hf_model, tokenizer, tokdir: Path | None) -> None:
+    """One loadable model folder: weights, config, tokenizer files, vocab.txt."""
+    hf_model.save_pretrained(str(folder), safe_serialization=True)
+    tokenizer.save_pretrained(str(folder))
+    for name in ("vocab.txt", "zh_bert_vocab.json", "spiece.model"):
+        if tokdir is not None and (tokdir / name).is_file():
+            shutil.copy(tokdir / name, folder / name)
+    if not (folder / "vocab.txt").exists() and hasattr(tokenizer, "vocab"):
+        vocab = tokenizer.get_vocab()
+        write_vocab_txt(folder / "vocab.txt", [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])])
 
 
 class MetricsLog:
@@ -326,12 +365,14 @@ class Run:
     loader: Any                     # data.ShardLoader over train_ds
     valid_loader: Any               # data.ShardLoader over the valid split, or None
     model: Any                      # PretrainModel, prepared by Accelerate
-    hf: Any                         # the stock HF model inside it (what checkpoints and final/ hold)
+    hf: Any                         # the stock HF model inside it (what checkpoints and final/ hold);
+                                    # electra: the discriminator
     optimizer: Any
     scheduler: Any
     adam_kind: str                  # fused | foreach
     accum: int                      # micro-batches per optimizer step per process
     say: Callable[[str], None]
+    generator: Any = None           # electra: the generator (checkpoints' and final/'s generator/)
     metrics: Optional[MetricsLog] = None   # opened by build_run once the resume step is known
     step: int = 0
     tokens_seen: int = 0            # all processes
@@ -358,14 +399,14 @@ class Run:
                  "recipe": self.recipe.to_dict(), "resumes": self.resumes, "train_sequences": len(self.train_ds)}
         return ckpt.save_checkpoint(self.ckpt_root, self.step, accelerator=self.accelerator, hf_model=self.hf,
                                     optimizer=self.optimizer, scheduler=self.scheduler, trainer_state=state,
-                                    keep_last=self.recipe.keep_last)
+                                    keep_last=self.recipe.keep_last, generator=self.generator)
 
     def resume_from(self, path: Path, changed: dict) -> None:
         """Restore the checkpoint at `path`; `changed` (recipe keys this run changes, checked) take effect."""
         from zh_bert import checkpoint as ckpt
 
         st = ckpt.load_checkpoint(path, accelerator=self.accelerator, hf_model=self.hf, optimizer=self.optimizer,
-                                  scheduler=self.scheduler)
+                                  scheduler=self.scheduler, generator=self.generator)
         if st.get("train_sequences", len(self.train_ds)) != len(self.train_ds):
             raise ZhBertError(f"{path}: the training data changed since this checkpoint ({st['train_sequences']} "
                               f"sequences then, {len(self.train_ds)} now in {self.prepared.sharddir})")
@@ -434,19 +475,24 @@ def _datasets(recipe: Recipe, prepared):
 
 
 def _hf_model(recipe: Recipe, tokenizer, train_ds):
-    """The stock HF model to train: `init_from` fitted to the tokenizer, or a fresh preset (seeded)."""
+    """(the stock HF model to train: `init_from` fitted to the tokenizer, or a fresh preset (seeded); the
+    ELECTRA generator, sharing its embeddings, or None)."""
     from accelerate.utils import set_seed
 
-    from zh_bert.model import build_config, load_init, model_class, neighbour_attention_init
+    from zh_bert.model import build_config, build_electra, load_init, model_class, neighbour_attention_init
 
     set_seed(recipe.seed)
+    generator = None
     if recipe.init_from:
         hf = load_init(recipe.init_from, tokenizer, recipe.objective, recipe.seq_len)
     else:
         cfg = build_config(recipe.model, len(tokenizer), pad_token_id=train_ds.pad_id, dropout=recipe.dropout,
                            attention_dropout=recipe.attention_dropout, max_positions=max(512, recipe.seq_len))
         try:
-            hf = model_class(recipe.objective)(cfg)
+            if recipe.objective == "electra":
+                hf, generator = build_electra(cfg, recipe.generator_ratio)
+            else:
+                hf = model_class(recipe.objective)(cfg)
         except (ValueError, TypeError, KeyError, AttributeError) as e:   # a config.json build_config cannot vet
             raise ZhBertError(f"model {recipe.model}: cannot build the model: {str(e).splitlines()[0][:300]}") from None
         if recipe.attention_init == "neighbour":
@@ -454,9 +500,10 @@ def _hf_model(recipe: Recipe, tokenizer, train_ds):
     if hf.config.vocab_size < train_ds.vocab_size:
         raise ZhBertError(f"model vocab_size {hf.config.vocab_size} < shard vocab_size {train_ds.vocab_size}")
     train_ds.check_positions(hf.config.max_position_embeddings)
-    if recipe.grad_checkpointing:
-        hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    return hf
+    for net in (hf, generator):
+        if recipe.grad_checkpointing and net is not None:
+            net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return hf, generator
 
 
 def build_run(recipe: Recipe, resume: str | None = None, log: Callable[[str], None] | None = None) -> Run:
@@ -467,7 +514,7 @@ def build_run(recipe: Recipe, resume: str | None = None, log: Callable[[str], No
 
     from zh_bert import checkpoint as ckpt
     from zh_bert.data import ShardLoader
-    from zh_bert.model import PretrainModel, count_params
+    from zh_bert.model import ElectraPretrainModel, PretrainModel, count_params
     from zh_bert.pipeline import prepare_data
 
     t_start = time.time()
@@ -489,11 +536,12 @@ def build_run(recipe: Recipe, resume: str | None = None, log: Callable[[str], No
     if not recipe.init_from:   # a bad model config.json is one line before any data work
         from zh_bert.model import build_config
         build_config(recipe.model, 1)
+    check_objective_data(recipe)
     with accelerator.main_process_first():   # the main process builds the shards, the others find the cache
         prepared = prepare_data(recipe, log=say)
     tokdir, tokenizer, train_ds, valid_ds = _datasets(recipe, prepared)
-    hf = _hf_model(recipe, tokenizer, train_ds)
-    model = PretrainModel(hf)
+    hf, generator = _hf_model(recipe, tokenizer, train_ds)
+    model = PretrainModel(hf) if generator is None else ElectraPretrainModel(hf, generator)
     optimizer, adam_kind = make_optimizer(model, recipe)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(recipe))
     model, optimizer = accelerator.prepare(model, optimizer)
@@ -504,7 +552,7 @@ def build_run(recipe: Recipe, resume: str | None = None, log: Callable[[str], No
               tokdir=tokdir, tokenizer=tokenizer, train_ds=train_ds, loader=loader, valid_loader=valid_loader,
               model=model, hf=accelerator.unwrap_model(model).hf, optimizer=optimizer, scheduler=scheduler,
               adam_kind=adam_kind, accum=recipe.global_batch // (recipe.micro_batch * world), say=say,
-              t_start=t_start)
+              generator=generator, t_start=t_start)
     if resume_from is not None:
         run.resume_from(resume_from, changed)
         say(f"resumed from {resume_from} at step {run.step}" + "".join(
@@ -514,12 +562,30 @@ def build_run(recipe: Recipe, resume: str | None = None, log: Callable[[str], No
     if accelerator.is_main_process:
         save_recipe(recipe, out / "recipe.yaml")
     accelerator.wait_for_everyone()
-    say(f"model {recipe.model} ({type(run.hf).__name__}, {count_params(run.hf) / 1e6:.1f}M params, vocab "
+    gen = "" if generator is None else (f" + generator ElectraForMaskedLM L{generator.config.num_hidden_layers}/H"
+                                        f"{generator.config.hidden_size}, {count_params(generator) / 1e6:.1f}M "
+                                        f"incl. the shared embeddings")
+    say(f"model {recipe.model} ({type(run.hf).__name__}, {count_params(run.hf) / 1e6:.1f}M params{gen}, vocab "
         f"{run.hf.config.vocab_size}) | objective {recipe.objective}, masking {recipe.masking.strategy} | {world} "
         f"process(es) on {accelerator.device}, precision {precision} (requested {recipe.precision}) | global "
         f"batch {recipe.global_batch} = {recipe.micro_batch} × {run.accum} accumulation × {world} | AdamW "
         f"{adam_kind} | {len(train_ds)} train sequences of {train_ds.seq_len}")
     return run
+
+
+def check_objective_data(recipe: Recipe) -> None:
+    """Refuse a SHARDDIR that does not fit the objective before any data work: ELECTRA trains on single-segment
+    shards (sentence-pair shards carry NSP/SOP labels it would ignore, and segments cut for pairs)."""
+    from zh_bert.data import read_meta
+    from zh_bert.pipeline import is_sharddir
+
+    paths = recipe.data_paths
+    if recipe.objective != "electra" or len(paths) != 1 or not is_sharddir(paths[0]):
+        return
+    pairs = read_meta(paths[0]).get("pairs")
+    if pairs:
+        raise ZhBertError(f"objective electra needs shards without sentence pairs, but {paths[0]} was built with "
+                          f"--pairs {pairs}; give the raw corpus or shards built without --pairs")
 
 
 def resume_point(recipe: Recipe, resume: str | None, say: Callable[[str], None]):
@@ -562,10 +628,11 @@ def _train_row(run: Run, stats: StepStats, res: dict) -> dict:
 
     acc = run.accelerator
     sums = torch.tensor([float(stats.loss), float(stats.correct), stats.masked, float(stats.nsp_loss),
-                         float(stats.nsp_correct), stats.seqs, stats.tokens], dtype=torch.float64)
+                         float(stats.nsp_correct), stats.seqs, stats.tokens, float(stats.rtd_loss),
+                         float(stats.rtd_correct), float(stats.replaced)], dtype=torch.float64)
     if acc.num_processes > 1:
         sums = acc.reduce(sums.to(acc.device), reduction="sum").cpu()
-    loss_s, corr, masked, nsp_l, nsp_c, seqs, toks = sums.tolist()
+    loss_s, corr, masked, nsp_l, nsp_c, seqs, toks, rtd_l, rtd_c, replaced = sums.tolist()
     row = {"step": run.step, "loss": loss_s / max(masked, 1), "mlm_acc": corr / max(masked, 1),
            "lr": run.scheduler.get_last_lr()[0], "tokens_per_s": toks / max(time.perf_counter() - stats.t0, 1e-9),
            "grad_norm": float(res["grad_norm"]) if res["grad_norm"] is not None else None,
@@ -573,7 +640,17 @@ def _train_row(run: Run, stats: StepStats, res: dict) -> dict:
            "skipped_steps": run.skipped_steps, "elapsed_s": round(run.train_seconds, 3)}
     if run.recipe.pairs:
         row.update(nsp_loss=nsp_l / max(seqs, 1), nsp_acc=nsp_c / max(seqs, 1))
+    if run.recipe.objective == "electra":
+        # per real token: a discriminator that calls every token original scores rtd_acc = 1 - replaced_frac
+        row.update(rtd_loss=rtd_l / max(toks, 1), rtd_acc=rtd_c / max(toks, 1), replaced_frac=replaced / max(toks, 1))
     return row
+
+
+def _val_text(val: dict) -> str:
+    text = f"mlm_loss {val['val_mlm_loss']:.4f} mlm_acc {val['val_mlm_acc']:.4f}"
+    if "val_rtd_acc" in val:
+        text += f" rtd_loss {val['val_rtd_loss']:.4f} rtd_acc {val['val_rtd_acc']:.4f}"
+    return text
 
 
 def _stop_requested(run: Run, flag: dict) -> str | None:
@@ -603,7 +680,7 @@ def fit(run: Run) -> None:
         while run.step < r.max_steps:
             t0 = time.perf_counter()
             micro = [next(batches) for _ in range(run.accum)]
-            res = train_step(run.model, run.optimizer, run.scheduler, run.accelerator, micro, r, stats)
+            res = train_step(run.model, run.optimizer, run.scheduler, run.accelerator, micro, r, stats, run.step)
             run.step += 1
             run.tokens_seen += res["tokens"]
             run.train_seconds += time.perf_counter() - t0
@@ -621,12 +698,13 @@ def fit(run: Run) -> None:
                                 tok_s=f"{row['tokens_per_s']:.0f}")
                 if not tty:
                     say(f"step {run.step}/{r.max_steps} loss {row['loss']:.4f} mlm_acc {row['mlm_acc']:.4f} "
-                        f"lr {row['lr']:.3e} tokens/s {row['tokens_per_s']:.0f}")
+                        + (f"rtd_loss {row['rtd_loss']:.4f} rtd_acc {row['rtd_acc']:.4f} " if "rtd_acc" in row else "")
+                        + f"lr {row['lr']:.3e} tokens/s {row['tokens_per_s']:.0f}")
                 stats.reset()
             bar.update(1)
             if run.valid_loader is not None and _due(r.eval_every, run.step, r.max_steps):
                 val = run.validate()
-                say(f"step {run.step}: validation mlm_loss {val['val_mlm_loss']:.4f} mlm_acc {val['val_mlm_acc']:.4f}")
+                say(f"step {run.step}: validation {_val_text(val)}")
             stop = _stop_requested(run, flag)
             if stop:
                 run.status = "interrupted"
@@ -649,13 +727,12 @@ def finish(run: Run) -> dict:
             run.save_checkpoint()
         if run.valid_loader is not None:
             val = run.validate()
-            run.say(f"final validation: mlm_loss {val['val_mlm_loss']:.4f} mlm_acc {val['val_mlm_acc']:.4f} "
-                    f"(chance {1 / run.hf.config.vocab_size:.5f})")
+            run.say(f"final validation: {_val_text(val)} (chance {1 / run.hf.config.vocab_size:.5f})")
     summary = {"status": run.status}
     if acc.is_main_process:
         run.metrics.close()
         if run.status == "finished":
-            save_final(run.out, run.hf, run.tokenizer, run.tokdir)
+            save_final(run.out, run.hf, run.tokenizer, run.tokdir, run.generator)
         try:
             plot_curves(run.metrics.path, run.out / "curves.png",
                         title=f"{run.out.name}: {run.recipe.model} {run.recipe.objective}")
@@ -702,6 +779,7 @@ def _summary(run: Run) -> dict:
                   "vocab_size": c.vocab_size, "max_position_embeddings": c.max_position_embeddings,
                   "parameters": n_params},
         "parameters": n_params,
+        **({"generator": _generator_summary(run)} if run.generator is not None else {}),
         "vocab": {"kind": (vocab_meta or {}).get("kind"), "vocab_size": c.vocab_size, "tokenizer": str(run.tokdir),
                   "meta": vocab_meta},
         "data": {"sharddir": str(run.prepared.sharddir), "shard_meta": run.train_ds.meta,
@@ -721,6 +799,22 @@ def _summary(run: Run) -> dict:
         "tokens_per_s": run.tokens_seen / run.train_seconds if run.train_seconds else None,
         "train_seconds": round(run.train_seconds, 2),
         "wall_clock_s": round(time.time() - run.t_start, 2),
-        "final_validation": {"mlm_loss": run.val["val_mlm_loss"], "mlm_acc": run.val["val_mlm_acc"]}
+        "final_validation": {k.removeprefix("val_"): v for k, v in run.val.items()
+                             if k in ("val_mlm_loss", "val_mlm_acc", "val_rtd_loss", "val_rtd_acc")}
         if run.val else None,
     }
+
+
+def _generator_summary(run: Run) -> dict:
+    """run.json's `generator` (electra): its shape, the weights it adds, and which folder holds it. Its MLM
+    figures are the run's mlm_* / val_mlm_* (the discriminator predicts no tokens)."""
+    from zh_bert.model import count_params
+
+    c = run.generator.config
+    shared = {id(p) for p in run.hf.parameters()}
+    return {"class": type(run.generator).__name__, "folder": f"final/{GENERATOR}",
+            "generator_ratio": run.recipe.generator_ratio, "rtd_weight": run.recipe.rtd_weight,
+            "num_hidden_layers": c.num_hidden_layers, "hidden_size": c.hidden_size,
+            "num_attention_heads": c.num_attention_heads, "intermediate_size": c.intermediate_size,
+            "embedding_size": c.embedding_size, "parameters": count_params(run.generator),
+            "parameters_not_shared": sum(p.numel() for p in run.generator.parameters() if id(p) not in shared)}

@@ -25,7 +25,7 @@ from zh_bert.config import option
 from zh_bert.errors import ZhBertError
 from zh_bert.fileio import atomic_dir, fault_point
 from zh_bert.hub import check_repo_id, endpoint_and_host, hub_errors, scratch_dir, with_retries
-from zh_bert.rundir import FINAL, Checkpoint, locate
+from zh_bert.rundir import FINAL, GENERATOR, Checkpoint, is_model_dir, locate
 from zh_bert.tokenizer_files import TOKENIZER_FILES
 from zh_bert.weights import check_weights
 
@@ -54,12 +54,18 @@ def select_files(src: Checkpoint) -> tuple[dict[str, Path], list[str]]:
         final = src.run_dir / FINAL
         if final.is_dir() and final != model:  # intermediate checkpoints may hold only weights
             dirs.append((final, lambda n: n in TOKENIZER_FILES, False))
+    generator = src.model_dir / GENERATOR
+    electra = is_model_dir(generator)
     for d, ok, report in dirs:
         for p in sorted(d.iterdir()):
             if p.is_file() and not p.is_symlink() and ok(p.name) and p.name not in chosen:
                 chosen[p.name] = p
-            elif report and p.name not in chosen and p != model and p.name != FINAL:
+            elif report and p.name not in chosen and p != model and p.name != FINAL and not (electra and p == generator):
                 skipped.append(str(p.relative_to(d)) + ("/" if p.is_dir() else ""))
+    if electra:   # an ELECTRA discriminator's generator (a masked LM) goes along in generator/
+        for p in sorted(generator.iterdir()):
+            if p.is_file() and not p.is_symlink() and _allowed(p.name):
+                chosen[f"{GENERATOR}/{p.name}"] = p
     if "config.json" not in chosen:
         raise ZhBertError(f"{src.model_dir}: no config.json")
     if not any(n.endswith(".safetensors") for n in chosen):
@@ -68,6 +74,8 @@ def select_files(src: Checkpoint) -> tuple[dict[str, Path], list[str]]:
         raise ZhBertError(f"{src.model_dir}: no safetensors weights{hint}; zh-bert publishes safetensors only")
     if not any(n in chosen for n in ("tokenizer.json", "vocab.txt", "spiece.model")):
         raise ZhBertError(f"{src.model_dir}: no tokenizer files (tokenizer.json / vocab.txt)")
+    if electra and f"{GENERATOR}/model.safetensors" not in chosen:
+        raise ZhBertError(f"{generator}: no safetensors weights")
     check_weights(p for n, p in chosen.items() if n.endswith(".safetensors"))
     return chosen, skipped
 
@@ -135,6 +143,7 @@ def stage(src: Checkpoint, dest: Path, repo_id: str, license: str, token: str | 
     try:
         for name, path in files.items():
             target = dest / name
+            target.parent.mkdir(exist_ok=True)
             _copy_portable(name, path, target, src.run_dir)
         target = dest / "README.md"
         card = build_card(src.model_dir, dest if src.run_dir else None, repo_id, license=license,
@@ -143,8 +152,9 @@ def stage(src: Checkpoint, dest: Path, repo_id: str, license: str, token: str | 
     except OSError as e:
         where = (shown or dest) / target.relative_to(dest) if target != dest else (shown or dest)
         raise ZhBertError(f"{where}: cannot write ({e.strerror or e}); nothing was staged") from None
-    _check_no_secret({p.name: p for p in dest.iterdir()}, token)
-    return sorted(p.name for p in dest.iterdir())
+    staged = {p.relative_to(dest).as_posix(): p for p in dest.rglob("*") if p.is_file()}
+    _check_no_secret(staged, token)
+    return sorted(staged)
 
 
 def _check_namespace(api, repo_id: str) -> None:

@@ -52,7 +52,11 @@ class Recipe:
     init_from: Optional[str] = None          # HF checkpoint dir to continue from (null = from scratch)
     attention_init: Literal["stock", "neighbour"] = "stock"  # from-scratch start; see model.neighbour_attention_init
     # --- objective and masking (see zh_bert.masking)
-    objective: Literal["mlm", "mlm+nsp", "mlm+sop"] = "mlm"
+    objective: Literal["mlm", "mlm+nsp", "mlm+sop", "electra"] = "mlm"
+    # ^ electra: generator (MLM at the masked positions) + discriminator (replaced-token detection on every
+    #   token), see model.ElectraPretrainModel; final/ = discriminator, final/generator/ = the masked LM
+    generator_ratio: float = 0.25            # electra: generator hidden size / discriminator's, in (0, 1]
+    rtd_weight: float = 50.0                 # electra: λ in loss = generator MLM + λ · RTD (Clark et al.: 50)
     masking: MaskingConfig = field(default_factory=MaskingConfig)
     # ^ flat keys: masking (strategy token|wwm|ngram|unigram-noise, "wwm"), mask_rate (0.15), mask_token_prob
     #   (0.8), random_token_prob (0.1), max_ngram (3, 1..4); their meaning: zh_bert.masking.MaskingConfig
@@ -127,6 +131,14 @@ class Recipe:
             raise ZhBertError(f"seq_len {self.seq_len} exceeds the presets' 512 positions")
         if self.seq_len < 8:
             raise ZhBertError(f"seq_len {self.seq_len} is too short (at least 8)")
+        if not 0 < self.generator_ratio <= 1:
+            raise ZhBertError(f"'generator_ratio' must be in (0, 1] (the generator's hidden size as a fraction of "
+                              f"the discriminator's), got {self.generator_ratio}")
+        if self.rtd_weight < 0:
+            raise ZhBertError(f"'rtd_weight' must be >= 0, got {self.rtd_weight}")
+        if self.objective == "electra" and self.init_from:
+            raise ZhBertError("objective electra trains a generator and a discriminator from scratch; init_from "
+                              "is not supported with it (set init_from: null)")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = "recipe") -> "Recipe":

@@ -14,6 +14,7 @@ from pathlib import Path
 from zh_bert.errors import ZhBertError
 
 FINAL = "final"
+GENERATOR = "generator"   # objective electra: FINAL/ (and each checkpoint) = discriminator, GENERATOR/ = masked LM
 CHECKPOINTS = "checkpoints"
 MARKERS = ("run.json", "recipe.yaml")  # written at the top of every run dir
 
@@ -57,6 +58,14 @@ def locate(path: str | Path) -> Checkpoint:
 def model_dir(path: str | Path) -> Path:
     """The folder `from_pretrained` loads for a run dir, checkpoint or model folder."""
     return locate(path).model_dir
+
+
+def masked_lm_dir(path: str | Path) -> Path:
+    """The folder a masked-LM command (`eval mlm|cloze`, `demo`) loads: `model_dir(path)`, or its
+    `generator/` when it has one (an ELECTRA run's final/ or checkpoint is the discriminator, which predicts
+    no tokens; the generator beside it is the masked LM)."""
+    folder = model_dir(path)
+    return folder / GENERATOR if is_model_dir(folder / GENERATOR) else folder
 
 
 def finished_runs(root: str | Path) -> list[Path]:

@@ -34,7 +34,7 @@ import numpy as np
 from datatrove.pipeline.base import PipelineStep
 
 from zh_bert.clean.dedup import lsh_params
-from zh_bert.clean.report import Tally
+from zh_bert.clean.report import Tally, file_digest
 from zh_bert.clean.source import Problems
 from zh_bert.corpus_io import CLEAN_REPORT
 from zh_bert.errors import ZhBertError
@@ -284,21 +284,12 @@ class WritePartStep(PipelineStep):
         path = Path(self.outdir) / name
         if docs == 0:
             path.unlink()
-        size, digest = _digest(path) if docs else (0, None)
+        size, digest = file_digest(path) if docs else (0, None)
         self.stat_update("documents", value=docs)
         _work_json(work.written(rank), {"name": name, "docs": docs, "chars": n_chars, "bytes": size,
                                         "sha256": digest})
         return
         yield
-
-
-def _digest(path: Path) -> tuple[int, str]:
-    h, n = hashlib.sha256(), 0
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-            n += len(block)
-    return n, h.hexdigest()
 
 
 class ReportStep(PipelineStep):

@@ -238,9 +238,9 @@ def build_parts(cfg: ShardConfig, opts: ExecutorOptions) -> Path:
     cfg, job = _prepare(cfg, opts)
     out = Path(cfg.output)
     marker = JobMarker(out, COMMAND, job["settings"])
-    resumed = marker.claim(opts.force, _owned)
-    job["key"] = marker.job["key"]
     logdir = Path(opts.logging_dir) if opts.logging_dir else out / ".zh-bert" / "logs"
+    resumed = marker.claim(opts.force, _owned, logdir)
+    job["key"] = marker.job["key"]
     stages = _stages(job)
     if resumed and (out / "meta.json").is_file():
         print(f"zh-bert shard: {out} is up to date (same inputs and settings, job {job['key']})")
