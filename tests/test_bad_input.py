@@ -231,6 +231,9 @@ CASES: list[Case] = [
     Case("pretrain-data-empty-dir", ["pretrain", "pt_parts_empty.yaml"], "a_dir: directory holds no corpus parts"),
     Case("pretrain-data-truncated-gz-part", ["pretrain", "pt_parts_truncated.yaml"], "part-00001.jsonl.gz: broken"),
     Case("pretrain-data-parts-not-json", ["pretrain", "pt_parts_not_json.yaml"], "part-00000.jsonl:1: not JSON"),
+    Case("pretrain-correction-corpus-too-small", ["pretrain", "pt_recipe.yaml", "--set", "masking=correction",
+                                                  "--set", "data={small_shards}", "--set", "tokenizer={tok}"],
+         "needs at least 20,000"),
     Case("plan-model-size-text", ["plan", "--model", "pt_size_text.json"], "hidden_size"),
     Case("plan-model-heads", ["plan", "--model", "pt_heads.json"], "num_attention_heads"),
     Case("plan-mask-rate-nan", ["plan", "--mask-rate", "nan"], "finite"),
@@ -264,6 +267,8 @@ CASES: list[Case] = [
                                      "--no-record"], "--batch-size"),
     Case("eval-cloze-truncated-weights", ["eval", "cloze", "{truncated}", "--data", "ft_cloze.jsonl", "--no-record"],
          "cannot load"),
+    Case("eval-masking-correction-without-shards", ["eval", "mlm", "{tiny}", "--text", "docs.jsonl", "--masking",
+                                                    "correction", "--no-record"], "similar-word table"),
     Case("eval-mask-rate-nan", ["eval", "mlm", "{tiny}", "--text", "docs.jsonl", "--mask-rate", "nan",
                                 "--no-record"], "mask_rate"),
     Case("finetune-batch-size-negative", ["finetune", "{tiny}", "--task", "chnsenticorp", "--batch-size", "-3",
@@ -322,13 +327,17 @@ def _tree(root: Path) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def bad_root(tmp_path_factory, tiny_model_dir, google_tokdir, sample_jsonl, build_shards):
+def bad_root(tmp_path_factory, tiny_model_dir, google_tokdir, sample_jsonl, sample_docs, build_shards):
+    small = tmp_path_factory.mktemp("small_corpus") / "docs.jsonl"   # 10 documents: too few for correction
+    small.write_text("".join(json.dumps({"text": t, "source": str(i)}, ensure_ascii=False) + "\n"
+                             for i, t in enumerate(sample_docs[:10])), encoding="utf-8")
     truncated = tmp_path_factory.mktemp("truncated") / "model"
     shutil.copytree(tiny_model_dir, truncated)
     weights = truncated / "model.safetensors"
     os.truncate(weights, weights.stat().st_size // 2)          # a killed copy
     return {"tiny": str(tiny_model_dir), "tok": str(google_tokdir), "truncated": str(truncated),
             "shards": str(build_shards(sample_jsonl, google_tokdir, "--seq-len", "64")),
+            "small_shards": str(build_shards(small, google_tokdir, "--seq-len", "64", "--valid-docs", "2")),
             "pair_shards": str(build_shards(sample_jsonl, google_tokdir, "--seq-len", "64", "--pairs", "nsp"))}
 
 

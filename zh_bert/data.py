@@ -282,6 +282,11 @@ class ShardLoader:
         self.last_indices = np.zeros(0, dtype=np.int64)
         self._perm_cache: dict[int, np.ndarray] = {}
         self._unigram = dataset.unigram_probs() if masking.strategy == "unigram-noise" else None
+        self._similar = None
+        if masking.strategy == "correction":   # MacBERT's similar words, learned once per shard dir
+            from zh_bert.similar_words import load_or_build
+
+            self._similar = load_or_build(dataset)
 
     def _perm(self, epoch: int) -> np.ndarray:
         if epoch not in self._perm_cache:
@@ -321,7 +326,7 @@ class ShardLoader:
         b = ds.batch(idx)
         ids, labels = mask_batch(b["input_ids"], b["word_start"], self.masking, rng, mask_id=ds.mask_id,
                                  special_ids=ds.special_ids, vocab_size=ds.vocab_size,
-                                 unigram_probs=self._unigram)
+                                 unigram_probs=self._unigram, similar=self._similar)
         out = {"input_ids": ids, "attention_mask": b["attention_mask"], "token_type_ids": b["token_type_ids"],
                "labels": labels}
         if "next_sentence_label" in b:

@@ -77,9 +77,12 @@ def inspect_shards(cfg: InspectConfig, masking: MaskingConfig | None) -> None:
     if masking is None:
         ids, labels = b["input_ids"], np.full_like(b["input_ids"], -100)
     else:
+        from zh_bert.similar_words import load_or_build
+
         ids, labels = mask_batch(b["input_ids"], b["word_start"], masking, rng, mask_id=ds.mask_id,
                                  special_ids=ds.special_ids, vocab_size=ds.vocab_size,
-                                 unigram_probs=ds.unigram_probs() if masking.strategy == "unigram-noise" else None)
+                                 unigram_probs=ds.unigram_probs() if masking.strategy == "unigram-noise" else None,
+                                 similar=load_or_build(ds) if masking.strategy == "correction" else None)
     for r, i in enumerate(idx.tolist()):
         n = int(b["attention_mask"][r].sum())
         orig = b["input_ids"][r, :n].tolist()

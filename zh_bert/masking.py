@@ -1,4 +1,4 @@
-"""Dynamic masking for masked-LM pretraining: one vectorised function, four strategies.
+"""Dynamic masking for masked-LM pretraining: one vectorised function, five strategies.
 
 Every strategy is the same algorithm on a different *unit*:
 
@@ -20,6 +20,13 @@ expected number of predicted tokens exactly ``mask_rate × maskable tokens`` wha
 (Google's wwm skips words that overflow and so undershoots). Special tokens ([CLS], [SEP], [PAD], ...)
 are never picked. Then each picked token independently becomes [MASK] (``mask_token_prob``), a random
 token (``random_token_prob``) or stays unchanged, as in Google's create_pretraining_data.py.
+
+- ``correction``     unit = one jieba word, picked exactly as in ``wwm``, but no ``[MASK]`` is ever shown:
+                     MacBERT's "MLM as correction" (Cui et al. 2020, §3.2). Each picked *word* (not each
+                     token) is replaced by a similar word of the same length in tokens
+                     (``mask_token_prob``, 0.8), by random tokens (``random_token_prob``, 0.1) or kept (the
+                     rest); a word without a similar word gets random tokens. Similar words come from a
+                     table (``zh_bert.similar_words``) learned from the shard dir's own train split.
 """
 
 from __future__ import annotations
@@ -32,7 +39,9 @@ import numpy as np
 from zh_bert.config import option
 from zh_bert.errors import ZhBertError
 
-STRATEGIES = ("token", "wwm", "ngram", "unigram-noise")
+STRATEGIES = ("token", "wwm", "ngram", "unigram-noise", "correction")
+# strategies whose unit is one jieba word
+WORD_STRATEGIES = ("wwm", "correction")
 
 # MacBERT's n-gram masking probabilities for 1..4 words (Cui et al. 2020, §3.2).
 MACBERT_NGRAM_PROBS = (0.4, 0.3, 0.2, 0.1)
@@ -42,11 +51,14 @@ MACBERT_NGRAM_PROBS = (0.4, 0.3, 0.2, 0.1)
 class MaskingConfig:
     """How tokens are picked and replaced; the fields are also the `--masking/--mask-rate/...` options of
     every command that masks (eval mlm, inspect) and the masking keys of a recipe."""
-    strategy: Literal["token", "wwm", "ngram", "unigram-noise"] = option(
-        "wwm", flags=("--masking",), help="unit of masking: token | wwm (jieba words) | ngram | unigram-noise")
+    strategy: Literal["token", "wwm", "ngram", "unigram-noise", "correction"] = option(
+        "wwm", flags=("--masking",),
+        help="unit of masking: token | wwm (jieba words) | ngram | unigram-noise | correction (MacBERT)")
     mask_rate: float = option(0.15, help="fraction of maskable tokens predicted")
-    mask_token_prob: float = option(0.8, help="of predicted tokens: replaced by [MASK]")
-    random_token_prob: float = option(0.1, help="of predicted tokens: replaced by a random token (rest kept)")
+    mask_token_prob: float = option(0.8, help="of predicted tokens: replaced by [MASK] (correction: of predicted "
+                                         "words, replaced by a similar word)")
+    random_token_prob: float = option(0.1, help="of predicted tokens: replaced by a random token (correction: "
+                                           "words by random tokens); the rest kept")
     max_ngram: int = option(3, help=f"longest span of words for masking ngram (1..{len(MACBERT_NGRAM_PROBS)})")
 
     def __post_init__(self):
@@ -83,7 +95,7 @@ def _unit_starts(word_start: np.ndarray, special: np.ndarray, cfg: MaskingConfig
     if cfg.strategy in ("token", "unigram-noise"):
         return np.ones((B, L), dtype=bool)
     starts = word_start.astype(bool) | boundary
-    if cfg.strategy == "wwm":
+    if cfg.strategy in WORD_STRATEGIES:
         return starts
     # ngram: partition the word stream into spans of n words, n ~ MacBERT probabilities; spans are cut
     # at row starts and around special tokens.
@@ -98,14 +110,24 @@ def _unit_starts(word_start: np.ndarray, special: np.ndarray, cfg: MaskingConfig
     return out.reshape(B, L)
 
 
+def word_units(word_start: np.ndarray, special: np.ndarray) -> np.ndarray:
+    """(B, L) bool: where a jieba word begins, as ``wwm`` and ``correction`` pick them (special tokens are
+    words of their own)."""
+    return _unit_starts(word_start, special, MaskingConfig("wwm"), None)
+
+
 def mask_batch(input_ids: np.ndarray, word_start: np.ndarray, cfg: MaskingConfig, rng: np.random.Generator,
-               *, mask_id: int, special_ids, vocab_size: int, unigram_probs: np.ndarray | None = None
-               ) -> tuple[np.ndarray, np.ndarray]:
+               *, mask_id: int, special_ids, vocab_size: int, unigram_probs: np.ndarray | None = None,
+               similar=None) -> tuple[np.ndarray, np.ndarray]:
     """Mask a (B, L) batch. Returns (masked input ids, labels) as int64, labels -100 where not predicted.
 
     `word_start[b, t]` is True where token t begins a jieba word. `unigram_probs` (vocab_size,) is required
     for ``unigram-noise``; special ids get zero probability there and are never drawn as random tokens.
+    `similar` (a `zh_bert.similar_words.SimilarWords`) is required for ``correction``.
     """
+    if cfg.strategy == "correction" and similar is None:
+        raise ZhBertError("masking strategy 'correction' needs a similar-word table, which is learned from a "
+                          "SHARDDIR's train split (zh-bert pretrain and inspect build it); this command has none")
     ids = np.asarray(input_ids).astype(np.int64, copy=False)
     if ids.ndim != 2:
         raise ValueError(f"input_ids must be (batch, seq_len), got shape {ids.shape}")
@@ -141,6 +163,10 @@ def mask_batch(input_ids: np.ndarray, word_start: np.ndarray, cfg: MaskingConfig
 
     labels = np.where(selected, ids, -100)
     masked = ids.copy()
+    if cfg.strategy == "correction":
+        _correct(masked.ravel(), np.flatnonzero(starts.ravel())[chosen_unit], unit_len[chosen_unit], cfg, rng,
+                 similar, special_ids, vocab_size)
+        return masked, labels
     u = rng.random((B, L))
     to_mask = selected & (u < cfg.mask_token_prob)
     to_random = selected & (u >= cfg.mask_token_prob) & (u < cfg.mask_token_prob + cfg.random_token_prob)
@@ -149,6 +175,30 @@ def mask_batch(input_ids: np.ndarray, word_start: np.ndarray, cfg: MaskingConfig
     if n_random:
         masked[to_random] = _random_tokens(n_random, cfg, rng, special_ids, vocab_size, unigram_probs)
     return masked, labels
+
+
+def _correct(flat: np.ndarray, start: np.ndarray, length: np.ndarray, cfg: MaskingConfig,
+             rng: np.random.Generator, similar, special_ids: np.ndarray, vocab_size: int) -> None:
+    """MacBERT's replacement, in place on the flat ids: each picked word (flat `start`, `length` in tokens)
+    becomes a similar word of the same length (`mask_token_prob`), random tokens (`random_token_prob`, and
+    every word the table has no similar word for) or stays. One decision per word, all of it array lookups."""
+    u = rng.random(len(start))
+    to_similar = np.flatnonzero(u < cfg.mask_token_prob)
+    to_random = (u >= cfg.mask_token_prob) & (u < cfg.mask_token_prob + cfg.random_token_prob)
+    rows = similar.find(flat, start[to_similar], length[to_similar])     # -1: no similar word
+    found = rows >= 0
+    replacement = np.full(len(start), -1, dtype=np.int64)               # table row of each word's substitute
+    replacement[to_similar[found]] = similar.pick(rows[found], rng)
+    to_random[to_similar[~found]] = True                                # fallback: random tokens
+    word = np.repeat(np.arange(len(start)), length)                     # every token of the picked words
+    offset = np.arange(len(word)) - np.repeat(np.cumsum(length) - length, length)
+    pos = start[word] + offset
+    sub = replacement[word]
+    take = sub >= 0
+    flat[pos[take]] = similar.tokens[sub[take], offset[take]]
+    rand = to_random[word]
+    if rand.any():
+        flat[pos[rand]] = _random_tokens(int(rand.sum()), cfg, rng, special_ids, vocab_size, None)
 
 
 def _random_tokens(n: int, cfg: MaskingConfig, rng: np.random.Generator, special_ids: np.ndarray,

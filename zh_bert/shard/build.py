@@ -24,6 +24,7 @@ from zh_bert.errors import ZhBertError
 from zh_bert.fileio import atomic_dir, check_replaceable, recover
 from zh_bert.segment import DEFAULT_SEGMENTER, SEGMENTERS, Segmenter, check_segmenter
 from zh_bert.shard.encode import Packer, Specials, TextEncoder, build_pairs
+from zh_bert.similar_words import TABLE_FILE as SIMILAR_WORDS_FILE
 from zh_bert.tokenizer_files import load_tokenizer, tokenizer_fingerprint
 
 CHUNK_CHARS = 1_000_000  # work unit (~3 MB of Chinese); fixed, so the output is the same for any --workers
@@ -294,9 +295,10 @@ def _cache_key(cfg: ShardConfig, hashes: list[str], fingerprint: str) -> str:
 
 
 _SPLIT_FILES = ("ids.bin", "word_start.bin", "lengths.npy", "doc_starts.npy", "b_start.npy", "nsp.npy")
-# Every file `build_shards` writes: a rebuild replaces a dir holding these and nothing else.
-SHARD_FILES = frozenset({"meta.json", "unigram_counts.npy"} | {f"{s}.{f}" for s in ("train", "valid")
-                                                                 for f in _SPLIT_FILES})
+# Every file `build_shards` writes (and the similar-word table `masking: correction` caches beside them): a
+# rebuild replaces a dir holding these and nothing else.
+SHARD_FILES = frozenset({"meta.json", "unigram_counts.npy", SIMILAR_WORDS_FILE}
+                        | {f"{s}.{f}" for s in ("train", "valid") for f in _SPLIT_FILES})
 
 
 def written_by_shard_job(out: Path) -> bool:

@@ -1,0 +1,125 @@
+"""`masking: correction` against `wwm`: the similar-word table's build time and size, examples, and masking
+throughput, on the bundled sample corpus (corpora/sample: zhwiki + CLUECorpusSmall, 4.1 MB).
+
+1. Shards of the whole sample (char vocab of --vocab-size built by `zh-bert vocab`, --seq-len tokens),
+   unless --sharddir/--tokenizer name existing ones.
+2. The table built from scratch (median of --repeat builds), its size on disk, words with similar words
+   and their share of word occurrences; the similar words of a few words.
+3. Masking throughput in tokens/s, median of --repeat (wwm and correction alternating): (a) one (32, seq_len) batch per call, (b) one
+   sequence per call with its own RNG, as the training loader masks (keyed per sequence).
+
+    python bench/masking_throughput.py [--repeat 5] [--sharddir DIR --tokenizer TOKDIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from _timing import machine, timed  # noqa: E402
+
+EXAMPLES = ("中国", "北京", "美国", "我们", "电影", "大学", "非常", "手机", "提高", "喜欢", "的", "在", "三")
+
+
+def build_shards(tmp: Path, vocab_size: int, seq_len: int) -> tuple[Path, Path]:
+    from zh_bert.shard import main as shard_main
+    from zh_bert.vocab import main as vocab_main
+
+    corpus = tmp / "sample.jsonl"
+    with open(corpus, "w", encoding="utf-8") as f:
+        for name in ("zhwiki_sampled.txt", "CLUECorpusSmall_sampled.txt"):
+            for i, line in enumerate((REPO / "corpora" / "sample" / name).read_text(encoding="utf-8").split("\n")):
+                if line.strip():
+                    f.write(json.dumps({"text": line, "source": f"{name}:{i}"}, ensure_ascii=False) + "\n")
+    tok, shards = tmp / "tok", tmp / "shards"
+    assert vocab_main([str(corpus), "-o", str(tok), "--kind", "char", "--size", str(vocab_size), "-q"]) == 0
+    assert shard_main([str(corpus), "--tokenizer", str(tok), "-o", str(shards), "--seq-len", str(seq_len),
+                       "--valid-docs", "40"]) == 0
+    return tok, shards
+
+
+def examples(table, tok) -> dict[str, list[str]]:
+    text = lambda r: "".join(tok.convert_ids_to_tokens(table.words(r)[0]))  # noqa: E731
+    index = {text(r): r for r in range(len(table.keys))}
+    return {w: [text(n) for n in table.neighbours[index[w]] if n >= 0] for w in EXAMPLES if w in index}
+
+
+def masking_speed(ds, table, repeat: int) -> dict:
+    import numpy as np
+
+    from zh_bert.masking import MaskingConfig, mask_batch, word_units
+
+    b = ds.batch(np.arange(min(len(ds), 512)))
+    kw = dict(mask_id=ds.mask_id, special_ids=ds.special_ids, vocab_size=ds.vocab_size, similar=table)
+    def batches(cfg):
+        rng = np.random.default_rng(0)
+        for lo in range(0, len(b["input_ids"]), 32):
+            mask_batch(b["input_ids"][lo:lo + 32], b["word_start"][lo:lo + 32], cfg, rng, **kw)
+
+    def per_sequence(cfg):
+        for j in range(len(b["input_ids"])):
+            mask_batch(b["input_ids"][j:j + 1], b["word_start"][j:j + 1], cfg, np.random.default_rng([0, 0, j]), **kw)
+
+    # the two strategies alternate, so that load on a shared machine hits both alike
+    walls = {(s, f.__name__): [] for s in ("wwm", "correction") for f in (batches, per_sequence)}
+    for _ in range(repeat):
+        for (s, name), w in walls.items():
+            fn = batches if name == "batches" else per_sequence
+            w.append(timed(lambda: fn(MaskingConfig(s)), 1, warmup=1).wall)
+    n = b["input_ids"].size
+    out = {s: {"batch32_tokens_per_s": n / statistics.median(walls[(s, "batches")]),
+               "per_sequence_tokens_per_s": n / statistics.median(walls[(s, "per_sequence")])}
+           for s in ("wwm", "correction")}
+    special = np.isin(b["input_ids"], ds.special_ids)
+    start = np.flatnonzero(word_units(b["word_start"], special).ravel() & ~special.ravel())
+    ends = np.flatnonzero(word_units(b["word_start"], special).ravel())
+    length = np.diff(np.append(ends, special.size))[np.isin(ends, start)]
+    out["word_occurrences_with_similar"] = float((table.find(b["input_ids"].ravel(), start, length) >= 0).mean())
+    for k in ("batch32_tokens_per_s", "per_sequence_tokens_per_s"):
+        out[f"ratio_{k.split('_tokens')[0]}"] = out["correction"][k] / out["wwm"][k]
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--sharddir")
+    ap.add_argument("--tokenizer")
+    ap.add_argument("--vocab-size", type=int, default=8000)
+    ap.add_argument("--seq-len", type=int, default=128)
+    args = ap.parse_args()
+
+    from zh_bert import similar_words as sw
+    from zh_bert.data import ShardDataset
+    from zh_bert.tokenizer_files import load_tokenizer
+
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.sharddir:
+            tokdir, sharddir = Path(args.tokenizer), Path(args.sharddir)
+        else:
+            tokdir, sharddir = build_shards(Path(tmp), args.vocab_size, args.seq_len)
+        ds = ShardDataset(sharddir, "train")
+        build = timed(lambda: sw.build(ds), args.repeat)
+        table = sw.load_or_build(ds)
+        size = os.path.getsize(sharddir / sw.TABLE_FILE)
+        result = {
+            "machine": machine(), "train_tokens": ds.meta["counts"]["train"]["tokens"],
+            "table": {"build_s": round(build.wall, 2), "build_cpu_s": round(build.cpu, 2), "bytes": size,
+                      "words": len(table.keys), "with_similar": int((table.n_neighbours > 0).sum()),
+                      "occurrence_coverage": round(table.coverage(), 4)},
+            "examples": examples(table, load_tokenizer(tokdir)),
+            "masking": masking_speed(ds, table, args.repeat),
+        }
+        print(json.dumps(result, ensure_ascii=False, indent=1))
+
+
+if __name__ == "__main__":
+    main()
