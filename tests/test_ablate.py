@@ -136,7 +136,23 @@ def test_bundled_ablation_recipes_parse():
         base = path.parent / spec.base
         for run in plan_runs(spec):
             r = load_recipe(base, {**spec.set, **run.overrides})   # every run is a valid recipe
-            assert r.max_steps == spec.set.get("max_steps", r.max_steps)
+            if spec.budget == "tokens":
+                assert r.max_steps == spec.set.get("max_steps", r.max_steps)
+
+
+def test_flops_budget_gives_each_run_the_first_runs_training_flops(tmp_path):
+    """`budget: flops`: ELECTRA (generator + discriminator) trains fewer steps than MLM, by plan's FLOP ratio."""
+    from conftest import REPO
+    from zh_bert.ablate import recipe_flops_per_token, run_recipe
+
+    path = REPO / "recipes" / "ablations" / "objective-compute.yaml"
+    spec = load_spec(path)
+    base = yaml.safe_load((path.parent / spec.base).read_text(encoding="utf-8"))
+    recipes = [run_recipe(spec, r, base, tmp_path, ["x.txt"], {}) for r in plan_runs(spec)]
+    steps = [r.max_steps for r in recipes]
+    assert steps[0] == steps[1] == spec.set["max_steps"] and steps[2] < steps[0]
+    flops = [r.max_steps * recipe_flops_per_token(r) for r in recipes]
+    assert all(abs(f / flops[0] - 1) < 1e-3 for f in flops)
 
 
 def _tree(root):

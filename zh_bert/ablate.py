@@ -76,6 +76,9 @@ class AblationSpec:
     eval_max_seqs: int = 200                    # packed held-out sequences scored (0 = all)
     finetune: FinetuneSpec = field(default_factory=FinetuneSpec)
     random_init_baseline: bool = True           # also fine-tune the same architecture from random weights
+    budget: Literal["tokens", "flops"] = "tokens"  # tokens: every run trains `set`'s max_steps; flops: each run's
+                                                # max_steps is scaled so that steps × training FLOPs per token
+                                                # (zh-bert plan's count) equal the first grid value's
 
     def __post_init__(self):
         if not isinstance(self.grid, dict) or len(self.grid) != 1:
@@ -87,6 +90,8 @@ class AblationSpec:
         for name in ("heldout_docs", "eval_max_seqs"):
             if getattr(self, name) < 0:
                 raise ZhBertError(f"'{name}' must be >= 0, got {getattr(self, name)}")
+        if self.budget not in ("tokens", "flops"):
+            raise ZhBertError(f"'budget' must be tokens or flops, got {self.budget!r}")
         if self.eval_masking not in STRATEGIES:
             raise ZhBertError(f"'eval_masking' must be one of {', '.join(STRATEGIES)}, got {self.eval_masking!r}")
         plan_runs(self)   # every grid value makes a run: refused now, not after the first pretraining
@@ -259,15 +264,34 @@ def _check_same_recipe(run_dir: Path, recipe) -> None:
 
 def run_recipe(spec: AblationSpec, run: Run, base: dict, out: Path, data_files: list[str] | None,
                cli_set: dict):
-    """The recipe `run` pretrains with: base + the spec's shared set + its grid value + `ablate --set`."""
+    """The recipe `run` pretrains with: base + the spec's shared set + its grid value + `ablate --set`; with
+    `budget: flops`, its max_steps scaled to the first grid value's training FLOPs."""
     overrides = {**base, **spec.set, **run.overrides, **cli_set, "out_dir": str(out / "runs" / _slug(run.label)),
                  "data_cache": str(out / "data")}
     if data_files is not None:
         overrides["data"] = data_files
     try:
-        return load_recipe(None, overrides)
+        recipe = load_recipe(None, overrides)
+        if spec.budget == "flops":
+            first = plan_runs(spec)[0]
+            ref = load_recipe(None, {**base, **spec.set, **first.overrides, **cli_set})
+            steps = round(ref.max_steps * recipe_flops_per_token(ref) / recipe_flops_per_token(recipe))
+            if steps != recipe.max_steps:
+                recipe = load_recipe(None, {**overrides, "max_steps": steps})
+        return recipe
     except ZhBertError as e:
         raise ZhBertError(f"run {run.label}: {str(e).removeprefix('recipe with --set: ')}") from None
+
+
+def recipe_flops_per_token(recipe) -> float:
+    """Training FLOPs per token of `recipe` as `zh-bert plan` counts them (both networks for electra), at the
+    recipe's vocab_size (21,128 when it sets none)."""
+    from zh_bert.plan import PlanArgs, model_config, shape_and_flops
+
+    args = PlanArgs(model=recipe.model, seq_len=recipe.seq_len, vocab_size=recipe.vocab_size or 21128,
+                    mask_rate=recipe.masking.mask_rate, objective=recipe.objective,
+                    generator_ratio=recipe.generator_ratio)
+    return shape_and_flops(args, model_config(args.model, args.vocab_size, 0.1, 0.0))[1]
 
 
 def run_one(spec: AblationSpec, run: Run, base: dict, out: Path, data_files: list[str] | None,
@@ -539,6 +563,8 @@ def main(argv: list[str]) -> int:
     spec, runs, out, cli_set = p.spec, p.runs, p.out, p.cli_set
     for r in runs:
         sets = {**spec.set, **r.overrides, **cli_set}
+        if spec.budget == "flops":
+            sets["max_steps"] = run_recipe(spec, r, p.base_data, out, None, cli_set).max_steps
         print(f"{r.label}: pretrain {p.base} --set " + " ".join(f"{k}={v}" for k, v in sets.items()), flush=True)
     if args.dry_run:
         return 0
