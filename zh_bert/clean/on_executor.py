@@ -77,7 +77,7 @@ class Work:
         self.root = self.outdir / ".zh-bert" / "work"
 
     def docs(self, r): return self.root / "docs" / f"{r:05d}.jsonl"
-    def chars(self, r): return self.root / "chars" / f"{r:05d}.npy"
+    def chars(self, r): return self.root / "chars" / f"{r:05d}.bin"
     def sigs(self, r): return self.root / "sigs" / f"{r:05d}.bin"
     def tally(self, r): return self.root / "tally" / f"{r:05d}.json"
     def removed(self, r): return self.root / "removed" / f"{r:05d}.npy"
@@ -87,16 +87,44 @@ class Work:
     def dedup_summary(self): return self.root / "dedup.json"
 
 
-def _write_sorted_keys(folder: Path, rank: int, keys: np.ndarray) -> None:
-    """keys: (docs, words) uint32 → `folder/bucket_000/{rank}.minhash.sig`, datatrove's record layout
-    (words x uint32, doc index uint32), sorted by key then index as `MinhashDedupBuckets` requires."""
-    n, w = keys.shape
-    order = np.lexsort([np.arange(n)] + [keys[:, j] for j in reversed(range(w))])
-    rec = np.empty((n, w + 1), dtype="<u4")
-    rec[:, :w] = keys[order]
-    rec[:, w] = order
-    with _work_file(folder / f"{rank:05d}.minhash.sig") as f:
-        f.write(rec.tobytes())
+class KeyRecords:
+    """A task's dedup keys in datatrove's `.minhash.sig` record layout (key words × uint32, doc index uint32).
+    Records are appended to one unsorted file per band as documents come, then each band is sorted on its
+    own into `bucket_XXX/{rank}.minhash.sig` (sorted by key, then index, as `MinhashDedupBuckets` requires):
+    a task holds one band's records at a time, never its signatures."""
+
+    def __init__(self, work: "Work", rank: int, config):
+        self.rank, self.bands = rank, []   # (unsorted file, sorted destination folder, column slice)
+        if config.dedup != "none":
+            self.bands.append(("exact", work.keys("exact") / "bucket_000", slice(0, _KEY_WORDS)))
+        if config.dedup == "minhash":
+            bands, rows = lsh_params(config.minhash.threshold, config.minhash.num_perm)
+            self.bands += [(f"band{b}", work.keys("minhash") / f"bucket_{b:03d}", slice(b * rows, (b + 1) * rows))
+                           for b in range(bands)]
+        self.tmp = work.root / "unsorted" / f"{rank:05d}"
+        self.files = {name: _work_file(self.tmp / f"{name}.bin") for name, _, _ in self.bands}
+        self.n = 0
+
+    def add(self, keys: list[bytes], sigs: list) -> None:
+        """One batch: exact keys (16 bytes each) and MinHash signatures of the documents kept, in order."""
+        idx = np.arange(self.n, self.n + len(keys), dtype="<u4")[:, None]
+        self.n += len(keys)
+        if not keys:
+            return
+        exact = np.frombuffer(b"".join(keys), dtype="<u4").reshape(len(keys), _KEY_WORDS)
+        sig = np.stack(sigs).astype("<u4") if sigs and sigs[0] is not None else None
+        for name, _, cols in self.bands:
+            src = exact if name == "exact" else sig
+            self.files[name].write(np.hstack([src[:, cols], idx]).astype("<u4").tobytes())
+
+    def finish(self) -> None:
+        for name, folder, cols in self.bands:
+            self.files[name].close()
+            rec = np.fromfile(self.tmp / f"{name}.bin", dtype="<u4").reshape(self.n, cols.stop - cols.start + 1)
+            order = np.lexsort([rec[:, j] for j in reversed(range(rec.shape[1]))])
+            with _work_file(folder / f"{self.rank:05d}.minhash.sig") as f:
+                f.write(rec[order].tobytes())
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 class CleanTaskStep(PipelineStep):
@@ -123,45 +151,27 @@ class CleanTaskStep(PipelineStep):
                     yield d
                 per_file[f] = n
 
-        keys, chars, sig_rows = [], [], 0
-        with self.track_time(), _work_file(work.docs(rank)) as fdocs, _work_file(work.sigs(rank)) as fsigs:
+        keys = KeyRecords(work, rank, cfg)
+        with self.track_time(), _work_file(work.docs(rank)) as fdocs, _work_file(work.sigs(rank)) as fsigs, \
+                _work_file(work.chars(rank)) as fchars:
             for batch in batched(docs()):
                 res = cleaner(batch)
                 tally.add_batch(res)
                 for reason, n in res.rejected.items():
                     self.stat_update(reason, value=n)
-                lines = []
-                for line, nchars, key, sig in res.kept:
-                    lines.append(line)
-                    keys.append(key)
-                    chars.append(nchars)
-                    if sig is not None:
-                        fsigs.write(sig.astype("<u4").tobytes())
-                        sig_rows += 1
-                if lines:
+                if res.kept:
+                    lines, nchars, exact, sigs = zip(*res.kept)
                     fdocs.write(("\n".join(lines) + "\n").encode("utf-8"))
+                    fchars.write(np.asarray(nchars, dtype="<i8").tobytes())
+                    if sigs[0] is not None:
+                        fsigs.write(np.stack(sigs).astype("<u4").tobytes())
+                    keys.add(list(exact), list(sigs))
                 self.stat_update("kept", value=len(res.kept))
-        self._write_keys(work, rank, keys, sig_rows)
-        with _work_file(work.chars(rank)) as f:
-            np.save(f, np.asarray(chars, dtype=np.int64))
+            keys.finish()
         _work_json(work.tally(rank), {**{k: dict(v) if isinstance(v, dict) else v for k, v in vars(tally).items()},
                                       "problems": asdict(problems), "per_file": per_file})
         return
         yield  # a datatrove step is a generator
-
-    def _write_keys(self, work: Work, rank: int, keys: list[bytes], sig_rows: int) -> None:
-        n = len(keys)
-        exact = np.frombuffer(b"".join(keys), dtype="<u4").reshape(n, _KEY_WORDS) if n else \
-            np.zeros((0, _KEY_WORDS), "<u4")
-        if self.config.dedup != "none":
-            _write_sorted_keys(work.keys("exact") / "bucket_000", rank, exact)
-        if self.config.dedup != "minhash":
-            return
-        mh = self.config.minhash
-        bands, rows = lsh_params(mh.threshold, mh.num_perm)
-        sigs = np.fromfile(work.sigs(rank), dtype="<u4").reshape(sig_rows, mh.num_perm)
-        for b in range(bands):
-            _write_sorted_keys(work.keys("minhash") / f"bucket_{b:03d}", rank, sigs[:, b * rows:(b + 1) * rows])
 
 
 def _pairs(folder: Path) -> np.ndarray:
@@ -261,8 +271,8 @@ class WritePartStep(PipelineStep):
 
     def run(self, data=None, rank: int = 0, world_size: int = 1):
         work = Work(self.outdir)
-        removed = set(np.load(work.removed(rank)).tolist())
-        chars = np.load(work.chars(rank))
+        removed = np.load(work.removed(rank))        # sorted document indices
+        chars = np.fromfile(work.chars(rank), dtype="<i8")
         name = PART.format(rank) + (".gz" if self.compression == "gzip" else "")
         recover(Path(self.outdir) / name)   # a killed earlier attempt's temp file
         docs = n_chars = 0
@@ -270,8 +280,11 @@ class WritePartStep(PipelineStep):
             out = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) \
                 if self.compression == "gzip" else raw
             with open(work.docs(rank), "rb") as f:
+                drop = iter(removed.tolist() + [-1])
+                next_drop = next(drop)
                 for i, line in enumerate(f):
-                    if i in removed:
+                    if i == next_drop:
+                        next_drop = next(drop)
                         continue
                     out.write(line)
                     docs += 1
