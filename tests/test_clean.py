@@ -463,10 +463,11 @@ def test_output_independent_of_workers(tmp_path, wiki_lines, clue_lines):
 
 
 def test_forkserver_when_threads_run(tmp_path, clue_lines):
-    """With another thread alive, workers start by forkserver (fork could deadlock); same output."""
+    """With another thread alive, workers start by forkserver (fork could deadlock); same output. fsspec's
+    event-loop thread (datatrove starts it) does not count: fsspec resets it in a forked child."""
     import threading
 
-    from zh_bert.clean import _start_method
+    from zh_bert.executors import start_method as _start_method
 
     src = tmp_path / "x.txt"
     src.write_text("\n".join(clue_lines[:200]) + "\n", encoding="utf-8")
@@ -546,3 +547,19 @@ def test_python_api_validates_like_the_cli(tmp_path, clue_lines):
     main([str(src), "-o", str(tmp_path / "cli.jsonl"), "--workers", "1", "--min-chars", "1", "--no-repetition"])
     assert out.read_text(encoding="utf-8") == (tmp_path / "cli.jsonl").read_text(encoding="utf-8")
     assert report["docs_out"] > 0 and report["options"]["filters"]["repetition"] is False
+
+
+def test_fsspec_io_thread_does_not_force_forkserver():
+    import threading
+
+    from zh_bert.executors import start_method
+
+    before = start_method()
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait, name="fsspecIO", daemon=True)
+    t.start()
+    try:
+        assert start_method() == before
+    finally:
+        stop.set()
+        t.join()
