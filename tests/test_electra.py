@@ -16,21 +16,16 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 
+from _run_helpers import metrics, save_recipe
 from conftest import CHAR_SEQ, REPO
+
+pytestmark = pytest.mark.usefixtures("one_thread")   # identical arithmetic here and in the subprocesses
 
 ONE_THREAD = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
 TF4 = os.environ.get("ZH_BERT_TF4_PYTHON")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """1 thread here and in the subprocesses: identical arithmetic in both."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def write_recipe(path: Path, char_shards, **over) -> Path:
@@ -39,14 +34,7 @@ def write_recipe(path: Path, char_shards, **over) -> Path:
               "objective": "electra", "masking": "wwm", "seq_len": CHAR_SEQ, "global_batch": 16, "micro_batch": 8,
               "lr": 3e-3, "warmup_steps": 2, "max_steps": 20, "log_every": 5, "eval_every": 10, "eval_batches": 2,
               "save_every": 10, "keep_last": 2, "seed": 7, "precision": "fp32"}
-    recipe.update(over)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(recipe, allow_unicode=True), encoding="utf-8")
-    return path
-
-
-def metrics(run: Path) -> list[dict]:
-    return [json.loads(l) for l in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if l.strip()]
+    return save_recipe(path, {**recipe, **over})
 
 
 def tiny_electra(char_shards, dropout: float = 0.0):

@@ -16,21 +16,15 @@ import pytest
 import torch
 import yaml
 
+from _run_helpers import metrics, save_recipe
 from conftest import CHAR_SEQ, REPO
 from zh_bert.errors import ZhBertError
 
 SEQ = CHAR_SEQ
-ONE_THREAD = {**os.environ, "OMP_NUM_THREADS": "1"}   # the subprocesses match this process (see below)
+ONE_THREAD = {**os.environ, "OMP_NUM_THREADS": "1"}   # the subprocesses match this process
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """1 thread: no OpenMP oversubscription when the test machine is shared, and identical arithmetic in the
-    in-process reference run and the subprocesses of the resume test."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def write_recipe(path: Path, tokdir, sharddir, **over) -> Path:
@@ -38,14 +32,7 @@ def write_recipe(path: Path, tokdir, sharddir, **over) -> Path:
               "masking": "wwm", "seq_len": SEQ, "global_batch": 16, "micro_batch": 16, "lr": 3e-3,
               "warmup_steps": 5, "max_steps": 40, "log_every": 5, "eval_every": 10, "eval_batches": 4,
               "save_every": 15, "keep_last": 2, "seed": 7, "precision": "auto"}
-    recipe.update(over)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(recipe, allow_unicode=True), encoding="utf-8")
-    return path
-
-
-def metrics(run: Path) -> list[dict]:
-    return [json.loads(l) for l in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if l.strip()]
+    return save_recipe(path, {**recipe, **over})
 
 
 @pytest.mark.slow

@@ -25,10 +25,11 @@ import pytest
 import torch
 import yaml
 
+from _run_helpers import metrics, save_recipe
 from conftest import CHAR_SEQ, REPO
 from zh_bert import checkpoint as ckpt
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
 ONE_THREAD = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
 COMMON = dict(model="tiny", masking="wwm", seq_len=CHAR_SEQ, global_batch=16, micro_batch=8, lr=3e-3,
@@ -36,25 +37,17 @@ COMMON = dict(model="tiny", masking="wwm", seq_len=CHAR_SEQ, global_batch=16, mi
               seed=7, precision="fp32")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """1 thread here and in the subprocesses: identical arithmetic in both."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def write_recipe(path: Path, char_shards, **over) -> Path:
     tokdir, sharddir = char_shards
     recipe = {**COMMON, "out_dir": str(path.parent / "run"), "data": str(sharddir), "tokenizer": str(tokdir), **over}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(recipe, allow_unicode=True), encoding="utf-8")
+    save_recipe(path, recipe)
     return path
 
 
 def losses(run: Path) -> dict[int, float]:
-    rows = [json.loads(l) for l in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if l.strip()]
+    rows = metrics(run)
     steps = [r["step"] for r in rows if "loss" in r]
     assert len(steps) == len(set(steps)), "a step logged twice"
     return {r["step"]: r["loss"] for r in rows if "loss" in r}

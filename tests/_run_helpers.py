@@ -1,0 +1,33 @@
+"""What the pretraining tests share (a pytest plugin, see conftest): one thread for identical arithmetic,
+recipe files, the metrics log."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+
+@pytest.fixture
+def one_thread():
+    """1 thread here (and OMP_NUM_THREADS=1 in the subprocesses the tests start): identical arithmetic in an
+    in-process reference run and a subprocess, and no OpenMP oversubscription on a shared test machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def save_recipe(path: Path, recipe: dict) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(recipe, allow_unicode=True), encoding="utf-8")
+    return path
+
+
+def metrics(run: Path) -> list[dict]:
+    """The rows of a run's metrics.jsonl."""
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+            if line.strip()]
