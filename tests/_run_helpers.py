@@ -31,3 +31,20 @@ def metrics(run: Path) -> list[dict]:
     """The rows of a run's metrics.jsonl."""
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
             if line.strip()]
+
+
+def kill_after_checkpoint(cmd: list[str], run: Path, env: dict, cwd: Path, step: int = 4) -> None:
+    """Start `cmd` (a `zh-bert pretrain`), SIGKILL it as soon as the checkpoint of `step` is complete."""
+    import signal
+    import subprocess
+    import time
+
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    deadline = time.time() + 240
+    while not (run / "checkpoints" / f"step-{step:07d}" / "trainer_state.json").exists():
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+        assert time.time() < deadline
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL

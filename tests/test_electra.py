@@ -8,16 +8,14 @@ from __future__ import annotations
 import copy
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from _run_helpers import metrics, save_recipe
+from _run_helpers import kill_after_checkpoint, metrics, save_recipe
 from conftest import CHAR_SEQ, REPO
 
 pytestmark = pytest.mark.usefixtures("one_thread")   # identical arithmetic here and in the subprocesses
@@ -297,14 +295,7 @@ def test_kill9_then_resume_auto_reproduces_the_losses(tmp_path, char_shards):
     recipe = write_recipe(tmp_path / "killed" / "r.yaml", char_shards, **common)
     run = tmp_path / "killed" / "run"
     cmd = [sys.executable, "-m", "zh_bert", "pretrain", str(recipe)]
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=ONE_THREAD)
-    deadline = time.time() + 240
-    while not (run / "checkpoints" / "step-0000004" / "trainer_state.json").exists():
-        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
-        assert time.time() < deadline
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    kill_after_checkpoint(cmd, run, ONE_THREAD, REPO, step=4)
     logged = [r["step"] for r in metrics(run) if "loss" in r]
     assert 4 <= max(logged) < 12, "the kill must land after a checkpoint and before the end"
     p = subprocess.run(cmd + ["--resume", "auto"], cwd=REPO, capture_output=True, text=True, timeout=240,

@@ -16,7 +16,7 @@ import pytest
 import torch
 import yaml
 
-from _run_helpers import metrics, save_recipe
+from _run_helpers import kill_after_checkpoint, metrics, save_recipe
 from conftest import CHAR_SEQ, REPO
 from zh_bert.errors import ZhBertError
 
@@ -88,16 +88,7 @@ def test_kill9_then_resume_auto_reproduces_losses(tmp_path, char_shards):
     recipe = write_recipe(tmp_path / "killed" / "r.yaml", tokdir, sharddir, **common)
     run = tmp_path / "killed" / "run"
     cmd = [sys.executable, "-m", "zh_bert", "pretrain", str(recipe)]
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env=ONE_THREAD)
-    deadline = time.time() + 240
-    while not (run / "checkpoints" / "step-0000004" / "trainer_state.json").exists():
-        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
-        assert time.time() < deadline
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL
+    kill_after_checkpoint(cmd, run, ONE_THREAD, REPO, step=4)
     logged = [r["step"] for r in metrics(run) if "loss" in r]
     assert 4 <= max(logged) < 14, "the kill must land after a checkpoint and before the end"
 
