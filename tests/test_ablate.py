@@ -95,9 +95,9 @@ def test_ablate_spec_errors(tmp_path, capsys):
         plan_runs(load_spec(frac))
 
 
-def test_eval_cache_is_keyed_on_the_whole_finetune_spec(tmp_path, monkeypatch):
-    """Changing only finetune_precision re-runs a run's evaluations (and the random-init baseline); the same
-    spec again reuses them."""
+def test_eval_cache_is_keyed_per_task_on_the_whole_finetune_spec(tmp_path, monkeypatch):
+    """Changing only finetune_precision re-runs a run's fine-tuning (and the random-init baseline); the same
+    spec again reuses it; adding a task runs only the new task, for the run and the baseline."""
     corpus = tmp_path / "wiki.txt"
     corpus.write_text("\n".join(read_lines(SAMPLE / "zhwiki_sampled.txt", 20)) + "\n", encoding="utf-8")
     spec_path = write_yaml(tmp_path / "g.yaml", {"name": "x", "grid": {"masking": ["token", "wwm"]}, "heldout_docs": 0})
@@ -107,22 +107,35 @@ def test_eval_cache_is_keyed_on_the_whole_finetune_spec(tmp_path, monkeypatch):
     (run_dir / "final").mkdir(parents=True)
     (run_dir / "final" / "config.json").write_text("{}", encoding="utf-8")
     (run_dir / "run.json").write_text('{"status": "finished"}', encoding="utf-8")   # reused, never trained here
-    evals, baselines = [], []
-    monkeypatch.setattr(ablate, "run_evals", lambda spec, *a, **k: evals.append(spec.finetune.config.precision) or {})
-    monkeypatch.setattr(ablate, "_finetune", lambda spec, *a, **k: baselines.append(1) or {"dev_acc": 0.5})
+    calls = []
+
+    def fake_finetune(spec, task, model_dir, random_init=False):
+        calls.append((task, spec.finetune.config.precision, "random" if random_init else "run"))
+        return {"task": task, "dev_acc": 0.5 if task == "chnsenticorp" else 0.25, "seeds": spec.finetune.seed_list()}
+
+    monkeypatch.setattr(ablate, "_finetune", fake_finetune)
+    monkeypatch.setattr(ablate, "record", lambda *a, **k: None)
 
     def evaluate(**overrides):
         spec = load_spec(spec_path, overrides)
         row = ablate.run_one(spec, run, {"data": [str(corpus)]}, out, None, None, {}, log=lambda m: None)
-        ablate.random_init_row(spec, row, out, log=lambda m: None)
+        return row, ablate.random_init_row(spec, row, out, log=lambda m: None)
 
     evaluate()
     evaluate()
-    assert evals == ["fp32"] and len(baselines) == 1                    # identical spec: cache hit
+    assert calls == [("chnsenticorp", "fp32", "run"), ("chnsenticorp", "fp32", "random")]   # cache hit
     evaluate(finetune_precision="bf16")
-    assert evals == ["fp32", "bf16"] and len(baselines) == 2            # only the precision changed: re-run
-    evaluate(finetune_precision="bf16")
-    assert len(evals) == 2 and len(baselines) == 2
+    assert calls[2:] == [("chnsenticorp", "bf16", "run"), ("chnsenticorp", "bf16", "random")]
+    row, base = evaluate(finetune_precision="bf16", finetune="chnsenticorp,tnews")
+    assert calls[4:] == [("tnews", "bf16", "run"), ("tnews", "bf16", "random")]          # only the new task
+    for r in (row, base):
+        assert r["dev_acc"] == 0.5 and r["finetune"]["tnews"]["dev_acc"] == 0.25   # flat keys: the first task
+    evaluate(finetune_precision="bf16", finetune=["chnsenticorp", "tnews"])
+    assert len(calls) == 6
+    with pytest.raises(ZhBertError, match="'finetune' names tnews twice"):
+        load_spec(spec_path, {"finetune": "tnews,tnews"})
+    assert load_spec(spec_path, {"finetune": "tsv:a.tsv,b.tsv"}).finetune.tasks == ["tsv:a.tsv,b.tsv"]
+    assert load_spec(spec_path, {"finetune": None}).finetune.tasks == []
 
 
 def test_bundled_ablation_recipes_parse():

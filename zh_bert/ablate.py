@@ -7,12 +7,13 @@ sees the same token budget (same steps × global batch × seq_len). Every run is
   `heldout_docs` documents of each corpus file), masked once from a fixed seed with a fixed strategy, so
   all runs are scored on the same blanks (comparable unless the vocabulary itself differs);
 - the run's own validation MLM accuracy (from run.json: its own masking, its own shard's held-out docs);
-- downstream accuracy: `zh-bert finetune` on `finetune` (default ChnSentiCorp), mean ± std over seeds,
-  with the `finetune_*` settings of the spec.
+- downstream accuracy: `zh-bert finetune` on each task of `finetune` (default ChnSentiCorp; a list, e.g.
+  `[chnsenticorp, tnews]`, fine-tunes on each), mean ± std over seeds, with the `finetune_*` settings of the spec.
 
 Outputs in `out_dir`: `results.md` (table + the exact command + caveats), `results.png`, `results.json`,
 and one run dir per setting under `runs/`. A re-run reuses finished runs, and their evals as long as the
-eval settings (`eval_settings`: the held-out eval and the whole fine-tuning spec) are unchanged.
+eval settings are unchanged: the held-out eval's (`eval_settings`) and, per task, the whole fine-tuning spec
+(`task_settings`), so adding a task to `finetune` runs only that task.
 The pseudo-key `corpus_fraction` trains on the first fraction of every corpus file's training documents.
 """
 
@@ -47,19 +48,37 @@ CONFIG_KEYS = tuple(f.name for f in fields(FinetuneConfig) if f.name != "random_
 
 @dataclass
 class FinetuneSpec:
-    """How every run is fine-tuned downstream. Its whole value is the cache key of a run's evaluations, so
-    changing any part of it (the precision too) re-runs them. Spec files write `finetune: TASK` and
-    `finetune_<key>: value` for `seeds` and every FinetuneConfig setting (finetune_lr, finetune_precision...)."""
-    task: Optional[str] = "chnsenticorp"       # `zh-bert finetune --task`; null = no fine-tuning
+    """How every run is fine-tuned downstream. Per task, its whole value is the cache key of a run's results,
+    so changing any part of it (the precision too) re-runs them. Spec files write `finetune: TASK` (or a list of
+    tasks) and `finetune_<key>: value` for `seeds` and every FinetuneConfig setting (finetune_lr, ...)."""
+    tasks: list[str] = field(default_factory=lambda: ["chnsenticorp"])   # `zh-bert finetune --task` values; [] = none
     seeds: int = 3                             # seeds 1..N; the table shows mean ± sample std
     config: FinetuneConfig = field(default_factory=lambda: FinetuneConfig(**SPEC_FINETUNE))
 
     def __post_init__(self):
         if self.seeds < 1:
             raise ZhBertError(f"'finetune_seeds' must be >= 1, got {self.seeds}")
+        twice = sorted({t for t in self.tasks if self.tasks.count(t) > 1})
+        if twice:
+            raise ZhBertError(f"'finetune' names {', '.join(twice)} twice")
 
     def seed_list(self) -> list[int]:
         return list(range(1, self.seeds + 1))
+
+    @property
+    def task(self) -> Optional[str]:
+        """The first task: the one the plots and the flat `dev_acc`/`test_acc` keys of a row are about."""
+        return self.tasks[0] if self.tasks else None
+
+
+def _task_list(value) -> list[str]:
+    """`finetune:` as written: null, one task, a list, or `--set finetune=chnsenticorp,tnews`. A `tsv:` spec
+    keeps its commas (TRAIN,DEV[,TEST]); several tsv tasks are written as a YAML list."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value] if value.startswith("tsv:") else [v.strip() for v in value.split(",") if v.strip()]
+    return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 @dataclass
@@ -116,7 +135,7 @@ def spec_keys() -> list[str]:
 def _finetune_spec(data: dict, where: str) -> FinetuneSpec:
     """`finetune: TASK` + the flat `finetune_<key>` entries of `data` (removed from it) -> FinetuneSpec."""
     given = {k[len(FLAT):]: data.pop(k) for k in [k for k in data if k.startswith(FLAT)]}
-    top = {"task": data.pop("finetune")} if "finetune" in data else {}
+    top = {"tasks": _task_list(data.pop("finetune"))} if "finetune" in data else {}
     if "seeds" in given:
         top["seeds"] = given.pop("seeds")
     try:
@@ -320,69 +339,85 @@ def run_one(spec: AblationSpec, run: Run, base: dict, out: Path, data_files: lis
     evals_path = run_dir / "ablate_evals.json"
     evals = json.loads(evals_path.read_text(encoding="utf-8")) if evals_path.is_file() else {}
     want = eval_settings(spec, heldout)
-    if evals.get("settings") != want:
-        evals = {"settings": want, **run_evals(spec, run, run_dir, heldout, log)}
+    if evals.get("settings") != want:   # the held-out eval changed: its figures are stale, the tasks' are not
+        evals = {"settings": want, "finetune": evals.get("finetune", {}), **run_evals(spec, run, run_dir, heldout, log)}
         write_json(evals_path, evals)
-    row.update({k: v for k, v in evals.items() if k != "settings"})
+    for task in spec.finetune.tasks:
+        settings = task_settings(spec, task)
+        if (evals["finetune"].get(task) or {}).get("settings") != settings:
+            s = _finetune(spec, task, run_dir / FINAL)
+            log(f"[{run.label}] finetune {task}: dev {s['dev_acc']:.4f} ± {s.get('dev_acc_std', 0):.4f}"
+                + (f", test {s['test_acc']:.4f} ± {s.get('test_acc_std', 0):.4f}" if s.get("test_acc") is not None else ""))
+            evals["finetune"][task] = {"settings": settings, "seeds": s["seeds"], **{k: s.get(k) for k in SUMMARY_KEYS}}
+            record(run_dir, eval_entries(s, task))
+            write_json(evals_path, evals)
+    row.update({k: v for k, v in evals.items() if k not in ("settings", "finetune")})
+    return _with_tasks(row, spec, evals["finetune"])
+
+
+def _with_tasks(row: dict, spec: AblationSpec, results: dict) -> dict:
+    """`row["finetune"][task]` = that task's summary; the first task's figures also flat (dev_acc, test_acc...)."""
+    row["finetune"] = {t: {k: (results.get(t) or {}).get(k) for k in SUMMARY_KEYS} for t in spec.finetune.tasks}
+    if spec.finetune.task:
+        row.update(row["finetune"][spec.finetune.task])
+        row["finetune_seeds"] = (results.get(spec.finetune.task) or {}).get("seeds")
     return row
 
 
 def eval_settings(spec: AblationSpec, heldout: Path | None) -> dict:
-    """What a run's cached evaluations depend on: a change to any of it re-runs them."""
+    """What a run's cached held-out MLM figures depend on: a change to any of it re-runs them."""
     return {"heldout": str(heldout) if heldout else None, "eval_masking": spec.eval_masking,
-            "eval_seed": spec.eval_seed, "eval_max_seqs": spec.eval_max_seqs, "order_check": True,
-            "finetune": asdict(spec.finetune)}
+            "eval_seed": spec.eval_seed, "eval_max_seqs": spec.eval_max_seqs, "order_check": True}
+
+
+def task_settings(spec: AblationSpec, task: str) -> dict:
+    """What a run's cached results on `task` depend on: the task, the seeds and every fine-tuning setting."""
+    return {"task": task, "seeds": spec.finetune.seeds, "config": asdict(spec.finetune.config)}
 
 
 SUMMARY_KEYS = ("dev_acc", "dev_acc_std", "test_acc", "test_acc_std", "test_macro_f1", "test_macro_f1_std")
 
 
-def _finetune(spec: AblationSpec, model_dir: Path, random_init: bool = False) -> dict:
-    """`zh-bert finetune` of `model_dir` with the spec's settings, seeds 1..N; the summary dict."""
+def _finetune(spec: AblationSpec, task: str, model_dir: Path, random_init: bool = False) -> dict:
+    """`zh-bert finetune` of `model_dir` on `task` with the spec's settings, seeds 1..N; the summary dict."""
     cfg = replace(spec.finetune.config, random_init=random_init)
-    return run_finetune(model_dir, load_task(spec.finetune.task), cfg, spec.finetune.seed_list(), log=lambda m: None)
+    return run_finetune(model_dir, load_task(task), cfg, spec.finetune.seed_list(), log=lambda m: None)
 
 
 def random_init_row(spec: AblationSpec, first: dict, out: Path, log=print) -> dict:
-    """The first run's architecture fine-tuned from random weights: what pretraining has to beat."""
+    """The first run's architecture fine-tuned from random weights on every task: what pretraining has to beat."""
     path = out / "random_init_baseline.json"
-    want = {"run_dir": first["run_dir"], "finetune": asdict(spec.finetune)}
     cached = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    if cached.get("settings") != want:
-        log(f"[random init] finetune {spec.finetune.task} from random weights ({first['label']}'s architecture)")
-        s = _finetune(spec, Path(first["run_dir"]) / FINAL, random_init=True)
-        cached = {"settings": want, **{k: s.get(k) for k in SUMMARY_KEYS}}
-        write_json(path, cached)
-    return {"label": "random init", "value": f"random init ({first['value']} arch.), no pretraining", "tokens": 0,
-            "train_s": 0, **{k: v for k, v in cached.items() if k != "settings"}}
+    results = cached.get("finetune") if isinstance(cached.get("finetune"), dict) else {}
+    for task in spec.finetune.tasks:
+        want = {"run_dir": first["run_dir"], **task_settings(spec, task)}
+        if (results.get(task) or {}).get("settings") != want:
+            log(f"[random init] finetune {task} from random weights ({first['label']}'s architecture)")
+            s = _finetune(spec, task, Path(first["run_dir"]) / FINAL, random_init=True)
+            results[task] = {"settings": want, "seeds": s["seeds"], **{k: s.get(k) for k in SUMMARY_KEYS}}
+            write_json(path, {"finetune": results})
+    row = {"label": "random init", "value": f"random init ({first['value']} arch.), no pretraining", "tokens": 0,
+           "train_s": 0}
+    return _with_tasks(row, spec, results)
 
 
 def run_evals(spec: AblationSpec, run: Run, run_dir: Path, heldout: Path | None, log=print) -> dict:
+    """Held-out masked-LM accuracy of the run's final model (nothing without held-out text)."""
     out: dict[str, Any] = {}
-    entries = []
-    if heldout is not None:
-        model, tok, _ = load_mlm(run_dir / FINAL)
-        cfg = MlmEvalConfig(seed=spec.eval_seed, masking=MaskingConfig(strategy=spec.eval_masking),
-                            max_seqs=spec.eval_max_seqs, seq_len=min(128, model.config.max_position_embeddings),
-                            order_check=True)
-        res = eval_mlm(model, tok, read_documents([str(heldout)]), cfg)
-        log(f"[{run.label}] held-out MLM ({spec.eval_masking}, seed {spec.eval_seed}): acc {res['mlm_acc']:.4f} "
-            f"top-5 {res['mlm_top5']:.4f} loss {res['mlm_loss']:.4f}; context shuffled: acc {res['mlm_acc_shuffled']:.4f}")
-        out.update(heldout_mlm_acc=res["mlm_acc"], heldout_mlm_top5=res["mlm_top5"],
-                   heldout_mlm_loss=res["mlm_loss"], heldout_masked=res["n_masked"],
-                   heldout_mlm_acc_shuffled=res["mlm_acc_shuffled"], heldout_order_gain=res["order_gain"])
-        task = f"Masked LM ({spec.eval_masking} masking, seed {spec.eval_seed})"
-        entries.append(entry("fill-mask", task, "text", heldout.name, "accuracy", "MLM accuracy", res["mlm_acc"]))
-        del model
-    if spec.finetune.task:
-        s = _finetune(spec, run_dir / FINAL)
-        log(f"[{run.label}] finetune {spec.finetune.task}: dev {s['dev_acc']:.4f} ± {s.get('dev_acc_std', 0):.4f}"
-            + (f", test {s['test_acc']:.4f} ± {s.get('test_acc_std', 0):.4f}" if s.get("test_acc") is not None else ""))
-        out.update({k: s.get(k) for k in SUMMARY_KEYS})
-        out["finetune_seeds"] = s["seeds"]
-        entries += eval_entries(s, spec.finetune.task)
-    if entries:
-        record(run_dir, entries)
+    if heldout is None:
+        return out
+    model, tok, _ = load_mlm(run_dir / FINAL)
+    cfg = MlmEvalConfig(seed=spec.eval_seed, masking=MaskingConfig(strategy=spec.eval_masking),
+                        max_seqs=spec.eval_max_seqs, seq_len=min(128, model.config.max_position_embeddings),
+                        order_check=True)
+    res = eval_mlm(model, tok, read_documents([str(heldout)]), cfg)
+    log(f"[{run.label}] held-out MLM ({spec.eval_masking}, seed {spec.eval_seed}): acc {res['mlm_acc']:.4f} "
+        f"top-5 {res['mlm_top5']:.4f} loss {res['mlm_loss']:.4f}; context shuffled: acc {res['mlm_acc_shuffled']:.4f}")
+    out.update(heldout_mlm_acc=res["mlm_acc"], heldout_mlm_top5=res["mlm_top5"],
+               heldout_mlm_loss=res["mlm_loss"], heldout_masked=res["n_masked"],
+               heldout_mlm_acc_shuffled=res["mlm_acc_shuffled"], heldout_order_gain=res["order_gain"])
+    task = f"Masked LM ({spec.eval_masking} masking, seed {spec.eval_seed})"
+    record(run_dir, [entry("fill-mask", task, "text", heldout.name, "accuracy", "MLM accuracy", res["mlm_acc"])])
     return out
 
 
@@ -401,25 +436,32 @@ def _gain(g) -> str:
 def write_results(spec: AblationSpec, rows: list[dict], out: Path, command: str, elapsed: float,
                   shared: dict | None = None) -> None:
     key, fs = next(iter(spec.grid)), spec.finetune
-    task = fs.task or "–"
     lines = [f"# Ablation: {spec.name}", ""]
     if spec.question:
         lines += [spec.question.strip(), ""]
     lines += [f"Command: `{command}` (this invocation {elapsed / 60:.1f} min; finished runs and evals of earlier "
               f"invocations are reused)", "",
               f"| {key} | val MLM acc (own masking) | held-out MLM acc ({spec.eval_masking}, seed {spec.eval_seed}) "
-              f"| order gain | {task} dev acc (mean ± std, {fs.seeds} seeds) | {task} test acc | tokens | "
-              "wall-clock |", "|---|---|---|---|---|---|---|---|"]
+              f"| order gain | "
+              + "".join(f"{t} dev acc (mean ± std, {fs.seeds} seeds) | {t} test acc | " for t in fs.tasks)
+              + ("steps | " if spec.budget == "flops" else "") + "tokens | wall-clock |",
+              "|---" * (6 + 2 * len(fs.tasks) + (spec.budget == "flops")) + "|"]
     for r in rows:
+        tasks = "".join(f"{_pm(f.get('dev_acc'), f.get('dev_acc_std'))} | {_pm(f.get('test_acc'), f.get('test_acc_std'))} | "
+                        for f in ((r.get("finetune") or {}).get(t) or {} for t in fs.tasks))
         lines.append(f"| {r['value']} | {_pm(r.get('val_mlm_acc'), None)} | {_pm(r.get('heldout_mlm_acc'), None)} | "
-                     f"{_gain(r.get('heldout_order_gain'))} | {_pm(r.get('dev_acc'), r.get('dev_acc_std'))} | {_pm(r.get('test_acc'), r.get('test_acc_std'))} | "
-                     f"{r.get('tokens') or 0:,} | {(r.get('train_s') or 0) / 60:.1f} min |")
+                     f"{_gain(r.get('heldout_order_gain'))} | {tasks}"
+                     + (f"{r.get('steps') or 0:,} | " if spec.budget == "flops" else "")
+                     + f"{r.get('tokens') or 0:,} | {(r.get('train_s') or 0) / 60:.1f} min |")
     vocab_sizes = {r["vocab_size"] for r in rows if r.get("vocab_size")}
     budget = ", ".join(f"{k}={v}" for k, v in (spec.set if shared is None else shared).items())
     lines += ["", "Accuracies in %. Order gain: held-out MLM accuracy minus the same with each sequence's tokens "
               "shuffled (same blanks), in points; about 0 = the model ignores word order (a bag of words). Wall-clock: "
               "training only (data preparation is shared and cached). "
-              f"Same token budget for every run{f' ({budget})' if budget else ''}. Held-out text: the last "
+              + (f"Same training FLOPs for every run (`budget: flops`: each run's max_steps scaled to the first "
+                 f"run's FLOPs as `zh-bert plan` counts them; {budget}). " if spec.budget == "flops" else
+                 f"Same token budget for every run{f' ({budget})' if budget else ''}. ")
+              + f"Held-out text: the last "
               f"{spec.heldout_docs} documents of each corpus file, removed from training for every run. "
               f"Downstream: `zh-bert finetune` ({fs.config.epochs} epochs, lr {fs.config.lr}, "
               f"--pooling {fs.config.pooling}, --precision {fs.config.precision}, seq-len {fs.config.seq_len}"
@@ -441,10 +483,12 @@ def plot_results(spec: AblationSpec, rows: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     labels = [str(r["value"]) for r in rows]
+    rows = [{**r, **{f"{t}:{k}": v for t, f in (r.get("finetune") or {}).items() for k, v in f.items()}} for r in rows]
     panels = [("heldout_mlm_acc", None, f"held-out MLM acc ({spec.eval_masking})"),
-              ("val_mlm_acc", None, "val MLM acc (own masking)"),
-              ("dev_acc", "dev_acc_std", f"{spec.finetune.task} dev acc (± std)"),
-              ("test_acc", "test_acc_std", f"{spec.finetune.task} test acc (± std)")]
+              ("val_mlm_acc", None, "val MLM acc (own masking)")]
+    for t in spec.finetune.tasks:
+        panels += [(f"{t}:dev_acc", f"{t}:dev_acc_std", f"{t} dev acc (± std)"),
+                   (f"{t}:test_acc", f"{t}:test_acc_std", f"{t} test acc (± std)")]
     panels = [p for p in panels if any(r.get(p[0]) is not None for r in rows)]
     fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.4), squeeze=False)
     for ax, (key, std, title) in zip(axes[0], panels):
@@ -544,11 +588,11 @@ def plan(args: AblateArgs) -> Plan:
     for r in runs:   # a run dir from other settings is refused now, not after the runs before it trained
         _check_same_recipe(out / "runs" / _slug(r.label), run_recipe(spec, r, base_data, out, data.get(r.fraction),
                                                                      cli_set))
-    if spec.finetune.task:
+    for task in spec.finetune.tasks:
         try:
-            check_trainable(load_task(spec.finetune.task), spec.finetune.config, spec.finetune.seed_list())
+            check_trainable(load_task(task), spec.finetune.config, spec.finetune.seed_list())
         except ZhBertError as e:   # the spec file spells --max-train finetune_max_train
-            raise ZhBertError(f"{spec_path}: finetune {spec.finetune.task}: "
+            raise ZhBertError(f"{spec_path}: finetune {task}: "
                               f"{str(e).replace('--max-train', FLAT + 'max_train')}") from None
     return Plan(spec, spec_path, base, base_data, runs, out, cli_set, corpus, shared.doc_sep)
 
@@ -577,7 +621,7 @@ def main(argv: list[str]) -> int:
     t0 = time.time()
     rows = [run_one(spec, r, p.base_data, out, data_by_fraction.get(r.fraction), heldout, cli_set, log=log)
             for r in runs]
-    if spec.finetune.task and spec.random_init_baseline and rows:
+    if spec.finetune.tasks and spec.random_init_baseline and rows:
         rows.append(random_init_row(spec, rows[0], out, log=log))
     write_results(spec, rows, out, "zh-bert ablate " + " ".join(argv), time.time() - t0,
                   shared={**spec.set, **cli_set})

@@ -247,7 +247,7 @@ class PretrainModel(nn.Module):
         logits = self.hf.cls.predictions(h).float()
         result = {
             "mlm_loss_sum": F.cross_entropy(logits, target, reduction="sum"),
-            "mlm_correct": (logits.argmax(-1) == target).sum(),
+            "mlm_correct": top1_correct(logits, target),
             # filled on the device, not copied from the host: torch.tensor(n, device=cuda) would sync
             "mlm_count": torch.full((), target.numel(), device=logits.device),
         }
@@ -256,6 +256,12 @@ class PretrainModel(nn.Module):
             result["nsp_loss_sum"] = F.cross_entropy(nsp, next_sentence_label, reduction="sum")
             result["nsp_correct"] = (nsp.argmax(-1) == next_sentence_label).sum()
         return result
+
+
+def top1_correct(logits, target):
+    """How many rows rank their target first. amax is vectorised on CPU, argmax is not: over 512 × 8,000
+    fp32 logits this takes ~1 ms instead of ~4.5 ms, 2% of a `tiny-cpu` step. A tie counts as correct."""
+    return (logits.gather(1, target[:, None]).squeeze(1) >= logits.amax(-1)).sum()
 
 
 def flops_per_token(cfg, seq_len: int, mask_rate: float, sparse: bool = True) -> float:
@@ -429,7 +435,7 @@ class ElectraPretrainModel(nn.Module):
             right, rtd = right & (real > 0), rtd * real.long()
         return {
             "mlm_loss_sum": F.cross_entropy(logits, target, reduction="sum"),
-            "mlm_correct": (logits.argmax(-1) == target).sum(),
+            "mlm_correct": top1_correct(logits, target),
             "mlm_count": torch.full((), target.numel(), device=logits.device),
             "rtd_loss_sum": F.binary_cross_entropy_with_logits(rtd_logits, rtd_f, weight=real, reduction="sum"),
             "rtd_correct": right.sum(),
