@@ -33,8 +33,9 @@ def metrics(run: Path) -> list[dict]:
             if line.strip()]
 
 
-def kill_after_checkpoint(cmd: list[str], run: Path, env: dict, cwd: Path, step: int = 4) -> None:
-    """Start `cmd` (a `zh-bert pretrain`), SIGKILL it as soon as the checkpoint of `step` is complete."""
+def kill_then_resume(cmd: list[str], run: Path, env: dict, cwd: Path, last_step: int, step: int = 4) -> list[dict]:
+    """Start `cmd` (a `zh-bert pretrain` of `last_step` steps), SIGKILL it as soon as the checkpoint of `step` is
+    complete, check the kill landed mid-run, rerun with `--resume auto`; the run's metrics rows that carry a loss."""
     import signal
     import subprocess
     import time
@@ -48,3 +49,9 @@ def kill_after_checkpoint(cmd: list[str], run: Path, env: dict, cwd: Path, step:
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert proc.returncode == -signal.SIGKILL
+    logged = [r["step"] for r in metrics(run) if "loss" in r]
+    assert step <= max(logged) < last_step, "the kill must land after a checkpoint and before the end"
+    p = subprocess.run(cmd + ["--resume", "auto"], cwd=cwd, capture_output=True, text=True, timeout=240, env=env)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "resumed from" in p.stdout + p.stderr
+    return [r for r in metrics(run) if "loss" in r]

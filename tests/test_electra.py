@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from _run_helpers import kill_after_checkpoint, metrics, save_recipe
+from _run_helpers import kill_then_resume, metrics, save_recipe
 from conftest import CHAR_SEQ, REPO
 
 pytestmark = pytest.mark.usefixtures("one_thread")   # identical arithmetic here and in the subprocesses
@@ -295,14 +295,8 @@ def test_kill9_then_resume_auto_reproduces_the_losses(tmp_path, char_shards):
     recipe = write_recipe(tmp_path / "killed" / "r.yaml", char_shards, **common)
     run = tmp_path / "killed" / "run"
     cmd = [sys.executable, "-m", "zh_bert", "pretrain", str(recipe)]
-    kill_after_checkpoint(cmd, run, ONE_THREAD, REPO, step=4)
-    logged = [r["step"] for r in metrics(run) if "loss" in r]
-    assert 4 <= max(logged) < 12, "the kill must land after a checkpoint and before the end"
-    p = subprocess.run(cmd + ["--resume", "auto"], cwd=REPO, capture_output=True, text=True, timeout=240,
-                       env=ONE_THREAD)
-    assert p.returncode == 0, p.stderr[-2000:]
-    assert "resumed from" in p.stdout + p.stderr
-    got = {r["step"]: (r["loss"], r["rtd_loss"], r["replaced_frac"]) for r in metrics(run) if "loss" in r}
+    rows = kill_then_resume(cmd, run, ONE_THREAD, REPO, last_step=12)
+    got = {r["step"]: (r["loss"], r["rtd_loss"], r["replaced_frac"]) for r in rows}
     assert sorted(got) == list(range(1, 13)), "each step logged exactly once after resume"
     worst = max(abs(a - b) for s in expected for a, b in zip(got[s], expected[s]))
     assert worst <= 1e-5, (got, expected)

@@ -16,7 +16,7 @@ import pytest
 import torch
 import yaml
 
-from _run_helpers import kill_after_checkpoint, metrics, save_recipe
+from _run_helpers import kill_then_resume, metrics, save_recipe
 from conftest import CHAR_SEQ, REPO
 from zh_bert.errors import ZhBertError
 
@@ -88,15 +88,7 @@ def test_kill9_then_resume_auto_reproduces_losses(tmp_path, char_shards):
     recipe = write_recipe(tmp_path / "killed" / "r.yaml", tokdir, sharddir, **common)
     run = tmp_path / "killed" / "run"
     cmd = [sys.executable, "-m", "zh_bert", "pretrain", str(recipe)]
-    kill_after_checkpoint(cmd, run, ONE_THREAD, REPO, step=4)
-    logged = [r["step"] for r in metrics(run) if "loss" in r]
-    assert 4 <= max(logged) < 14, "the kill must land after a checkpoint and before the end"
-
-    p = subprocess.run(cmd + ["--resume", "auto"], cwd=REPO, capture_output=True, text=True, timeout=240,
-                       env=ONE_THREAD)
-    assert p.returncode == 0, p.stderr[-2000:]
-    assert "resumed from" in p.stdout + p.stderr
-    got = {r["step"]: r["loss"] for r in metrics(run) if "loss" in r}
+    got = {r["step"]: r["loss"] for r in kill_then_resume(cmd, run, ONE_THREAD, REPO, last_step=14)}
     assert sorted(got) == list(range(1, 15)), "each step logged exactly once after resume"
     diffs = {s: abs(got[s] - expected[s]) for s in expected}
     assert max(diffs.values()) <= 1e-5, diffs
