@@ -157,6 +157,12 @@ def test_deterministic_for_a_seed(ds, rows, table):
     assert not (a[2] == c[2]).all()
 
 
+def test_one_generator_per_row_masks_each_row_as_if_alone(ds, rows, table):
+    from test_masking import per_row_matches_row_at_a_time
+
+    per_row_matches_row_at_a_time(ds, rows, MaskingConfig("correction", mask_rate=0.3), similar=table)
+
+
 def test_table_is_cached_and_rebuilt_when_the_shards_change(sharddir, ds, table, monkeypatch):
     from zh_bert.data import ShardDataset
 

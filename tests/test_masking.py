@@ -162,6 +162,29 @@ def test_deterministic_from_rng(ds, rows):
         assert all((x == y).all() for x, y in zip(a, b))
 
 
+def per_row_matches_row_at_a_time(ds, rows, cfg, **kw):
+    """A batch masked with one generator per row == each row masked alone with its generator: the training
+    loader masks a whole batch at once yet keys every sequence's mask to its place in the sample stream."""
+    ids, ws = rows["input_ids"][:48], rows["word_start"][:48]
+    kw = dict(mask_id=ds.mask_id, special_ids=ds.special_ids, vocab_size=ds.vocab_size, **kw)
+    gens = lambda: [np.random.default_rng([9, 0, j]) for j in range(len(ids))]  # noqa: E731
+    batch = mask_batch(ids, ws, cfg, gens(), **kw)
+    alone = [mask_batch(ids[j:j + 1], ws[j:j + 1], cfg, g, **kw) for j, g in enumerate(gens())]
+    for k in (0, 1):
+        assert np.array_equal(batch[k], np.concatenate([a[k] for a in alone]))
+    assert (batch[1] != -100).any()
+
+
+@pytest.mark.parametrize("strategy", MASK_STRATEGIES)
+def test_one_generator_per_row_masks_each_row_as_if_alone(ds, rows, strategy):
+    per_row_matches_row_at_a_time(ds, rows, MaskingConfig(strategy=strategy, mask_rate=0.3),
+                                  unigram_probs=ds.unigram_probs())
+    with pytest.raises(ValueError, match="3 generators for 2 rows"):
+        mask_batch(rows["input_ids"][:2], rows["word_start"][:2], MaskingConfig(strategy),
+                   [np.random.default_rng(0)] * 3, mask_id=ds.mask_id, special_ids=ds.special_ids,
+                   vocab_size=ds.vocab_size, unigram_probs=ds.unigram_probs())
+
+
 def test_config_validation():
     with pytest.raises(ZhBertError, match="did you mean 'wwm'"):
         MaskingConfig(strategy="wmm")

@@ -316,12 +316,11 @@ class ShardLoader:
 
     def _mask_per_sequence(self, idx: np.ndarray, keys: np.ndarray) -> dict:
         """Mask each row with its own RNG from (seed, epoch, position): independent of ranks and batching."""
-        rows = [self.make_batch(idx[j:j + 1], np.random.default_rng([self.seed, int(e), int(p)]))
-                for j, (e, p) in enumerate(keys)]
-        return {k: np.concatenate([r[k] for r in rows]) for k in rows[0]}
+        return self.make_batch(idx, [np.random.default_rng([self.seed, int(e), int(p)]) for e, p in keys])
 
-    def make_batch(self, idx: np.ndarray, rng: np.random.Generator) -> dict:
-        """Masked numpy batch for dataset rows `idx` (also used for fixed-mask evaluation)."""
+    def make_batch(self, idx: np.ndarray, rng) -> dict:
+        """Masked numpy batch for dataset rows `idx` (also used for fixed-mask evaluation); `rng` is one
+        generator or one per row (`mask_batch`)."""
         ds = self.dataset
         b = ds.batch(idx)
         ids, labels = mask_batch(b["input_ids"], b["word_start"], self.masking, rng, mask_id=ds.mask_id,

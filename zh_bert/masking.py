@@ -32,12 +32,15 @@ token (``random_token_prob``) or stays unchanged, as in Google's create_pretrain
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Sequence, Union
 
 import numpy as np
 
 from zh_bert.config import option
 from zh_bert.errors import ZhBertError
+
+# one generator for a whole batch, or one per row (masks keyed per sequence)
+Rng = Union[np.random.Generator, Sequence[np.random.Generator]]
 
 STRATEGIES = ("token", "wwm", "ngram", "unigram-noise", "correction")
 # strategies whose unit is one jieba word
@@ -83,8 +86,19 @@ class MaskingConfig:
         return p / p.sum()
 
 
-def _unit_starts(word_start: np.ndarray, special: np.ndarray, cfg: MaskingConfig,
-                 rng: np.random.Generator) -> np.ndarray:
+def _draw(rng: Rng, counts: np.ndarray, draw) -> np.ndarray:
+    """`counts[b]` random values for each row b, concatenated in row order: `draw(generator, n)` called once
+    on the one generator, or once per row on that row's own generator. Either way each generator sees the
+    same calls whatever else is in the batch, so a row masked alone or beside others gets the same mask."""
+    if isinstance(rng, np.random.Generator):
+        return draw(rng, int(np.sum(counts)))
+    if len(rng) != len(counts):
+        raise ValueError(f"{len(rng)} generators for {len(counts)} rows")
+    parts = [draw(g, int(c)) for g, c in zip(rng, counts)]
+    return np.concatenate(parts) if parts else draw(np.random.default_rng(0), 0)
+
+
+def _unit_starts(word_start: np.ndarray, special: np.ndarray, cfg: MaskingConfig, rng: Rng) -> np.ndarray:
     """(B, L) bool: where a masking unit (token / word / n-gram span) begins. Special tokens are
     always units of their own, so no unit ever contains one."""
     B, L = special.shape
@@ -97,15 +111,20 @@ def _unit_starts(word_start: np.ndarray, special: np.ndarray, cfg: MaskingConfig
     starts = word_start.astype(bool) | boundary
     if cfg.strategy in WORD_STRATEGIES:
         return starts
-    # ngram: partition the word stream into spans of n words, n ~ MacBERT probabilities; spans are cut
-    # at row starts and around special tokens.
-    flat = starts.ravel()
-    word_pos = np.flatnonzero(flat)                       # flat position of every word start
-    n = rng.choice(np.arange(1, cfg.max_ngram + 1), size=len(word_pos), p=cfg.ngram_probs())
-    span_first_word = np.cumsum(n) - n                    # word index where each span begins
-    span_first_word = span_first_word[span_first_word < len(word_pos)]
+    # ngram: partition each row's word stream into spans of n words, n ~ MacBERT probabilities (one draw
+    # per word, the j-th draw sizing the j-th span); spans are also cut around special tokens.
+    word_pos = np.flatnonzero(starts.ravel())             # flat position of every word start, row by row
+    words = starts.sum(axis=1)                            # (B,) words per row
+    cdf = np.cumsum(cfg.ngram_probs())
+    u = _draw(rng, words, lambda g, k: g.random(k))
+    n = 1 + np.searchsorted(cdf / cdf[-1], u, side="right")   # what Generator.choice(p=...) computes
+    first = np.cumsum(words) - words                      # index of each row's first word
+    row = np.repeat(np.arange(B), words)
+    before = np.cumsum(n) - n
+    local = before - before[first][row]                   # word index in its row where each span begins
     out = np.zeros(B * L, dtype=bool)
-    out[word_pos[span_first_word]] = True
+    keep = local < words[row]
+    out[word_pos[(first[row] + local)[keep]]] = True
     out |= boundary.ravel()
     return out.reshape(B, L)
 
@@ -116,10 +135,14 @@ def word_units(word_start: np.ndarray, special: np.ndarray) -> np.ndarray:
     return _unit_starts(word_start, special, MaskingConfig("wwm"), None)
 
 
-def mask_batch(input_ids: np.ndarray, word_start: np.ndarray, cfg: MaskingConfig, rng: np.random.Generator,
+def mask_batch(input_ids: np.ndarray, word_start: np.ndarray, cfg: MaskingConfig, rng: Rng,
                *, mask_id: int, special_ids, vocab_size: int, unigram_probs: np.ndarray | None = None,
                similar=None) -> tuple[np.ndarray, np.ndarray]:
     """Mask a (B, L) batch. Returns (masked input ids, labels) as int64, labels -100 where not predicted.
+
+    `rng` is one generator for the batch, or a list of B generators, one per row: then each row's mask
+    depends on its own generator only, which is how the training loader keys masks to places in the
+    sample stream (exact resume, same masks on any number of processes) while masking a batch at once.
 
     `word_start[b, t]` is True where token t begins a jieba word. `unigram_probs` (vocab_size,) is required
     for ``unigram-noise``; special ids get zero probability there and are never drawn as random tokens.
@@ -145,7 +168,8 @@ def mask_batch(input_ids: np.ndarray, word_start: np.ndarray, cfg: MaskingConfig
     budget = cfg.mask_rate * (~special).sum(axis=1)      # (B,) tokens to predict, in expectation
 
     # Random order of units within each row (non-maskable last), cumulative token count in that order.
-    key = rng.random(n_units) + (~unit_ok) * 2.0
+    units_per_row = np.bincount(unit_row, minlength=B)
+    key = _draw(rng, units_per_row, lambda g, k: g.random(k)) + (~unit_ok) * 2.0
     order = np.lexsort((key, unit_row))
     lens = np.where(unit_ok[order], unit_len[order], 0)
     cum = np.cumsum(lens)
@@ -156,7 +180,7 @@ def mask_batch(input_ids: np.ndarray, word_start: np.ndarray, cfg: MaskingConfig
     left = budget[row_sorted] - before
     take = unit_ok[order] & (left >= lens)
     crossing = unit_ok[order] & (left > 0) & (left < lens)
-    take |= crossing & (rng.random(len(order)) * np.maximum(lens, 1) < left)
+    take |= crossing & (_draw(rng, units_per_row, lambda g, k: g.random(k)) * np.maximum(lens, 1) < left)
     chosen_unit = np.zeros(n_units, dtype=bool)
     chosen_unit[order[take]] = True
     selected = chosen_unit[unit].reshape(B, L) & ~special
@@ -164,31 +188,32 @@ def mask_batch(input_ids: np.ndarray, word_start: np.ndarray, cfg: MaskingConfig
     labels = np.where(selected, ids, -100)
     masked = ids.copy()
     if cfg.strategy == "correction":
-        _correct(masked.ravel(), np.flatnonzero(starts.ravel())[chosen_unit], unit_len[chosen_unit], cfg, rng,
-                 similar, special_ids, vocab_size)
+        _correct(masked.ravel(), np.flatnonzero(starts.ravel())[chosen_unit], unit_len[chosen_unit],
+                 unit_row[chosen_unit], B, cfg, rng, similar, special_ids, vocab_size)
         return masked, labels
-    u = rng.random((B, L))
+    u = _draw(rng, np.full(B, L), lambda g, k: g.random(k)).reshape(B, L)
     to_mask = selected & (u < cfg.mask_token_prob)
     to_random = selected & (u >= cfg.mask_token_prob) & (u < cfg.mask_token_prob + cfg.random_token_prob)
     masked[to_mask] = mask_id
-    n_random = int(to_random.sum())
-    if n_random:
-        masked[to_random] = _random_tokens(n_random, cfg, rng, special_ids, vocab_size, unigram_probs)
+    if to_random.any():
+        masked[to_random] = _random_tokens(to_random.sum(axis=1), cfg, rng, special_ids, vocab_size, unigram_probs)
     return masked, labels
 
 
-def _correct(flat: np.ndarray, start: np.ndarray, length: np.ndarray, cfg: MaskingConfig,
-             rng: np.random.Generator, similar, special_ids: np.ndarray, vocab_size: int) -> None:
-    """MacBERT's replacement, in place on the flat ids: each picked word (flat `start`, `length` in tokens)
-    becomes a similar word of the same length (`mask_token_prob`), random tokens (`random_token_prob`, and
-    every word the table has no similar word for) or stays. One decision per word, all of it array lookups."""
-    u = rng.random(len(start))
+def _correct(flat: np.ndarray, start: np.ndarray, length: np.ndarray, row: np.ndarray, B: int,
+             cfg: MaskingConfig, rng: Rng, similar, special_ids: np.ndarray, vocab_size: int) -> None:
+    """MacBERT's replacement, in place on the flat ids: each picked word (flat `start`, `length` in tokens,
+    batch `row`, in flat order) becomes a similar word of the same length (`mask_token_prob`), random tokens
+    (`random_token_prob`, and every word the table has no similar word for) or stays. One decision per word,
+    all of it array lookups."""
+    u = _draw(rng, np.bincount(row, minlength=B), lambda g, k: g.random(k))
     to_similar = np.flatnonzero(u < cfg.mask_token_prob)
     to_random = (u >= cfg.mask_token_prob) & (u < cfg.mask_token_prob + cfg.random_token_prob)
     rows = similar.find(flat, start[to_similar], length[to_similar])     # -1: no similar word
     found = rows >= 0
     replacement = np.full(len(start), -1, dtype=np.int64)               # table row of each word's substitute
-    replacement[to_similar[found]] = similar.pick(rows[found], rng)
+    pick_u = _draw(rng, np.bincount(row[to_similar[found]], minlength=B), lambda g, k: g.random(k))
+    replacement[to_similar[found]] = similar.pick(rows[found], pick_u)
     to_random[to_similar[~found]] = True                                # fallback: random tokens
     word = np.repeat(np.arange(len(start)), length)                     # every token of the picked words
     offset = np.arange(len(word)) - np.repeat(np.cumsum(length) - length, length)
@@ -198,11 +223,13 @@ def _correct(flat: np.ndarray, start: np.ndarray, length: np.ndarray, cfg: Maski
     flat[pos[take]] = similar.tokens[sub[take], offset[take]]
     rand = to_random[word]
     if rand.any():
-        flat[pos[rand]] = _random_tokens(int(rand.sum()), cfg, rng, special_ids, vocab_size, None)
+        per_row = np.bincount(row[word[rand]], minlength=B)
+        flat[pos[rand]] = _random_tokens(per_row, cfg, rng, special_ids, vocab_size, None)
 
 
-def _random_tokens(n: int, cfg: MaskingConfig, rng: np.random.Generator, special_ids: np.ndarray,
+def _random_tokens(per_row: np.ndarray, cfg: MaskingConfig, rng: Rng, special_ids: np.ndarray,
                    vocab_size: int, unigram_probs: np.ndarray | None) -> np.ndarray:
+    """`per_row[b]` random token ids for each row b, concatenated in row order."""
     if cfg.strategy == "unigram-noise":
         if unigram_probs is None:
             raise ZhBertError("masking strategy 'unigram-noise' needs the corpus unigram distribution "
@@ -214,8 +241,9 @@ def _random_tokens(n: int, cfg: MaskingConfig, rng: np.random.Generator, special
         cdf = np.cumsum(p)
         if cdf[-1] <= 0:
             raise ZhBertError("unigram_probs has no mass outside the special tokens")
-        return np.searchsorted(cdf, rng.random(n) * cdf[-1], side="right").clip(0, vocab_size - 1)
+        u = _draw(rng, per_row, lambda g, k: g.random(k))
+        return np.searchsorted(cdf, u * cdf[-1], side="right").clip(0, vocab_size - 1)
     # uniform over the non-special vocabulary: draw among (vocab_size - n_special) slots and skip specials
     specials = special_ids[(special_ids >= 0) & (special_ids < vocab_size)]
-    draws = rng.integers(0, vocab_size - len(specials), size=n)
+    draws = _draw(rng, per_row, lambda g, k: g.integers(0, vocab_size - len(specials), size=k))
     return draws + np.searchsorted(specials - np.arange(len(specials)), draws, side="right")

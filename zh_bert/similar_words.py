@@ -99,9 +99,10 @@ class SimilarWords:
         ok = (keys >= 0) & (self.keys[row] == keys) & (self.n_neighbours[row] > 0)
         return np.where(ok, row, -1)
 
-    def pick(self, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """One similar word (row) for each row, uniformly among its neighbours."""
-        j = (rng.random(len(rows)) * self.n_neighbours[rows]).astype(np.int64)
+    def pick(self, rows: np.ndarray, u: np.ndarray) -> np.ndarray:
+        """One similar word (row) for each row, uniformly among its neighbours: `u` holds one uniform [0, 1)
+        draw per row."""
+        j = (u * self.n_neighbours[rows]).astype(np.int64)
         return self.neighbours[rows, j]
 
     def words(self, rows) -> list[list[int]]:
