@@ -5,8 +5,9 @@ throughput, on the bundled sample corpus (corpora/sample: zhwiki + CLUECorpusSma
    unless --sharddir/--tokenizer name existing ones.
 2. The table built from scratch (median of --repeat builds), its size on disk, words with similar words
    and their share of word occurrences; the similar words of a few words.
-3. Masking throughput in tokens/s, median of --repeat (wwm and correction alternating): (a) one (32, seq_len) batch per call, (b) one
-   sequence per call with its own RNG, as the training loader masks (keyed per sequence).
+3. Masking throughput in tokens/s, median of --repeat (wwm and correction alternating): (a) one (32, seq_len) batch per
+   call, one generator; (b) the training loader's way: 32 rows per call, each row with its own generator (keyed
+   per sequence); (c) the same masks as (b), one row per call (the baseline for b).
 
     python bench/masking_throughput.py [--repeat 5] [--sharddir DIR --tokenizer TOKDIR]
 """
@@ -64,27 +65,34 @@ def masking_speed(ds, table, repeat: int) -> dict:
         for lo in range(0, len(b["input_ids"]), 32):
             mask_batch(b["input_ids"][lo:lo + 32], b["word_start"][lo:lo + 32], cfg, rng, **kw)
 
-    def per_sequence(cfg):
+    def per_sequence(cfg):   # the training loader: 32 rows per call, each with its own generator
+        for lo in range(0, len(b["input_ids"]), 32):
+            gens = [np.random.default_rng([0, 0, j]) for j in range(lo, min(lo + 32, len(b["input_ids"])))]
+            mask_batch(b["input_ids"][lo:lo + 32], b["word_start"][lo:lo + 32], cfg, gens, **kw)
+
+    def row_at_a_time(cfg):  # the same masks, one call per row (the baseline for per_sequence)
         for j in range(len(b["input_ids"])):
             mask_batch(b["input_ids"][j:j + 1], b["word_start"][j:j + 1], cfg, np.random.default_rng([0, 0, j]), **kw)
 
-    # the two strategies alternate, so that load on a shared machine hits both alike
-    walls = {(s, f.__name__): [] for s in ("wwm", "correction") for f in (batches, per_sequence)}
+    # the strategies and ways alternate, so that load on a shared machine hits all alike
+    fns = {f.__name__: f for f in (batches, per_sequence, row_at_a_time)}
+    walls = {(s, name): [] for s in ("wwm", "correction") for name in fns}
     for _ in range(repeat):
         for (s, name), w in walls.items():
-            fn = batches if name == "batches" else per_sequence
-            w.append(timed(lambda: fn(MaskingConfig(s)), 1, warmup=1).wall)
+            w.append(timed(lambda: fns[name](MaskingConfig(s)), 1, warmup=1).wall)
     n = b["input_ids"].size
-    out = {s: {"batch32_tokens_per_s": n / statistics.median(walls[(s, "batches")]),
-               "per_sequence_tokens_per_s": n / statistics.median(walls[(s, "per_sequence")])}
+    out = {s: {f"{name}_tokens_per_s": n / statistics.median(walls[(s, name)]) for name in fns}
            for s in ("wwm", "correction")}
+    for s in ("wwm", "correction"):
+        out[s]["per_sequence_vs_row_at_a_time"] = (out[s]["per_sequence_tokens_per_s"]
+                                                   / out[s]["row_at_a_time_tokens_per_s"])
     special = np.isin(b["input_ids"], ds.special_ids)
     start = np.flatnonzero(word_units(b["word_start"], special).ravel() & ~special.ravel())
     ends = np.flatnonzero(word_units(b["word_start"], special).ravel())
     length = np.diff(np.append(ends, special.size))[np.isin(ends, start)]
     out["word_occurrences_with_similar"] = float((table.find(b["input_ids"].ravel(), start, length) >= 0).mean())
-    for k in ("batch32_tokens_per_s", "per_sequence_tokens_per_s"):
-        out[f"ratio_{k.split('_tokens')[0]}"] = out["correction"][k] / out["wwm"][k]
+    for name in fns:
+        out[f"correction_vs_wwm_{name}"] = out["correction"][f"{name}_tokens_per_s"] / out["wwm"][f"{name}_tokens_per_s"]
     return out
 
 

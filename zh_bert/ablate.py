@@ -25,7 +25,7 @@ import re
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Callable, Literal, Optional
 
 
 from zh_bert.config import build_parser as derive_parser, config_from_args, from_dict, load_yaml, option, parse_set
@@ -342,15 +342,8 @@ def run_one(spec: AblationSpec, run: Run, base: dict, out: Path, data_files: lis
     if evals.get("settings") != want:   # the held-out eval changed: its figures are stale, the tasks' are not
         evals = {"settings": want, "finetune": evals.get("finetune", {}), **run_evals(spec, run, run_dir, heldout, log)}
         write_json(evals_path, evals)
-    for task in spec.finetune.tasks:
-        settings = task_settings(spec, task)
-        if (evals["finetune"].get(task) or {}).get("settings") != settings:
-            s = _finetune(spec, task, run_dir / FINAL)
-            log(f"[{run.label}] finetune {task}: dev {s['dev_acc']:.4f} ± {s.get('dev_acc_std', 0):.4f}"
-                + (f", test {s['test_acc']:.4f} ± {s.get('test_acc_std', 0):.4f}" if s.get("test_acc") is not None else ""))
-            evals["finetune"][task] = {"settings": settings, "seeds": s["seeds"], **{k: s.get(k) for k in SUMMARY_KEYS}}
-            record(run_dir, eval_entries(s, task))
-            write_json(evals_path, evals)
+    finetune_tasks(spec, run_dir / FINAL, evals["finetune"], lambda: write_json(evals_path, evals), run.label, log,
+                   on_result=lambda task, s: record(run_dir, eval_entries(s, task)))
     row.update({k: v for k, v in evals.items() if k not in ("settings", "finetune")})
     return _with_tasks(row, spec, evals["finetune"])
 
@@ -384,18 +377,34 @@ def _finetune(spec: AblationSpec, task: str, model_dir: Path, random_init: bool 
     return run_finetune(model_dir, load_task(task), cfg, spec.finetune.seed_list(), log=lambda m: None)
 
 
+def finetune_tasks(spec: AblationSpec, model_dir: Path, results: dict, save: Callable[[], None], label: str,
+                   log=print, *, key: dict | None = None, random_init: bool = False,
+                   on_result: Callable[[str, dict], None] | None = None) -> None:
+    """Fine-tune `model_dir` on each of the spec's tasks whose entry in `results` (task -> summary, updated in
+    place) was made with other settings (`key` + `task_settings`); `save()` after each task, so a killed grid
+    keeps every finished task."""
+    for task in spec.finetune.tasks:
+        want = {**(key or {}), **task_settings(spec, task)}
+        if (results.get(task) or {}).get("settings") == want:
+            continue
+        log(f"[{label}] finetune {task}" + (" from random weights" if random_init else ""))
+        s = _finetune(spec, task, model_dir, random_init)
+        log(f"[{label}] finetune {task}: dev {s['dev_acc']:.4f} ± {s.get('dev_acc_std', 0):.4f}"
+            + (f", test {s['test_acc']:.4f} ± {s.get('test_acc_std', 0):.4f}" if s.get("test_acc") is not None else ""))
+        results[task] = {"settings": want, "seeds": s["seeds"], **{k: s.get(k) for k in SUMMARY_KEYS}}
+        if on_result:
+            on_result(task, s)
+        save()
+
+
 def random_init_row(spec: AblationSpec, first: dict, out: Path, log=print) -> dict:
     """The first run's architecture fine-tuned from random weights on every task: what pretraining has to beat."""
     path = out / "random_init_baseline.json"
     cached = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
     results = cached.get("finetune") if isinstance(cached.get("finetune"), dict) else {}
-    for task in spec.finetune.tasks:
-        want = {"run_dir": first["run_dir"], **task_settings(spec, task)}
-        if (results.get(task) or {}).get("settings") != want:
-            log(f"[random init] finetune {task} from random weights ({first['label']}'s architecture)")
-            s = _finetune(spec, task, Path(first["run_dir"]) / FINAL, random_init=True)
-            results[task] = {"settings": want, "seeds": s["seeds"], **{k: s.get(k) for k in SUMMARY_KEYS}}
-            write_json(path, {"finetune": results})
+    finetune_tasks(spec, Path(first["run_dir"]) / FINAL, results, lambda: write_json(path, {"finetune": results}),
+                   f"random init, {first['label']}'s architecture", log, key={"run_dir": first["run_dir"]},
+                   random_init=True)
     row = {"label": "random init", "value": f"random init ({first['value']} arch.), no pretraining", "tokens": 0,
            "train_s": 0}
     return _with_tasks(row, spec, results)
