@@ -114,9 +114,10 @@ def keep_freed_memory() -> str:
 
     Every step allocates and frees the same buffers (the MLM head's [masked tokens, vocab] logits and their
     gradient: 16 MB each in `tiny-cpu`). By default glibc serves such blocks with mmap and unmaps them on free,
-    or trims them off the heap top, so each step page-faults the same memory in again: 1.1-3.1 M minor page
-    faults in 260 `tiny-cpu` steps, 0.17 M with this, and 3-15% more tokens/s on a 2-core CPU. The price: the
-    process keeps its peak heap instead of shrinking between steps. Skipped when the user tunes malloc
+    or trims them off the heap top, so each step page-faults the same memory in again: 14.8 M minor page
+    faults in 2,000 `tiny-cpu` steps, 0.18 M with this, and 1.13x the tokens/s on a 2-core CPU (less in runs
+    that fault less; bench/cpu_runtime.py). The price: the process keeps its peak heap instead of shrinking
+    between steps. Skipped when the user tunes malloc
     (MALLOC_*_ or GLIBC_TUNABLES variables) and where the C library is not glibc. Returns what was done,
     for run.json."""
     if any(k.startswith("MALLOC_") and k.endswith("_") for k in os.environ) or "malloc" in os.environ.get(
