@@ -238,14 +238,34 @@ def run_stages(stages: list[Stage], opts: ExecutorOptions, workers: int, logdir:
     return True
 
 
+# What datatrove writes in a stage's logging folder (`executor.json` at every launch): a folder holding these
+# names and nothing else is a stage folder of a job, never the user's.
+_DATATROVE_NAMES = frozenset({"completions", "logs", "stats", "slurm_logs", "executor.json", "stats.json",
+                              "ranks_to_run.json", "executor.pik", "launch_script.slurm"})
+
+
+def _stage_folder(p: Path) -> bool:
+    if not p.is_dir() or p.is_symlink() or not (p / "executor.json").is_file():
+        return False
+    return all(q.name in _DATATROVE_NAMES for q in p.iterdir())
+
+
+def _listing(names: list[str]) -> str:
+    names = sorted(names)
+    return ", ".join(names[:3]) + (" ..." if len(names) > 3 else "")
+
+
 class JobMarker:
     """OUTDIR/.zh-bert/job.json: which command and settings own this directory. A rerun of the same job
-    resumes; another job is refused unless `force`, which clears the old one's parts, work and logs."""
+    resumes; another job is refused unless `force`, which clears what the old job's marker proves it
+    wrote (its parts, work and datatrove's stage folders) and nothing else: a file the marker does not
+    cover, in OUTDIR or in --logging-dir, is never deleted, and an OUTDIR with no marker is never emptied."""
 
     def __init__(self, outdir: Path, command: str, settings: dict):
         self.outdir = outdir
         self.state = outdir / ".zh-bert"
         self.path = self.state / "job.json"
+        self.command = command
         blob = json.dumps(settings, sort_keys=True, default=str)
         self.job = {"command": command, "key": hashlib.sha256(blob.encode()).hexdigest()[:16],
                     "started": time.time(), "settings": json.loads(blob)}
@@ -257,43 +277,88 @@ class JobMarker:
     @staticmethod
     def _read(path: Path) -> dict | None:
         try:
-            return json.loads(path.read_text(encoding="utf-8"))
+            job = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
+        return job if isinstance(job, dict) and isinstance(job.get("key"), str) else None
 
-    def claim(self, force: bool, owned, logdir: Path) -> bool:
+    def claim(self, force: bool, owned, logdir: Path, done: str | None = None) -> bool:
         """Take OUTDIR (and `logdir`, whose completion markers decide what a rerun skips) for this job; True
         when it resumes an earlier run of the same job. `owned(path)`: whether a file in OUTDIR is one this
-        command writes (anything else is the user's, and refused)."""
+        command writes; `done`: the file whose presence says a job finished (for the messages only)."""
+        if os.path.lexists(self.outdir) and (not self.outdir.is_dir() or self.outdir.is_symlink()):
+            raise ZhBertError(f"-o {self.outdir}: is a file; give a directory for the parts")
         old, log_old = self._read(self.path), self._read(logdir / "job.json")
-        if old is not None and old.get("key") == self.job["key"]:
-            if log_old is not None and log_old.get("key") != old["key"] and not force:
+        if old is not None and old["key"] == self.job["key"]:
+            if log_old is not None and log_old["key"] != old["key"] and not force:
                 raise ZhBertError(f"--logging-dir {logdir}: holds another job's logs; give another directory "
-                                  f"or add --force to clear it")
+                                  f"or add --force to clear them")
             self.job = old
             self._take_logdir(logdir, log_old)
             return True
-        if self.outdir.exists() and not self.outdir.is_dir():
-            raise ZhBertError(f"-o {self.outdir}: is a file; give a directory for the parts")
-        foreign = [p.name for p in self.outdir.iterdir() if p.name != ".zh-bert" and not owned(p)] \
-            if self.outdir.is_dir() else []
-        if foreign:
-            raise ZhBertError(f"-o {self.outdir}: holds files this command did not write ({', '.join(foreign[:3])}"
-                              f"{' ...' if len(foreign) > 3 else ''}); give an empty or new directory")
+        self._check_outdir(old, owned, force, done)
         if (old is not None or log_old is not None) and not force:
-            where = f"-o {self.outdir}" if old is not None else f"--logging-dir {logdir}"
-            raise ZhBertError(f"{where}: holds another {(old or log_old).get('command', 'zh-bert')} job's work "
-                              f"(other inputs or settings); rerun that command to finish it, or add --force "
-                              f"to start over")
-        if self.outdir.is_dir():
+            self._refuse_other_job(old, log_old, logdir, done)
+        self._check_logdir(logdir, log_old)
+        if self.outdir.is_dir():   # every entry is proven ours: `_check_outdir`
             for p in self.outdir.iterdir():
-                shutil.rmtree(p) if p.is_dir() else p.unlink()
-        self._take_logdir(logdir, None if log_old is None else {})
+                shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
         write_json(self.path, self.job)
+        self._take_logdir(logdir, log_old)
         return False
 
+    def _check_outdir(self, old: dict | None, owned, force: bool, done: str | None) -> None:
+        """OUTDIR may be emptied only when it is new or empty, or when another job's marker covers it and
+        every file in it is one this command writes: without a marker, `part-00000.jsonl` is the user's."""
+        if not self.outdir.is_dir():
+            return
+        if Path.cwd().resolve() == self.outdir.resolve() and any(self.outdir.iterdir()):
+            raise ZhBertError(f"-o {self.outdir}: is the current directory; give a new directory for the parts")
+        entries = list(self.outdir.iterdir())
+        foreign = [p.name for p in entries if p.name != ".zh-bert" and (p.is_symlink() or not owned(p))]
+        if old is None and entries and not foreign and done and (self.outdir / done).is_file():
+            if force:          # a finished output of this command whose job state was removed: its `done`
+                return         # file is the marker (as for the in-process command's own rebuilds)
+            raise ZhBertError(f"-o {self.outdir}: holds the finished output of another {self.command} run; give "
+                              f"another directory, or add --force to replace it")
+        if old is None and entries:
+            raise ZhBertError(f"-o {self.outdir}: holds files this command did not write "
+                              f"({_listing(foreign or [p.name for p in entries])}; no "
+                              f"{self.path.relative_to(self.outdir)}); give an empty or new directory")
+        if old is not None and old.get("command") != self.command:
+            foreign.append(str(self.path.relative_to(self.outdir)) + f" of {old.get('command', 'another command')}")
+        if foreign:
+            raise ZhBertError(f"-o {self.outdir}: holds files this command did not write ({_listing(foreign)}); "
+                              f"give an empty or new directory")
+
+    def _refuse_other_job(self, old: dict | None, log_old: dict | None, logdir: Path, done: str | None) -> None:
+        if old is None:
+            raise ZhBertError(f"--logging-dir {logdir}: holds another {log_old.get('command', 'zh-bert')} job's "
+                              f"logs; give another directory, or add --force to clear them")
+        if done and (self.outdir / done).is_file():
+            raise ZhBertError(f"-o {self.outdir}: holds the finished output of another {old.get('command')} job "
+                              f"(other inputs or settings); give another directory, or add --force to replace it")
+        raise ZhBertError(f"-o {self.outdir}: holds another {old.get('command', 'zh-bert')} job's work "
+                          f"(other inputs or settings), not finished; rerun that job's command to finish it, or add --force to "
+                          f"start over")
+
+    def _check_logdir(self, logdir: Path, log_old: dict | None) -> None:
+        """A fresh job must not find completion markers it would take for its own: a --logging-dir that
+        exists is used only when it is empty or carries a zh-bert job marker."""
+        if log_old is None and logdir.is_dir() and logdir != self.state / "logs":
+            entries = [p.name for p in logdir.iterdir()]
+            if entries:
+                raise ZhBertError(f"--logging-dir {logdir}: holds files zh-bert did not write ({_listing(entries)}); "
+                                  f"give an empty or new directory")
+
     def _take_logdir(self, logdir: Path, log_old: dict | None) -> None:
-        if log_old is not None and log_old.get("key") != self.job["key"]:
-            shutil.rmtree(logdir, ignore_errors=True)
-        if self._read(logdir / "job.json") is None:
+        """Mark `logdir` as this job's. The stage folders of another job (or of an earlier run of this job
+        whose OUTDIR was started over) are removed, so their completion markers skip nothing; anything else
+        in `logdir` (the user's files beside the logs) is left as it is."""
+        if log_old is not None and (log_old["key"], log_old.get("started")) != (self.job["key"], self.started):
+            for p in logdir.iterdir() if logdir.is_dir() else ():
+                if _stage_folder(p):
+                    shutil.rmtree(p)
+            log_old = None
+        if log_old is None:
             write_json(logdir / "job.json", self.job)

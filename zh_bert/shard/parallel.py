@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 from datatrove.pipeline.base import PipelineStep
 
-from zh_bert.corpus_io import corpus_files
+from zh_bert.corpus_io import Segment, corpus_files, plan_shares, segment_raw_lines  # noqa: F401
 from zh_bert.data import FORMAT_VERSION, PART_META, part_name
 from zh_bert.errors import ZhBertError
 from zh_bert.executors import ExecutorOptions, JobMarker, Stage, run_stages
@@ -36,33 +36,12 @@ from zh_bert.shard.encode import TextEncoder
 from zh_bert.tokenizer_files import load_tokenizer, tokenizer_fingerprint
 
 DEFAULT_VALID_FRACTION = 0.01
-COMPRESSED = (".gz", ".bz2")      # no seeking into these: such a file goes whole to one task
 _OWNED = re.compile(r"\.?(part-\d{5}|meta\.json|unigram_counts\.npy)(\.(tmp|old)-.*)?")
-Segment = tuple[str, int, int]    # (path, first byte, end byte); end -1: the whole file
 
 
 # ---------------------------------------------------------------------------------------------------
-# who reads what
+# who reads what: plan_shares and segment_raw_lines (corpus_io, shared with `clean --executor`)
 # ---------------------------------------------------------------------------------------------------
-def plan_shares(paths: list[Path], tasks: int) -> list[list[Segment]]:
-    """Task r's segments: the bytes [r*B/N, (r+1)*B/N) of the inputs laid end to end (B bytes in all),
-    in input order. A compressed file goes whole to the task that holds its middle byte."""
-    sizes = [p.stat().st_size for p in paths]
-    total = max(sum(sizes), 1)
-    shares: list[list[Segment]] = [[] for _ in range(tasks)]
-    at = 0
-    for path, size in zip(paths, sizes):
-        if path.name.lower().endswith(COMPRESSED):
-            shares[min(tasks - 1, (at + size // 2) * tasks // total)].append((str(path), 0, -1))
-        else:
-            for r in range(tasks):
-                lo, hi = max(at, r * total // tasks), min(at + size, (r + 1) * total // tasks)
-                if hi > lo:
-                    shares[r].append((str(path), lo - at, hi - at))
-        at += size
-    return shares
-
-
 def segment_lines(path: str, start: int, end: int) -> Lines:
     """The non-blank lines that begin in bytes [start, end) of `path` (end -1: every line, read through
     `iter_lines`, which also decompresses). Lines are numbered when the segment starts the file; otherwise
@@ -70,26 +49,18 @@ def segment_lines(path: str, start: int, end: int) -> Lines:
     if end < 0:
         yield from iter_lines(path)
         return
-    with open(path, "rb") as f:
-        if start:
-            f.seek(start - 1)
-            f.readline()   # the rest of a line that began before `start` (its reader is the previous task)
-        pos, n = f.tell(), 0
-        while pos < end:
-            raw = f.readline()
-            if not raw:
-                break
-            n += 1
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                where = n if start == 0 else line_number(path, pos)
-                raise ZhBertError(f"{path}:{where}: not UTF-8 text ({e.reason} at byte {e.start} of the line)") from None
-            if start == 0 and n == 1:
-                line = line.removeprefix("\ufeff")
-            if line.strip():
-                yield (n if start == 0 else -pos), line.rstrip("\n")
-            pos += len(raw)
+    n = 0
+    for pos, raw in segment_raw_lines(path, start, end):
+        n += 1
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            where = n if start == 0 else line_number(path, pos)
+            raise ZhBertError(f"{path}:{where}: not UTF-8 text ({e.reason} at byte {e.start} of the line)") from None
+        if start == 0 and n == 1:
+            line = line.removeprefix("\ufeff")
+        if line.strip():
+            yield (n if start == 0 else -pos), line.rstrip("\n")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -239,15 +210,12 @@ def build_parts(cfg: ShardConfig, opts: ExecutorOptions) -> Path:
     out = Path(cfg.output)
     marker = JobMarker(out, COMMAND, job["settings"])
     logdir = Path(opts.logging_dir) if opts.logging_dir else out / ".zh-bert" / "logs"
-    resumed = marker.claim(opts.force, _owned, logdir)
+    resumed = marker.claim(opts.force, _owned, logdir, done="meta.json")
     job["key"] = marker.job["key"]
     stages = _stages(job)
     if resumed and (out / "meta.json").is_file():
         print(f"zh-bert shard: {out} is up to date (same inputs and settings, job {job['key']})")
         return out
-    if not resumed:   # completion markers of another job under a shared --logging-dir do not count
-        for stage in stages:
-            shutil.rmtree(logdir / stage.name, ignore_errors=True)
     shutil.rmtree(out / ".zh-bert" / "errors", ignore_errors=True)
     try:
         ran = run_stages(stages, opts, cfg.workers, logdir)
