@@ -153,3 +153,61 @@ def read_documents(paths: Iterable[str | os.PathLike], max_docs: int | None = No
     if not docs:
         raise ZhBertError(f"{', '.join(map(str, paths))}: empty corpus (no text to evaluate or learn from)")
     return docs
+
+
+# ---------------------------------------------------------------------------------------------------
+# cutting inputs across tasks (`clean --executor`, `shard --executor`)
+# ---------------------------------------------------------------------------------------------------
+COMPRESSED = (".gz", ".bz2")      # no seeking into these: such a file goes whole to one task
+Segment = tuple[str, int, int]    # (path, first byte, end byte); end -1: the whole file
+
+
+def plan_shares(paths: list[Path], tasks: int, whole=None) -> list[list[Segment]]:
+    """Task r's segments: the bytes [r*B/N, (r+1)*B/N) of the inputs laid end to end (B bytes in all),
+    in input order, so task order then position within a task is input order. A file that cannot be
+    cut (compressed, or `whole(path)` true: not one record per line) goes whole to the task that holds
+    its middle byte."""
+    sizes = [p.stat().st_size for p in paths]
+    total = max(sum(sizes), 1)
+    shares: list[list[Segment]] = [[] for _ in range(tasks)]
+    at = 0
+    for path, size in zip(paths, sizes):
+        if path.name.lower().endswith(COMPRESSED) or (whole is not None and whole(path)):
+            shares[min(tasks - 1, (at + size // 2) * tasks // total)].append((str(path), 0, -1))
+        else:
+            for r in range(tasks):
+                lo, hi = max(at, r * total // tasks), min(at + size, (r + 1) * total // tasks)
+                if hi > lo:
+                    shares[r].append((str(path), lo - at, hi - at))
+        at += size
+    return shares
+
+
+def segment_raw_lines(path: str | os.PathLike, start: int, end: int) -> Iterator[tuple[int, bytes]]:
+    """(byte offset, raw line with its newline) for every line that begins in bytes [start, end) of an
+    uncompressed file: a line cut by `start` belongs to the previous segment's reader, so the segments
+    of `plan_shares` read every line exactly once."""
+    with open(path, "rb") as f:
+        if start:
+            f.seek(start - 1)
+            f.readline()   # the rest of a line that began before `start`
+        pos = f.tell()
+        while pos < end:
+            raw = f.readline()
+            if not raw:
+                break
+            yield pos, raw
+            pos += len(raw)
+
+
+def line_number(path: str | os.PathLike, offset: int) -> int:
+    """The 1-based number of the line that starts at byte `offset` (newlines before it, counted in
+    16 MB blocks: a reader that starts mid-file learns its first line's number)."""
+    count, left = 0, offset
+    with open(path, "rb") as f:
+        while left > 0:
+            block = f.read(min(left, 1 << 24))
+            if not block:
+                break
+            count, left = count + block.count(b"\n"), left - len(block)
+    return count + 1
