@@ -268,3 +268,73 @@ def test_a_later_run_dir_from_other_settings_is_refused_before_any_training(smal
     err = capsys.readouterr().err
     assert "masking=wwm holds a run with other settings" in err and err.count("\n") == 1, err
     assert not trained and _tree(small_spec.parent) == before     # run 1 not trained, corpus not carved
+
+
+CORRECTION_GRID = {"x": [{"label": "mlm+wwm", "set": {"masking": "wwm"}},
+                         {"label": "mlm+correction", "set": {"masking": "correction"}}]}
+
+
+def _correction_spec(small_spec, **over):
+    spec = yaml.safe_load(small_spec.read_text(encoding="utf-8"))
+    return write_yaml(small_spec, {**spec, "grid": CORRECTION_GRID, **over})
+
+
+def test_ablate_correction_corpus_too_small_refused_before_any_training_dry_run_too(small_spec, monkeypatch,
+                                                                                    capsys):
+    """12 short documents cannot give correction's 20,000 train tokens at any tokenizer: `--dry-run` refuses the
+    grid (it exited 0 before), and so does the real run before `mlm+wwm` trains (it trained it, then failed)."""
+    from zh_bert import pretrain
+
+    trained = []
+    monkeypatch.setattr(pretrain, "train", lambda *a, **k: trained.append(a) or {"status": "finished"})
+    (small_spec.parent / "wiki.txt").write_text("".join(f"北京是中国的首都，第{i}号文档。\n" for i in range(12)),
+                                                encoding="utf-8")
+    _correction_spec(small_spec)
+    before = _tree(small_spec.parent)
+    for extra in (["--dry-run"], []):
+        assert cli.main(["ablate", str(small_spec), *extra]) == 2
+        err = capsys.readouterr().err
+        assert "run x=mlm+correction" in err and "needs at least 20,000" in err and err.count("\n") == 1, err
+    assert not trained and _tree(small_spec.parent) == before
+
+
+def test_ablate_correction_corpus_counted_in_its_shards_before_the_first_run_trains(small_spec, monkeypatch,
+                                                                                    capsys):
+    """35 training documents could hold 20,000 tokens by their bytes, but hold fewer: the real run prepares
+    the correction run's shards (the cache its run would reuse) and refuses before `mlm+wwm` trains."""
+    from zh_bert import pretrain
+
+    trained = []
+    monkeypatch.setattr(pretrain, "train", lambda *a, **k: trained.append(a) or {"status": "finished"})
+    base = yaml.safe_load((small_spec.parent / "base.yaml").read_text(encoding="utf-8"))
+    write_yaml(small_spec.parent / "base.yaml", {**base, "valid_docs": 4})
+    _correction_spec(small_spec)
+    assert cli.main(["ablate", str(small_spec), "--dry-run"]) == 0
+    capsys.readouterr()
+    assert cli.main(["ablate", str(small_spec)]) == 2
+    err = capsys.readouterr().err
+    assert "run x=mlm+correction" in err and "needs at least 20,000" in err and err.count("\n") == 1, err
+    assert not trained and not (small_spec.parent / "out" / "runs").exists()
+
+
+def test_ablate_correction_on_a_small_sharddir_refused_by_dry_run(small_spec, tmp_path, sample_docs,
+                                                                  google_tokdir, build_shards, capsys):
+    """A SHARDDIR base: its meta counts the train tokens, so the dry run makes pretrain's exact check."""
+    small = tmp_path / "small.jsonl"
+    small.write_text("".join(json.dumps({"text": t, "source": str(i)}, ensure_ascii=False) + "\n"
+                             for i, t in enumerate(sample_docs[:10])), encoding="utf-8")
+    shards = build_shards(small, google_tokdir, "--seq-len", "64", "--valid-docs", "2")
+    base = yaml.safe_load((tmp_path / "base.yaml").read_text(encoding="utf-8"))
+    write_yaml(tmp_path / "base.yaml", {**base, "data": str(shards), "tokenizer": str(google_tokdir)})
+    _correction_spec(small_spec, heldout_docs=0)
+    assert cli.main(["ablate", str(small_spec), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "run x=mlm+correction" in err and "needs at least 20,000" in err and err.count("\n") == 1, err
+
+
+def test_ablate_finetune_mapping_error_names_the_key_the_user_wrote(small_spec, capsys):
+    spec = yaml.safe_load(small_spec.read_text(encoding="utf-8"))
+    write_yaml(small_spec, {**spec, "finetune": {"a": 1}})
+    assert cli.main(["ablate", str(small_spec), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "'finetune' must be a task name" in err and "'tasks'" not in err, err

@@ -177,6 +177,39 @@ def electra_run(tmp_path_factory, char_shards):
     return root / "run"
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_nonfinite_gradient_guard_huge_rtd_weight_stops_with_one_line_at_the_first_step(tmp_path, char_shards,
+                                                                                       capsys, precision):
+    """rtd_weight 1e30: the weighted loss is finite but its gradient norm is not. Every such step is skipped
+    (never applied), counted, reported on stderr at the first one, and the streak guard stops the run
+    (status diverged, exit 1 as for a NaN streak); before, it ended "finished" with skipped_steps 0."""
+    from zh_bert.pretrain import main
+
+    capsys.readouterr()
+    rc = main([str(write_recipe(tmp_path / "r.yaml", char_shards, rtd_weight=1e30, max_nan_streak=3,
+                                precision=precision, log_every=1))])
+    out, err = capsys.readouterr()
+    lines = [l for l in err.splitlines() if l.strip() and not l.startswith("warning: precision")]
+    assert rc == 1
+    assert lines and lines[0].startswith("warning: step 1 skipped") and "gradient norm inf" in lines[0], err
+    assert "rtd_weight (1e+30)" in lines[0]
+    assert lines[-1].startswith("error: 3 step(s) in a row skipped") and len(lines) == 2, err
+    run = json.loads((tmp_path / "run" / "run.json").read_text(encoding="utf-8"))
+    assert run["status"] == "diverged" and run["steps"] == 3 and run["skipped_steps"] == 3
+    assert not (tmp_path / "run" / "final").exists()
+
+
+def test_nonfinite_gradient_guard_streak_of_one_is_one_line(tmp_path, char_shards, capsys):
+    """max_nan_streak 1: the run stops at the first non-finite gradient with exactly one stderr line."""
+    from zh_bert.pretrain import main
+
+    capsys.readouterr()
+    rc = main([str(write_recipe(tmp_path / "r.yaml", char_shards, rtd_weight=1e30, max_nan_streak=1))])
+    err = [l for l in capsys.readouterr().err.splitlines() if l.strip()]
+    assert rc == 1 and len(err) == 1 and err[0].startswith("error: 1 step(s) in a row skipped"), err
+    assert "(step 1: loss " in err[0] and "gradient norm inf)" in err[0]
+
+
 def test_run_logs_rtd_metrics_and_writes_discriminator_and_generator(electra_run):
     from transformers import (AutoModel, AutoModelForMaskedLM, AutoModelForPreTraining, ElectraForMaskedLM,
                               ElectraForPreTraining, ElectraModel, pipeline)

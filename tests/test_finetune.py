@@ -117,6 +117,9 @@ def test_metrics_and_seed_summary():
     (["--batch-size", "0"], "--batch-size must be >= 1, got 0"),
     (["--seeds", "0"], "--seeds must be >= 1, got 0"),
     (["--warmup", "1.5"], "--warmup is a fraction"),
+    (["--seed", "-1"], "--seed must be in [0, 4,294,967,295] (a 32-bit seed), got -1"),      # out-of-range seeds:
+    (["--seed", str(2**32)], "got 4294967296"),                                             # numpy raised mid-run
+    (["--seed", str(2**32 - 2), "--seeds", "3"], "got 4294967294..4294967296"),
 ])
 def test_finetune_refuses_bad_options(tiny_model_dir, capsys, argv, message):
     rc = cli.main(["finetune", str(tiny_model_dir), "--task", "chnsenticorp"] + argv)

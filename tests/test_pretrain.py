@@ -318,3 +318,92 @@ def test_freed_step_buffers_are_reused_without_page_faults():
     out = subprocess.run([sys.executable, "-c", _FAULTS, "kept"], capture_output=True, text=True, check=True,
                          env={**env, "MALLOC_MMAP_THRESHOLD_": "131072"}).stdout
     assert out.startswith("unchanged: set by the environment"), out
+
+
+# ------------------------------------------------------------------------------------------------ out_dir ownership
+
+def _hashes(root: Path) -> dict:
+    import hashlib
+
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*"))
+            if p.is_file()}
+
+
+def _refused(argv: list[str], capsys, says: str) -> str:
+    from zh_bert.cli import main
+
+    capsys.readouterr()
+    assert main(["pretrain", *argv]) == 2
+    err = [l for l in capsys.readouterr().err.splitlines() if l.strip()]
+    assert len(err) == 1 and err[0].startswith("zh-bert pretrain: error: ") and says in err[0], err
+    return err[0]
+
+
+def test_out_dir_ownership_user_files_and_inputs_survive(tmp_path, char_shards, monkeypatch, capsys):
+    """pretrain writes only into a new, empty or own run dir: never the current directory, never a folder with
+    the user's files (named in the one line), never an input; every refusal leaves every byte as it was."""
+    tokdir, sharddir = char_shards
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "notes.txt").write_text("我的笔记\n", encoding="utf-8")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "metrics.jsonl").write_text('{"step": 1, "loss": 0.5}\n', encoding="utf-8")   # the user's own
+    (tmp_path / "a_file").write_text("文件\n", encoding="utf-8")
+    recipe = write_recipe(tmp_path / "r.yaml", tokdir, sharddir, max_steps=2, save_every=0, eval_every=0)
+    before = {d: _hashes(d) for d in (tmp_path, Path(tokdir), Path(sharddir))}
+    monkeypatch.chdir(work)
+    for out, says in [("", "is the current directory"), (".", "is the current directory"),
+                      ("..", "is the current directory or above it"), (str(mine), "metrics.jsonl"),
+                      (str(sharddir), "overlap"), (str(tokdir), "overlap"), (str(Path(sharddir) / "run"), "overlap"),
+                      (str(tmp_path / "a_file"), "is not a directory"), ("/proc/x", "cannot create")]:
+        _refused([str(recipe), "--set", f"out_dir={out}"], capsys, says)
+    _refused([str(recipe), "--set", f"out_dir={tmp_path / 'cache' / 'run'}", "--set",
+              f"data_cache={tmp_path / 'cache'}"], capsys, "inside data_cache")
+    _refused([str(recipe), "--set", f"out_dir={Path(tokdir).parent}"], capsys, "overlap")   # an input inside it
+    assert {d: _hashes(d) for d in (tmp_path, Path(tokdir), Path(sharddir))} == before
+
+
+def test_out_dir_own_run_dir_is_reused_resumed_and_a_failed_start_leaves_nothing(tmp_path, char_shards, capsys):
+    """The README's command twice: the second is refused without writing (its checkpoints are there: resume
+    or choose another out_dir); --resume auto continues in it; a folder with only the marker (killed before
+    its first checkpoint) is the run's own; a start that fails in a new out_dir leaves no folder behind."""
+    from zh_bert.cli import main
+
+    tokdir, sharddir = char_shards
+    run = tmp_path / "run"
+    recipe = write_recipe(tmp_path / "r.yaml", tokdir, sharddir, max_steps=2, save_every=0, eval_every=0)
+    assert main(["pretrain", str(recipe)]) == 0
+    assert (run / "recipe.yaml").read_text(encoding="utf-8").startswith("# written by zh-bert pretrain")
+    (run / "eval_results.json").write_text("[]\n", encoding="utf-8")     # what eval/finetune add to a run dir
+    done = _hashes(run)
+    _refused([str(recipe)], capsys, "--resume auto")
+    assert _hashes(run) == done
+    assert main(["pretrain", str(recipe), "--set", "max_steps=3", "--resume", "auto"]) == 0
+    assert json.loads((run / "run.json").read_text(encoding="utf-8"))["steps"] == 3
+    (run / "thesis.tex").write_text("论文\n", encoding="utf-8")
+    _refused([str(recipe), "--set", "max_steps=4", "--resume", "auto"], capsys, "thesis.tex")
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    (killed / "recipe.yaml").write_text((run / "recipe.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    (killed / "data").mkdir()
+    assert main(["pretrain", str(recipe), "--set", f"out_dir={killed}"]) == 0
+    _refused([str(recipe), "--set", f"out_dir={tmp_path / 'new' / 'run'}", "--set", "seq_len=32"], capsys,
+             "seq_len 32 in the recipe")
+    assert not (tmp_path / "new").exists()
+
+
+def test_out_dir_on_a_read_only_mount_is_one_line_and_writes_nothing(tmp_path, char_shards, capsys):
+    """A real read-only file system (tmpfs mounted ro; root ignores a read-only mode bit): the folder itself
+    and a new folder inside it are both one line, exit 2."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(ro)], capture_output=True).returncode:
+        pytest.skip("cannot mount a read-only tmpfs here")
+    try:
+        recipe = write_recipe(tmp_path / "r.yaml", *char_shards, max_steps=2)
+        _refused([str(recipe), "--set", f"out_dir={ro}"], capsys, "Read-only file system")
+        _refused([str(recipe), "--set", f"out_dir={ro / 'run'}"], capsys, "cannot create it (Read-only file system)")
+        assert not list(ro.iterdir())
+    finally:
+        subprocess.run(["umount", str(ro)], check=True)

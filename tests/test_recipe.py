@@ -56,6 +56,8 @@ def test_overrides_and_aliases():
     (["grad_clip=-.inf"], "'grad_clip' must be a finite number"),
     (["betas=[0.9, .inf]"], "'betas' must be a finite number"),
     (["mask_rate=inf"], "'mask_rate' must be a finite number"),
+    (["seed=-1"], "'seed' must be in \\[0, 4,294,967,295\\]"),        # out of range: numpy raised mid-run
+    (["seed=4294967296"], "'seed' must be in .* got 4294967296"),
 ])
 def test_bad_values(sets, match):
     with pytest.raises(ZhBertError, match=match):
@@ -131,3 +133,19 @@ def test_resume_changes_name_the_key_that_cannot_change():
     with pytest.raises(ZhBertError, match="--resume auto: 'mask_rate' cannot change when resuming"):
         changes_on_resume(saved, load_recipe(None, ["max_steps=100", "mask_rate=0.3"]), "--resume auto")
     assert CHANGEABLE_ON_RESUME <= set(KEYS)
+
+
+def test_saved_recipe_marks_the_run_dir_and_loads_back(tmp_path):
+    """save_recipe's first line is pretrain's run-dir marker; the file still loads as the same recipe."""
+    from zh_bert.recipe import save_recipe
+    from zh_bert.rundir import RECIPE_HEADER, written_by_pretrain
+
+    recipe = load_recipe(None, ["max_steps=7"])
+    save_recipe(recipe, tmp_path / "recipe.yaml")
+    assert (tmp_path / "recipe.yaml").read_text(encoding="utf-8").startswith(RECIPE_HEADER)
+    assert load_recipe(tmp_path / "recipe.yaml") == recipe and written_by_pretrain(tmp_path)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "recipe.yaml").write_text("max_steps: 7\n", encoding="utf-8")   # the user's own recipe: no marker
+    (mine / "run.json").write_text('{"notes": "mine"}', encoding="utf-8")     # nor is a run.json of another shape
+    assert not written_by_pretrain(mine)

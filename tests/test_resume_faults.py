@@ -188,6 +188,19 @@ def test_incomplete_checkpoints_are_skipped_by_auto_and_refused_by_path(tmp_path
     assert ckpt.find_resume("auto", root, warn=warned.append) is None
 
 
+def test_resume_auto_skipping_an_incomplete_checkpoint_warns_on_stderr(tmp_path, reference, capsys):
+    """The warning is a diagnostic: stderr, not stdout (where the run's progress lines go)."""
+    run = tmp_path / "run"
+    shutil.copytree(reference["run"], run)
+    (run / "checkpoints" / "step-0000012" / "rng-rank0.pt").unlink()
+    rc, out, err = in_process(capsys, str(reference["run"].parent / "r.yaml"), "--set", f"out_dir={run}",
+                              "--resume", "auto")
+    assert rc == 0, err
+    assert "warning: skipping incomplete checkpoint" in err and "step-0000012" in err
+    assert "skipping incomplete checkpoint" not in out and "resumed from" in out
+    assert_same_losses(losses(run), reference["losses"])
+
+
 def test_checkpoints_from_before_manifests_count_only_when_every_file_is_there(tmp_path, reference):
     root = tmp_path / "checkpoints"
     shutil.copytree(reference["run"] / "checkpoints", root)

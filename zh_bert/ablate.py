@@ -37,7 +37,7 @@ from zh_bert.fileio import atomic_write, read_text, write_json
 from zh_bert.finetune import FinetuneConfig, check_trainable, eval_entries, run as run_finetune
 from zh_bert.masking import STRATEGIES, MaskingConfig
 from zh_bert.pipeline import data_inputs, is_sharddir
-from zh_bert.recipe import load_recipe
+from zh_bert.recipe import check_seed, load_recipe
 from zh_bert.rundir import FINAL, is_model_dir
 from zh_bert.tasks import load_task
 
@@ -58,6 +58,7 @@ class FinetuneSpec:
     def __post_init__(self):
         if self.seeds < 1:
             raise ZhBertError(f"'finetune_seeds' must be >= 1, got {self.seeds}")
+        check_seed("'finetune_seeds'", 1, self.seeds)   # seeds 1..N
         twice = sorted({t for t in self.tasks if self.tasks.count(t) > 1})
         if twice:
             raise ZhBertError(f"'finetune' names {', '.join(twice)} twice")
@@ -78,7 +79,12 @@ def _task_list(value) -> list[str]:
         return []
     if isinstance(value, str):
         return [value] if value.startswith("tsv:") else [v.strip() for v in value.split(",") if v.strip()]
-    return list(value) if isinstance(value, (list, tuple)) else [value]
+    tasks = list(value) if isinstance(value, (list, tuple)) else [value]
+    bad = [t for t in tasks if not isinstance(t, str)]
+    if bad:
+        raise ZhBertError(f"'finetune' must be a task name (chnsenticorp, tnews, tsv:TRAIN,DEV[,TEST]), a list of "
+                          f"them or null, got {bad[0]!r}")
+    return tasks
 
 
 @dataclass
@@ -109,6 +115,7 @@ class AblationSpec:
         for name in ("heldout_docs", "eval_max_seqs"):
             if getattr(self, name) < 0:
                 raise ZhBertError(f"'{name}' must be >= 0, got {getattr(self, name)}")
+        check_seed("'eval_seed'", self.eval_seed)
         if self.budget not in ("tokens", "flops"):
             raise ZhBertError(f"'budget' must be tokens or flops, got {self.budget!r}")
         if self.eval_masking not in STRATEGIES:
@@ -135,10 +142,12 @@ def spec_keys() -> list[str]:
 def _finetune_spec(data: dict, where: str) -> FinetuneSpec:
     """`finetune: TASK` + the flat `finetune_<key>` entries of `data` (removed from it) -> FinetuneSpec."""
     given = {k[len(FLAT):]: data.pop(k) for k in [k for k in data if k.startswith(FLAT)]}
-    top = {"tasks": _task_list(data.pop("finetune"))} if "finetune" in data else {}
+    top = {}
     if "seeds" in given:
         top["seeds"] = given.pop("seeds")
     try:
+        if "finetune" in data:
+            top["tasks"] = _task_list(data.pop("finetune"))
         config = from_dict(FinetuneConfig, {**SPEC_FINETUNE, **given}, where)
         return from_dict(FinetuneSpec, {**top, "config": config}, where)
     except ZhBertError as e:   # FinetuneConfig names 'lr' / --lr; the spec file says finetune_lr
@@ -238,6 +247,42 @@ def check_carved(files: list[Path], corpus: Path, heldout_docs: int, doc_sep: st
     if old != json.loads(json.dumps(_carve_key(files, heldout_docs, doc_sep))):
         raise ZhBertError(f"{corpus} was carved from other corpus files or another heldout_docs; delete "
                           f"{corpus.parent} or use --out-dir")
+
+
+def check_corpus_size(recipe, files: list[Path], heldout_docs: int, fraction: float) -> None:
+    """Masking correction needs MIN_TRAIN_TOKENS train tokens in its shards; a raw corpus has no token count
+    before it is sharded, so a dry run refuses what cannot reach it even at one token per byte of text (with
+    room for every special token): an upper bound, never a false refusal. `prepare_correction_data`
+    makes the exact check before any run trains."""
+    from zh_bert.similar_words import MIN_TRAIN_TOKENS
+
+    if recipe.masking.strategy != "correction":
+        return
+    docs = [d for keep, _ in split_corpus(files, heldout_docs, recipe.doc_sep)
+            for d in keep[:max(1, int(len(keep) * fraction))]]
+    upper = 2 * (sum(len(d.encode("utf-8")) for d in docs) + len(docs)) + 2
+    if upper < MIN_TRAIN_TOKENS:
+        raise ZhBertError(f"masking correction learns its similar words from the shards' train split, and this "
+                          f"run's {len(docs)} training documents give at most {upper:,} tokens (needs at least "
+                          f"{MIN_TRAIN_TOKENS:,}); use more text or another masking (wwm)")
+
+
+def prepare_correction_data(p: "Plan", data_by_fraction: dict, log=print) -> None:
+    """The exact check of `check_corpus_size`, before the first run trains: every correction run's data is
+    prepared (the cache its run then reuses) and its train split counted."""
+    from zh_bert.data import read_meta
+    from zh_bert.pipeline import prepare_data
+    from zh_bert.similar_words import check_possible
+
+    for r in p.runs:
+        recipe = run_recipe(p.spec, r, p.base_data, p.out, data_by_fraction.get(r.fraction), p.cli_set)
+        if recipe.masking.strategy != "correction":
+            continue
+        try:
+            prepared = prepare_data(recipe, log=lambda m, label=r.label: log(f"[{label}] {m}"))
+            check_possible(read_meta(prepared.sharddir), prepared.sharddir)
+        except ZhBertError as e:
+            raise ZhBertError(f"{p.spec_path}: run {r.label}: {e}") from None
 
 
 def carved_paths(files: list[Path], out: Path, fractions: set[float]) -> dict[float, list[str]]:
@@ -594,6 +639,16 @@ def plan(args: AblateArgs) -> Plan:
     shared = load_recipe(None, {**base_data, **spec.set, **cli_set})
     corpus = _check_data(spec, spec_path, shared, runs, out)
     data = carved_paths(corpus, out / "corpus", {r.fraction for r in runs}) if corpus is not None else {}
+    from zh_bert.pretrain import check_recipe
+
+    for r in all_runs:   # each run's recipe as pretrain checks it (--only or not), refused now, not mid-grid
+        recipe = run_recipe(spec, r, base_data, out, None, cli_set)
+        try:
+            check_recipe(recipe)
+            if corpus is not None:
+                check_corpus_size(recipe, corpus, spec.heldout_docs, r.fraction)
+        except ZhBertError as e:
+            raise ZhBertError(f"{spec_path}: run {r.label}: {e}") from None
     for r in runs:   # a run dir from other settings is refused now, not after the runs before it trained
         _check_same_recipe(out / "runs" / _slug(r.label), run_recipe(spec, r, base_data, out, data.get(r.fraction),
                                                                      cli_set))
@@ -627,6 +682,8 @@ def main(argv: list[str]) -> int:
                                                  {r.fraction for r in runs}, p.doc_sep)
         heldout = heldout if spec.heldout_docs else None
     log = lambda m: print(m, flush=True)  # noqa: E731
+    if p.corpus is not None:
+        prepare_correction_data(p, data_by_fraction, log)
     t0 = time.time()
     rows = [run_one(spec, r, p.base_data, out, data_by_fraction.get(r.fraction), heldout, cli_set, log=log)
             for r in runs]

@@ -25,6 +25,7 @@ import numpy as np
 from zh_bert.config import at_least, build_parser as derive_parser, check_choices, check_finite, config_from_args, option
 from zh_bert.errors import ZhBertError
 from zh_bert.eval_results import entry, record_for_checkpoint
+from zh_bert.recipe import check_seed
 from zh_bert.rundir import model_dir
 from zh_bert.evaluate import CheckpointArgs
 from zh_bert.tasks import DATASET_NAMES, TaskData, load_task
@@ -77,6 +78,7 @@ class FinetuneJob:
 
     def __post_init__(self):
         at_least(self, 1, "seeds")
+        check_seed("--seed", self.seed, self.seed + self.seeds - 1)   # seeds S..S+N-1 (--seeds N)
 
     def seed_list(self) -> list[int]:
         return list(range(self.seed, self.seed + self.seeds))

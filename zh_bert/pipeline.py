@@ -12,8 +12,10 @@ each stage writes its output atomically, so an existing output is a complete one
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,10 +86,15 @@ def data_inputs(paths: list[Path]) -> tuple[list[Path], bool]:
             files.append(p)
         else:
             raise ZhBertError(f"data: {p} does not exist (expected a SHARDDIR, a corpus file or a directory)")
-        kinds.setdefault(cleaned, str(p))
+        kinds.setdefault(cleaned, p)
     if len(kinds) == 2:
-        raise ZhBertError(f"data: {kinds[True]} holds cleaned documents but {kinds[False]} is raw text; "
-                          f"run `zh-bert clean` on the raw text first, or list only one kind")
+        other = kinds[False]
+        what = ("a directory that is not a `zh-bert clean` OUTDIR" if other.is_dir() else
+                "a single file (cleaned documents are read only from directories of parts, "
+                "e.g. a `zh-bert clean` OUTDIR)")
+        raise ZhBertError(f"data: {kinds[True]} holds cleaned documents, used as they are, but {other} is {what}, "
+                          f"which would be cleaned first; list only one kind (move {other.name} into a directory of "
+                          f"cleaned parts, or `zh-bert clean` it)")
     return files, True in kinds
 
 
@@ -97,15 +104,26 @@ def outdir_report(paths: list[Path]) -> dict | None:
     return read_report(paths[0]) if len(paths) == 1 and paths[0].is_dir() else None
 
 
+def _report_vouches(outdir: Path, report: dict | None) -> bool:
+    """Whether `report` (OUTDIR/report.json) still describes the parts' bytes without reading them: each
+    part it lists has its size and was last modified before the report was written. A part edited in
+    place at the same size has a newer mtime, so its bytes are hashed again."""
+    if report is None or not report.get("output_sha256"):
+        return False
+    written = (outdir / CLEAN_REPORT).stat().st_mtime_ns
+    return all((outdir / part["name"]).stat().st_mtime_ns < written for part in report["parts"])
+
+
 def cache_key(paths: list[Path], files: list[Path], settings: dict) -> str:
-    """sha256 over the inputs and the stage settings: same inputs and settings, same key. A clean OUTDIR whose
-    report matches its parts counts by the parts' sha256 the report lists (no pass over a 100 GB corpus at
-    every start); any other file by its name and bytes (an edited part is another key)."""
+    """sha256 over the inputs and the stage settings: same inputs and settings, same key. A clean OUTDIR
+    whose report still vouches for its parts (`_report_vouches`: sizes as listed, none modified since)
+    counts by the parts' sha256 the report lists (no pass over a 100 GB corpus at every start); any other
+    file by its name and bytes (an edited part is another key)."""
     h = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
     hashed = set()
     for p in paths:
         report = read_report(p) if p.is_dir() else None
-        if report is not None and report.get("output_sha256"):
+        if _report_vouches(p, report):
             h.update(f"{p.resolve()}\0{report['output_sha256']}\0".encode())
             hashed |= {(p / part["name"]).resolve() for part in report["parts"]}
     for f in files:
@@ -118,9 +136,34 @@ def cache_key(paths: list[Path], files: list[Path], settings: dict) -> str:
     return h.hexdigest()[:16]
 
 
+# the stage flags a recipe sets through its own keys: a stage's error names the key the user wrote
+RECIPE_KEYS = {"--valid-docs": "valid_docs", "--seq-len": "seq_len", "--doc-sep": "doc_sep", "--size": "vocab_size",
+               "--kind": "vocab_kind"}
+
+
+@contextlib.contextmanager
+def _in_recipe_terms():
+    """Run a stage for a recipe: its one-line errors name the recipe keys (valid_docs), not the stage's CLI
+    flags (--valid-docs) that the user of `pretrain` never typed."""
+    try:
+        yield
+    except ZhBertError as e:
+        msg = str(e)
+        for flag, key in RECIPE_KEYS.items():
+            msg = re.sub(rf"(?<![\w-]){flag}(?![\w-])", key, msg)
+        if msg == str(e):
+            raise
+        raise ZhBertError(msg) from None
+
+
 def prepare_data(recipe, log=print) -> PreparedData:
     """SHARDDIR as is, or build one from the corpus in `recipe.data` (cached): raw text is cleaned first,
-    cleaned documents (`is_cleaned_dir`) go straight to vocab and shard."""
+    cleaned documents (`is_cleaned_dir`) go straight to vocab and shard; stage errors name recipe keys."""
+    with _in_recipe_terms():
+        return _prepare(recipe, log)
+
+
+def _prepare(recipe, log) -> PreparedData:
     paths = [Path(p) for p in recipe.data_paths]
     if len(paths) == 1 and is_sharddir(paths[0]):
         return PreparedData(paths[0], None, None)

@@ -15,9 +15,10 @@ when they run.
 
 What makes it safe: the loss is normalised by the masked-token count of the whole global batch (so
 accumulation and DDP give the same update as one big batch; ELECTRA's RTD loss by the batch's real-token
-count, its generator samples keyed per sequence, see `model.ElectraPretrainModel`), non-finite steps are skipped and a streak
-of them stops the run, and checkpoints hold everything needed to continue with exactly the losses of an
-uninterrupted run.
+count, its generator samples keyed per sequence, see `model.ElectraPretrainModel`), steps whose
+backpropagated loss or gradient norm is non-finite are skipped and a streak of them stops the run
+(`_guard`), out_dir is written only when it is the run's own (`check_out_dir`), and checkpoints hold
+everything needed to continue with exactly the losses of an uninterrupted run.
 
 Resuming (`--resume auto|PATH`): `auto` takes the newest complete checkpoint of out_dir (incomplete ones
 are skipped with a warning; see `zh_bert.checkpoint`), PATH must be complete. A checkpoint older than the
@@ -42,6 +43,7 @@ import shutil
 import signal
 import sys
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -209,9 +211,14 @@ def train_step(model, optimizer, scheduler, accelerator, micro_batches: list[dic
     """Optimizer step `step` (0-based) over `micro_batches` (this process's share of the global batch, host
     tensors).
 
-    Returns {'loss_finite', 'grad_norm', 'skipped', 'tokens' (of all processes)}. This is the whole training
-    computation; everything else in this module is bookkeeping. ELECTRA adds the RTD loss, normalised by the
-    global batch's real-token count as the MLM loss is by its masked-token count.
+    Returns {'finite', 'grad_norm', 'loss' (device tensors: reading them syncs), 'skipped', 'tokens' (of all
+    processes)}. This is the whole training computation; everything else in this module is bookkeeping.
+    ELECTRA adds the RTD loss, normalised by the global batch's real-token count as the MLM loss is by its
+    masked-token count.
+
+    `finite`: the loss that was backpropagated (weighted, as summed here: a huge rtd_weight overflows it or
+    only its gradient) and the gradient norm are both finite. A step that is not is never applied (fp16:
+    the GradScaler skips it and lowers its scale) and comes back `skipped`, which `fit`'s guard counts.
     """
     import torch
 
@@ -244,27 +251,30 @@ def train_step(model, optimizer, scheduler, accelerator, micro_batches: list[dic
                 loss = loss + out["rtd_loss_sum"] * (recipe.rtd_weight * world / n_tokens)
             accelerator.backward(loss)
         stats.add(out)
-        step_loss = step_loss + out["mlm_loss_sum"].detach()
-        if "rtd_loss_sum" in out:
-            step_loss = step_loss + out["rtd_loss_sum"].detach()
+        step_loss = step_loss + loss.detach().float()   # what was backpropagated, weights included
     stats.masked += masked
     stats.seqs += seqs
     stats.tokens += tokens
     stats.steps += 1
-    loss_finite = bool(torch.isfinite(step_loss).item())  # the one sync per step
     params = [p for p in model.parameters() if p.grad is not None]
     clip = recipe.grad_clip if recipe.grad_clip > 0 else float("inf")
     grad_norm = accelerator.clip_grad_norm_(params, clip)
+    norm = torch.zeros(()) if grad_norm is None else torch.as_tensor(grad_norm)
+    finite = bool(torch.isfinite(step_loss + norm.to(step_loss.device).float()).item())  # the one sync per step
     scaler = getattr(accelerator, "scaler", None)
-    if scaler is None and not loss_finite:   # fp32/bf16: a NaN step would poison the weights; skip it
+    if scaler is None and not finite:   # fp32/bf16: a NaN/inf step would poison the weights; skip it
         skipped = True
     else:                                    # fp16: the GradScaler skips overflowed steps itself
         optimizer.step()
         skipped = bool(accelerator.optimizer_step_was_skipped)
-    scheduler.step()
+    with warnings.catch_warnings():   # a skipped step calls no optimizer.step(): torch's order warning is noise
+        if skipped:
+            warnings.simplefilter("ignore", UserWarning)
+        scheduler.step()
     optimizer.zero_grad(set_to_none=True)
     stats.skipped += int(skipped)
-    return {"loss_finite": loss_finite, "grad_norm": grad_norm, "skipped": skipped, "tokens": int(counts[2].item())}
+    return {"finite": finite, "grad_norm": grad_norm, "loss": step_loss, "skipped": skipped,
+            "tokens": int(counts[2].item())}
 
 
 @contextlib.contextmanager
@@ -424,6 +434,7 @@ class Run:
     adam_kind: str                  # fused | foreach
     accum: int                      # micro-batches per optimizer step per process
     say: Callable[[str], None]
+    warn: Callable[[str], None] = print    # warnings and the guard's error: stderr, main process
     generator: Any = None           # electra: the generator (checkpoints' and final/'s generator/)
     metrics: Optional[MetricsLog] = None   # opened by build_run once the resume step is known
     step: int = 0
@@ -561,36 +572,63 @@ def _hf_model(recipe: Recipe, tokenizer, train_ds):
 
 def build_run(recipe: Recipe, resume: str | None = None, log: Callable[[str], None] | None = None) -> Run:
     """Accelerator, data (raw corpus -> shards first), model, optimizer and, with `resume`, the checkpoint's
-    state: a `Run` ready for `fit`."""
-    import torch
+    state: a `Run` ready for `fit`. Everything that can be checked without data work is checked before
+    out_dir is touched; a start that fails before training leaves a new out_dir as it found it."""
     from transformers.utils import logging as hf_logging
 
     from zh_bert import checkpoint as ckpt
-    from zh_bert.data import ShardLoader
-    from zh_bert.model import ElectraPretrainModel, PretrainModel, count_params
-    from zh_bert.pipeline import prepare_data
 
     t_start = time.time()
     malloc = keep_freed_memory()
     hf_logging.disable_progress_bar()   # "Writing model shards" bars at every checkpoint
     accelerator, precision, warnings = _accelerator(recipe)
-    world, rank = accelerator.num_processes, accelerator.process_index
+    world = accelerator.num_processes
     say = log or (lambda *a: accelerator.print(*a, flush=True))
+    warn = lambda m: accelerator.print(m, file=sys.stderr, flush=True)  # noqa: E731
     for w in warnings:
-        say(f"warning: {w}")
+        warn(f"warning: {w}")
     if recipe.global_batch % (recipe.micro_batch * world):
         raise ZhBertError(f"global_batch {recipe.global_batch} is not divisible by micro_batch {recipe.micro_batch} "
                           f"× {world} processes = {recipe.micro_batch * world}")
     out = Path(recipe.out_dir)
-    if accelerator.is_main_process:
+    fresh = check_out_dir(recipe)
+    if accelerator.is_main_process:   # in a folder that is the run's own: a killed save is undone first
         for done in ckpt.clean_leftovers(out / "checkpoints"):
             say(f"note: {done}")
     accelerator.wait_for_everyone()
-    resume_from, branch_of, changed = resume_point(recipe, resume, say)
-    if not recipe.init_from:   # a bad model config.json is one line before any data work
-        from zh_bert.model import build_config
-        build_config(recipe.model, 1)
-    check_objective_data(recipe)
+    resume_from, branch_of, changed = resume_point(recipe, resume, warn)
+    check_recipe(recipe)
+    made = claim_out_dir(recipe) if accelerator.is_main_process else []
+    accelerator.wait_for_everyone()
+    try:
+        run = _assemble(recipe, accelerator, precision, warnings, say, warn)
+        run.t_start, run.malloc = t_start, malloc
+        if resume_from is not None:
+            run.resume_from(resume_from, changed)
+            say(f"resumed from {resume_from} at step {run.step}" + "".join(
+                f"; {k}: {a!r} -> {b!r}" for k, (a, b) in changed.items()))
+    except ZhBertError:
+        if accelerator.is_main_process:
+            release_out_dir(out, made, fresh)
+        raise
+    run.metrics = MetricsLog(out, accelerator.is_main_process, run.step if resume_from is not None else None,
+                             history=branch_of / "metrics.jsonl" if branch_of else None)
+    if accelerator.is_main_process:
+        save_recipe(recipe, out / "recipe.yaml")
+    accelerator.wait_for_everyone()
+    _say_model(run)
+    return run
+
+
+def _assemble(recipe: Recipe, accelerator, precision: str, warnings: list[str], say, warn) -> Run:
+    """The data (prepared: raw corpus -> shards, cached), model, optimizer and loaders of a fresh `Run`."""
+    import torch
+
+    from zh_bert.data import ShardLoader
+    from zh_bert.model import ElectraPretrainModel, PretrainModel
+    from zh_bert.pipeline import prepare_data
+
+    world, rank = accelerator.num_processes, accelerator.process_index
     with accelerator.main_process_first():   # the main process builds the shards, the others find the cache
         prepared = prepare_data(recipe, log=say)
     tokdir, tokenizer, train_ds, valid_ds = _datasets(recipe, prepared)
@@ -602,29 +640,43 @@ def build_run(recipe: Recipe, resume: str | None = None, log: Callable[[str], No
     loader = ShardLoader(train_ds, recipe.micro_batch, recipe.masking, recipe.seed, rank=rank, world_size=world)
     valid_loader = (ShardLoader(valid_ds, recipe.micro_batch, recipe.masking, recipe.seed, rank=rank,
                                 world_size=world) if valid_ds is not None else None)
-    run = Run(recipe=recipe, accelerator=accelerator, precision=precision, warnings=warnings, prepared=prepared,
-              tokdir=tokdir, tokenizer=tokenizer, train_ds=train_ds, loader=loader, valid_loader=valid_loader,
-              model=model, hf=accelerator.unwrap_model(model).hf, optimizer=optimizer, scheduler=scheduler,
-              adam_kind=adam_kind, accum=recipe.global_batch // (recipe.micro_batch * world), say=say,
-              generator=generator, t_start=t_start, malloc=malloc)
-    if resume_from is not None:
-        run.resume_from(resume_from, changed)
-        say(f"resumed from {resume_from} at step {run.step}" + "".join(
-            f"; {k}: {a!r} -> {b!r}" for k, (a, b) in changed.items()))
-    run.metrics = MetricsLog(out, accelerator.is_main_process, run.step if resume_from is not None else None,
-                             history=branch_of / "metrics.jsonl" if branch_of else None)
-    if accelerator.is_main_process:
-        save_recipe(recipe, out / "recipe.yaml")
-    accelerator.wait_for_everyone()
+    return Run(recipe=recipe, accelerator=accelerator, precision=precision, warnings=warnings, prepared=prepared,
+               tokdir=tokdir, tokenizer=tokenizer, train_ds=train_ds, loader=loader, valid_loader=valid_loader,
+               model=model, hf=accelerator.unwrap_model(model).hf, optimizer=optimizer, scheduler=scheduler,
+               adam_kind=adam_kind, accum=recipe.global_batch // (recipe.micro_batch * world), say=say, warn=warn,
+               generator=generator)
+
+
+def _say_model(run: Run) -> None:
+    from zh_bert.model import count_params
+
+    recipe, generator, world = run.recipe, run.generator, run.accelerator.num_processes
     gen = "" if generator is None else (f" + generator ElectraForMaskedLM L{generator.config.num_hidden_layers}/H"
                                         f"{generator.config.hidden_size}, {count_params(generator) / 1e6:.1f}M "
                                         f"incl. the shared embeddings")
-    say(f"model {recipe.model} ({type(run.hf).__name__}, {count_params(run.hf) / 1e6:.1f}M params{gen}, vocab "
-        f"{run.hf.config.vocab_size}) | objective {recipe.objective}, masking {recipe.masking.strategy} | {world} "
-        f"process(es) on {accelerator.device}, precision {precision} (requested {recipe.precision}) | global "
-        f"batch {recipe.global_batch} = {recipe.micro_batch} × {run.accum} accumulation × {world} | AdamW "
-        f"{adam_kind} | {len(train_ds)} train sequences of {train_ds.seq_len}")
-    return run
+    run.say(f"model {recipe.model} ({type(run.hf).__name__}, {count_params(run.hf) / 1e6:.1f}M params{gen}, vocab "
+            f"{run.hf.config.vocab_size}) | objective {recipe.objective}, masking {recipe.masking.strategy} | {world} "
+            f"process(es) on {run.accelerator.device}, precision {run.precision} (requested {recipe.precision}) | "
+            f"global batch {recipe.global_batch} = {recipe.micro_batch} × {run.accum} accumulation × {world} | AdamW "
+            f"{run.adam_kind} | {len(run.train_ds)} train sequences of {run.train_ds.seq_len}")
+
+
+def check_recipe(recipe: Recipe) -> None:
+    """Every check of `recipe` that needs neither data work nor a model, so that `pretrain` and each run of
+    `ablate` (before its first run trains, --dry-run too) refuse the same recipes the same way: the model
+    config, the objective against a SHARDDIR, and masking correction's corpus size against a SHARDDIR's
+    train split (a raw corpus is checked once sharded, by the loader)."""
+    from zh_bert.data import read_meta
+    from zh_bert.pipeline import is_sharddir
+
+    if not recipe.init_from:   # a bad model config.json is one line before any data work
+        from zh_bert.model import build_config
+        build_config(recipe.model, 1)
+    check_objective_data(recipe)
+    paths = recipe.data_paths
+    if recipe.masking.strategy == "correction" and len(paths) == 1 and is_sharddir(paths[0]):
+        from zh_bert.similar_words import check_possible
+        check_possible(read_meta(paths[0]), paths[0])
 
 
 def check_objective_data(recipe: Recipe) -> None:
@@ -642,7 +694,94 @@ def check_objective_data(recipe: Recipe) -> None:
                           f"--pairs {pairs}; give the raw corpus or shards built without --pairs")
 
 
-def resume_point(recipe: Recipe, resume: str | None, say: Callable[[str], None]):
+def _inside(a: Path, b: Path) -> bool:
+    """Whether resolved path `a` is `b` or lies under it."""
+    return a == b or b in a.parents
+
+
+def check_out_dir(recipe: Recipe) -> bool:
+    """The ownership rule for out_dir, before anything is written (reads only; every process): pretrain
+    writes into a folder only if it is new, empty, or a run dir of its own (`rundir.written_by_pretrain`)
+    holding nothing but what zh-bert writes there; never the current directory (or one above it), never
+    an input (data, tokenizer, init_from: out_dir neither at, inside nor around one, except the data
+    cache inside out_dir), never inside data_cache. One line naming what is in the way. Returns whether
+    out_dir is new or empty (then a failed start takes away what it wrote: `release_out_dir`)."""
+    from zh_bert.rundir import run_dir_entry, written_by_pretrain
+
+    out = Path(recipe.out_dir)
+    where = f"out_dir {recipe.out_dir!r}"
+    real, cwd = out.resolve(), Path.cwd().resolve()
+    if _inside(cwd, real):
+        raise ZhBertError(f"{where} is the current directory{' or above it' if real != cwd else ''}: pretrain writes "
+                          f"metrics, checkpoints and final/ there; give the run a folder of its own, e.g. runs/NAME")
+    cache = Path(recipe.data_cache).resolve() if recipe.data_cache else real / "data"
+    for key, value in [("data", p) for p in recipe.data_paths] + [("tokenizer", recipe.tokenizer),
+                                                                   ("init_from", recipe.init_from)]:
+        p = Path(value).resolve() if value else None
+        if p is not None and (_inside(real, p) or (_inside(p, real) and not _inside(p, cache))):
+            raise ZhBertError(f"{where} and {key} {value} overlap: pretrain would write into or over its own "
+                              f"input; choose an out_dir apart from it")
+    if recipe.data_cache and _inside(real, cache):
+        raise ZhBertError(f"{where} is inside data_cache {recipe.data_cache}, which pretrain fills with data of its "
+                          f"own; choose an out_dir outside it")
+    if not os.path.lexists(out):
+        return True
+    if not out.is_dir():
+        raise ZhBertError(f"{where} exists and is not a directory; choose a new out_dir")
+    entries = sorted(out.iterdir())
+    extra = (cache.relative_to(real).parts[0],) if cache != real and real in cache.parents else ()
+    foreign = [p.name for p in entries if p.is_symlink() or not run_dir_entry(p.name, p.is_dir(), extra)]
+    if foreign or (entries and not written_by_pretrain(out)):
+        what = (f"{', '.join(foreign[:3])}, which zh-bert pretrain did not write" if foreign else
+                f"{', '.join(p.name for p in entries[:3])} but no recipe.yaml or run.json of zh-bert pretrain")
+        raise ZhBertError(f"{where} holds {what}; refusing to write into it: choose a new out_dir")
+    return not entries
+
+
+def claim_out_dir(recipe: Recipe) -> list[Path]:
+    """Make out_dir (main process) and mark it as this run's with its recipe.yaml, before the first other
+    write into it (data cache, logs), so that a rerun after a kill at any point finds its own marker.
+    Returns the folders it created, for `release_out_dir`. An unusable out_dir is one line."""
+    from zh_bert.rundir import written_by_pretrain
+
+    out = Path(recipe.out_dir)
+    made, d = [], out
+    while not os.path.lexists(d) and d != d.parent:
+        made.append(d)
+        d = d.parent
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ZhBertError(f"out_dir {recipe.out_dir}: cannot create it ({e.strerror or e})") from None
+    if not written_by_pretrain(out):
+        try:
+            save_recipe(recipe, out / "recipe.yaml")
+        except ZhBertError:
+            release_out_dir(out, made, fresh=True)
+            raise
+    return made
+
+
+def release_out_dir(out: Path, made: list[Path], fresh: bool) -> None:
+    """Undo `claim_out_dir` after a start that failed before training: a new or empty out_dir is left as it
+    was (what this start wrote there goes; nothing else was in it)."""
+    if not fresh:
+        return
+    for p in (out.iterdir() if out.is_dir() else ()):
+        _remove_tree(p)
+    for d in made:   # deepest first
+        with contextlib.suppress(OSError):
+            d.rmdir()
+
+
+def _remove_tree(p: Path) -> None:
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p, ignore_errors=True)
+    else:
+        p.unlink(missing_ok=True)
+
+
+def resume_point(recipe: Recipe, resume: str | None, warn: Callable[[str], None]):
     """(checkpoint to resume or None, the run dir it belongs to when this run branches off into a new
     out_dir, else None, {recipe key: [checkpoint's, this run's]} of the allowed changes): the resume rules of
     the module docstring."""
@@ -651,7 +790,7 @@ def resume_point(recipe: Recipe, resume: str | None, say: Callable[[str], None])
 
     out = Path(recipe.out_dir)
     root = out / "checkpoints"
-    path = ckpt.find_resume(resume, root, warn=say)
+    path = ckpt.find_resume(resume, root, warn=warn)
     ours = ckpt.list_checkpoints(root)
     if path is None:
         if ours:
@@ -718,9 +857,33 @@ def _stop_requested(run: Run, flag: dict) -> str | None:
     return stop
 
 
+def _guard(run: Run, res: dict, streak: int) -> int:
+    """The one guard against steps that cannot train, for every objective and precision: a step whose
+    backpropagated loss or gradient norm is non-finite is skipped (`train_step`) and counted; the first one
+    of a streak is reported at once (fp32/bf16: never normal; fp16's loss scaler skips a few overflows by
+    design), and `max_nan_streak` of them in a row stop the run (status diverged). Returns the new streak."""
+    if not res["skipped"]:
+        return 0
+    r, streak = run.recipe, streak + 1
+    hint = ("Lower lr" + (f" or rtd_weight ({r.rtd_weight:g})" if r.objective == "electra" else "")
+            + (", raise warmup_steps, or use precision: bf16/fp32 instead of fp16." if run.precision == "fp16"
+               else " or raise warmup_steps."))
+    norm = res["grad_norm"]
+    what = f"loss {float(res['loss']):.3g}, gradient norm {'?' if norm is None else format(float(norm), '.3g')}"
+    if streak >= r.max_nan_streak:
+        run.status = "diverged"
+        run.warn(f"error: {streak} step(s) in a row skipped for a non-finite loss or gradient norm (step "
+                 f"{run.step}: {what}); stopping. {hint}")
+    elif streak == 1 and run.precision != "fp16":
+        run.warn(f"warning: step {run.step} skipped, not applied: non-finite {what}; the run stops after "
+                 f"{r.max_nan_streak} such steps in a row (max_nan_streak). {hint}")
+    return streak
+
+
 def fit(run: Run) -> None:
     """Train from `run.step` to `recipe.max_steps`, logging, validating and checkpointing on schedule; stops
-    early on a signal (after saving a checkpoint) or a streak of non-finite losses (`run.status` says which)."""
+    early on a signal (after saving a checkpoint) or a streak of non-finite steps (`_guard`; `run.status` says
+    which)."""
     from tqdm.auto import tqdm
 
     r, say = run.recipe, run.say
@@ -739,11 +902,8 @@ def fit(run: Run) -> None:
             run.tokens_seen += res["tokens"]
             run.train_seconds += time.perf_counter() - t0
             run.skipped_steps += int(res["skipped"])
-            nan_streak = 0 if res["loss_finite"] else nan_streak + 1
-            if nan_streak >= r.max_nan_streak:
-                run.status = "diverged"
-                say(f"error: the loss was NaN/inf for {nan_streak} consecutive steps (step {run.step}); stopping. "
-                    f"Lower lr, raise warmup_steps, or use precision: bf16/fp32 instead of fp16.")
+            nan_streak = _guard(run, res, nan_streak)
+            if run.status == "diverged":
                 break
             if r.log_every and (run.step % r.log_every == 0 or run.step == r.max_steps):
                 row = _train_row(run, stats, res)
@@ -791,7 +951,7 @@ def finish(run: Run) -> dict:
             plot_curves(run.metrics.path, run.out / "curves.png",
                         title=f"{run.out.name}: {run.recipe.model} {run.recipe.objective}")
         except Exception as e:  # a missing plot must not fail a finished run
-            run.say(f"warning: curves.png not written: {e}")
+            run.warn(f"warning: curves.png not written: {e}")
         summary = _summary(run)
         write_json(run.out / "run.json", summary)
         if run.status == "finished":

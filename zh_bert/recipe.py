@@ -38,6 +38,16 @@ ALIASES = {
 }
 # flat recipe key -> MaskingConfig field (the strategy is the recipe key `masking`, as in `--masking`)
 MASKING_KEYS = {("masking" if f.name == "strategy" else f.name): f.name for f in dataclasses.fields(MaskingConfig)}
+SEED_MAX = 2**32 - 1   # numpy's and torch's seeds are unsigned 32-bit: outside [0, SEED_MAX] they raise mid-run
+
+
+def check_seed(name: str, first: int, last: int | None = None) -> None:
+    """Refuse a seed (or the seeds first..last) outside [0, SEED_MAX] before any work, naming `name`
+    as the user wrote it ('seed', --seed)."""
+    last = first if last is None else last
+    if first < 0 or last > SEED_MAX:
+        span = f"{first}" if last == first else f"{first}..{last}"
+        raise ZhBertError(f"{name} must be in [0, {SEED_MAX:,}] (a 32-bit seed), got {span}")
 
 
 @dataclass
@@ -80,7 +90,7 @@ class Recipe:
     # --- precision and memory
     precision: Literal["auto", "fp32", "fp16", "bf16"] = "auto"   # auto: bf16 where native, fp16 on older GPUs
     grad_checkpointing: bool = False         # recompute activations in backward (less memory, ~30% slower)
-    max_nan_streak: int = 20                 # stop after this many consecutive non-finite losses
+    max_nan_streak: int = 20                 # stop after this many skipped non-finite steps in a row
     # --- bookkeeping
     save_every: int = 500                    # checkpoint every N steps (0 = only at the end / on signal)
     keep_last: int = 2                       # keep the newest K checkpoints
@@ -134,6 +144,7 @@ class Recipe:
         if not 0 < self.generator_ratio <= 1:
             raise ZhBertError(f"'generator_ratio' must be in (0, 1] (the generator's hidden size as a fraction of "
                               f"the discriminator's), got {self.generator_ratio}")
+        check_seed("'seed'", self.seed)
         if self.rtd_weight < 0:
             raise ZhBertError(f"'rtd_weight' must be >= 0, got {self.rtd_weight}")
         if self.objective == "electra" and self.init_from:
@@ -230,10 +241,14 @@ def load_recipe(path: str | Path | None, overrides: dict[str, Any] | list[str] |
 
 
 def save_recipe(recipe: Recipe, path: str | Path) -> None:
-    """The resolved recipe, every key explicit, so a run dir says exactly what ran."""
+    """The resolved recipe, every key explicit, so a run dir says exactly what ran; its first line marks
+    the folder as a pretrain run dir (`rundir.written_by_pretrain`)."""
     import yaml
 
     from zh_bert.fileio import atomic_write
 
+    from zh_bert.rundir import RECIPE_HEADER
+
     with atomic_write(path) as f:
+        f.write(RECIPE_HEADER)   # the run dir's marker: pretrain writes into a folder only when it holds this
         yaml.safe_dump(recipe.to_dict(), f, allow_unicode=True, sort_keys=False)

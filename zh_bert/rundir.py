@@ -17,6 +17,44 @@ FINAL = "final"
 GENERATOR = "generator"   # objective electra: FINAL/ (and each checkpoint) = discriminator, GENERATOR/ = masked LM
 CHECKPOINTS = "checkpoints"
 MARKERS = ("run.json", "recipe.yaml")  # written at the top of every run dir
+RECIPE_HEADER = "# written by zh-bert pretrain: the resolved recipe of this run dir, every key explicit\n"
+# everything zh-bert writes at the top of a run dir (pretrain; eval/finetune: eval_results.json; ablate:
+# ablate_evals.json); `.NAME.tmp-PID...` / `.NAME.old-PID` are its atomic writes' leftovers
+RUN_FILES = ("run.json", "recipe.yaml", "metrics.jsonl", "curves.png", "eval_results.json", "ablate_evals.json")
+RUN_DIRS = (FINAL, CHECKPOINTS, "tb", "data")
+
+
+def run_dir_entry(name: str, is_dir: bool, extra_dirs: tuple[str, ...] = ()) -> bool:
+    """Whether a top-level entry `name` of a run dir is one zh-bert writes there (`extra_dirs`: e.g. a
+    data_cache set inside the run dir)."""
+    if name.startswith("."):
+        base = name[1:].split(".tmp-")[0].split(".old-")[0]
+        return base != name[1:] and base in RUN_FILES + RUN_DIRS + extra_dirs
+    return name in (RUN_DIRS + extra_dirs if is_dir else RUN_FILES)
+
+
+def written_by_pretrain(path: str | Path) -> bool:
+    """The marker that proves a folder is a pretrain run dir, so that pretrain may write into it again:
+    its recipe.yaml with pretrain's header, its run.json, or a complete checkpoint (run dirs of versions
+    before the header). A recipe.yaml alone proves nothing: a user may keep one of their own."""
+    path = Path(path)
+    recipe = path / "recipe.yaml"
+    if recipe.is_file():
+        with open(recipe, encoding="utf-8", errors="replace") as f:
+            if f.readline() == RECIPE_HEADER:
+                return True
+    return _run_summary(path / "run.json") or any((path / CHECKPOINTS).glob("step-*/trainer_state.json"))
+
+
+def _run_summary(path: Path) -> bool:
+    """Whether `path` is the run.json pretrain writes (a JSON object with its 'status' and 'steps')."""
+    import json
+
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(obj, dict) and {"status", "steps"} <= obj.keys()
 
 
 def is_model_dir(path: str | Path) -> bool:
