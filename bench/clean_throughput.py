@@ -2,20 +2,24 @@
 with exact dedup and with MinHash, against a baseline run in the same process: a naive single-process
 cleaner (NFKC + HTML-tag regex + whitespace collapse + md5 exact dedup + json lines out).
 
-    python bench/clean_throughput.py [--repeat 3] [--workers 2] [--input corpora/sample]
+    python bench/clean_throughput.py [--repeat 3] [--workers 2] [--input corpora/sample] [--quick]
 
 Prints one line per configuration (median of --repeat runs: wall-clock MB/s, and MB per CPU-second,
 which a machine shared with other jobs disturbs less) and the ratios; compare ratios from one run, not
-absolute numbers across runs.
+absolute numbers across runs. Every run writes to a fresh output path (`clean` never overwrites a file it
+did not write, such as the baseline's). `--quick`: the first --quick-lines lines of each sample file, one
+repeat, every section at toy size (a smoke test, tests/test_bench.py; its figures mean nothing).
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 import unicodedata
@@ -51,6 +55,23 @@ def baseline(files: list[Path], out: Path) -> int:
     return n
 
 
+def fresh_outputs(tmp: Path):
+    """A new output path per call (the previous run's folder removed): the baseline's file and earlier
+    runs' outputs are not clean's to overwrite, and a rerun must not be timed against a leftover."""
+    for i in itertools.count():
+        shutil.rmtree(tmp / f"run-{i - 1}", ignore_errors=True)
+        (tmp / f"run-{i}").mkdir()
+        yield tmp / f"run-{i}" / "docs.jsonl"
+
+
+def quick_input(tmp: Path, lines: int) -> str:
+    """The first `lines` non-empty lines of each sample text file, in a folder of the same names."""
+    d = tmp / "quick-input"
+    d.mkdir()
+    for src in sorted((REPO / "corpora" / "sample").glob("*_sampled.txt")):
+        keep = [l for l in src.read_text(encoding="utf-8").split("\n") if l.strip()][:lines]
+        (d / src.name).write_text("\n".join(keep) + "\n", encoding="utf-8")
+    return str(d)
 
 
 def main() -> None:
@@ -58,23 +79,32 @@ def main() -> None:
     ap.add_argument("--input", default=str(REPO / "corpora" / "sample"))
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)))
+    ap.add_argument("--quick", action="store_true", help="toy size, one repeat: a smoke test of every section")
+    ap.add_argument("--quick-lines", type=int, default=300, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    files, _ = expand_inputs([args.input])
-    mb = sum(f.stat().st_size for f in files) / 1e6
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "docs.jsonl"
+        tmp = Path(tmp)
+        if args.quick:
+            args.input, args.repeat = quick_input(tmp, args.quick_lines), 1
+        files, _ = expand_inputs([args.input])
+        mb = sum(f.stat().st_size for f in files) / 1e6
+        outs = fresh_outputs(tmp)
+
+        def clean(*flags: str):
+            return clean_main([args.input, "-o", str(next(outs)), "-q", *flags])
+
         runs = {
-            "baseline (naive, 1 process)": lambda: baseline(files, out),
-            "zh-bert clean --dedup exact --workers 1": lambda: clean_main(
-                [args.input, "-o", str(out), "-q", "--dedup", "exact", "--workers", "1"]),
-            f"zh-bert clean --dedup exact --workers {args.workers}": lambda: clean_main(
-                [args.input, "-o", str(out), "-q", "--dedup", "exact", "--workers", str(args.workers)]),
-            f"zh-bert clean --dedup minhash --workers {args.workers}": lambda: clean_main(
-                [args.input, "-o", str(out), "-q", "--dedup", "minhash", "--workers", str(args.workers)]),
+            "baseline (naive, 1 process)": lambda: baseline(files, next(outs)),
+            "zh-bert clean --dedup exact --workers 1": lambda: clean("--dedup", "exact", "--workers", "1"),
+            f"zh-bert clean --dedup exact --workers {args.workers}": lambda: clean(
+                "--dedup", "exact", "--workers", str(args.workers)),
+            f"zh-bert clean --dedup minhash --workers {args.workers}": lambda: clean(
+                "--dedup", "minhash", "--workers", str(args.workers)),
         }
         speed = {}
         for name, fn in runs.items():
             t = timed(fn, args.repeat)
+            assert t.result in (0, None) or name.startswith("baseline"), f"{name} returned {t.result}"
             wall, cpu = t.wall, t.cpu
             speed[name] = mb / wall
             print(f"{name:<48} {speed[name]:6.1f} MB/s wall   {mb / cpu:6.1f} MB per CPU-second", flush=True)

@@ -8,6 +8,7 @@ Prints median tokens/s and minor page faults per variant and the ratio against t
 ACTIVE). The arithmetic is the same in every variant: the printed final losses must agree.
 
     python bench/cpu_runtime.py --steps 300 --repeat 3
+    python bench/cpu_runtime.py --quick      # every variant for a few steps on 400 sample documents (a smoke test)
 """
 
 from __future__ import annotations
@@ -32,8 +33,7 @@ import zh_bert.pretrain as pretrain
 if sys.argv[1] == "default":
     pretrain.keep_freed_memory = lambda: "unchanged: benchmark baseline"
 out = sys.argv[2]
-assert pretrain.main([sys.argv[3], "--set", "out_dir=" + out, "--set", "data_cache=" + sys.argv[4],
-                      "--set", "max_steps=" + sys.argv[5], "--set", "eval_every=" + sys.argv[6], "--set", "save_every=" + sys.argv[6]]) == 0
+assert pretrain.main([sys.argv[3], "--set", "out_dir=" + out] + [a for kv in sys.argv[4:] for a in ("--set", kv)]) == 0
 run = json.load(open(out + "/run.json", encoding="utf-8"))
 print("RESULT", json.dumps({"tokens_per_s": run["tokens_per_s"], "faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt,
                             "loss": run["final_validation"]["mlm_loss"], "malloc": run["hardware"]["malloc"]}))
@@ -46,15 +46,28 @@ VARIANTS = {   # name -> (malloc mode, OMP_WAIT_POLICY)
 }
 
 
-def run_one(mode: str, policy: str, recipe: str, cache: str, steps: int, every: int, tmp: Path) -> dict:
+def run_one(mode: str, policy: str, recipe: str, sets: list[str], tmp: Path) -> dict:
+    """One pretrain run in a fresh process; `sets` are recipe overrides (KEY=VALUE). Its out_dir is a new
+    path inside a fresh temp folder (pretrain refuses a folder it did not write)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"}
     env["OMP_WAIT_POLICY"] = policy
-    out = tempfile.mkdtemp(dir=tmp)
-    p = subprocess.run([sys.executable, "-c", CHILD, mode, out, recipe, cache, str(steps), str(every)], env=env, cwd=REPO,
+    out = str(Path(tempfile.mkdtemp(dir=tmp)) / "run")
+    p = subprocess.run([sys.executable, "-c", CHILD, mode, out, recipe, *sets], env=env, cwd=REPO,
                        capture_output=True, text=True)
     if p.returncode:
         sys.exit(p.stderr[-2000:])
     return json.loads(next(l for l in p.stdout.splitlines() if l.startswith("RESULT"))[7:])
+
+
+def quick_corpus(tmp: Path, lines: int) -> str:
+    """The first `lines` non-empty lines of each sample file the recipe trains on, as one text file."""
+    out = tmp / "quick.txt"
+    keep = []
+    for name in ("zhwiki_sampled.txt", "CLUECorpusSmall_sampled.txt"):
+        text = (REPO / "corpora" / "sample" / name).read_text(encoding="utf-8")
+        keep += [l for l in text.split("\n") if l.strip()][:lines]
+    out.write_text("\n".join(keep) + "\n", encoding="utf-8")
+    return str(out)
 
 
 def main() -> int:
@@ -64,15 +77,22 @@ def main() -> int:
     ap.add_argument("--every", type=int, default=100,
                     help="validate and checkpoint every N steps, as the recipe does every 1000 (0 = never)")
     ap.add_argument("--recipe", default=str(REPO / "recipes" / "tiny-cpu.yaml"))
+    ap.add_argument("--quick", action="store_true",
+                    help="a smoke test: 3 steps per variant, one repeat, on the first 200 lines of each sample file")
     args = ap.parse_args()
     print(machine())
     with tempfile.TemporaryDirectory() as d:
-        tmp, cache = Path(d), str(Path(d) / "cache")
-        run_one("kept", "ACTIVE", args.recipe, cache, 1, 0, tmp)   # clean, vocab and shard once
+        tmp, sets = Path(d), ["data_cache=" + str(Path(d) / "cache")]
+        if args.quick:   # the first variant's run cleans, builds the vocab and shards
+            args.steps, args.repeat, args.every = 3, 1, 0
+            sets += ["data=" + quick_corpus(tmp, 200), "valid_docs=20", "eval_batches=2", "warmup_steps=1"]
+        else:            # clean, vocab and shard once, untimed
+            run_one("kept", "ACTIVE", args.recipe, sets + ["max_steps=1", "eval_every=0", "save_every=0"], tmp)
+        sets += [f"max_steps={args.steps}", f"eval_every={args.every}", f"save_every={args.every}"]
         got = {name: [] for name in VARIANTS}
         for _ in range(args.repeat):
             for name, (mode, policy) in VARIANTS.items():
-                got[name].append(run_one(mode, policy, args.recipe, cache, args.steps, args.every, tmp))
+                got[name].append(run_one(mode, policy, args.recipe, sets, tmp))
     base = statistics.median(r["tokens_per_s"] for r in got[next(iter(VARIANTS))])
     for name, rows in got.items():
         tps = statistics.median(r["tokens_per_s"] for r in rows)

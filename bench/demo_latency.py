@@ -1,7 +1,7 @@
 """Demo latency: one fill on the `tiny` model (L2/H128, Google's 21,128 vocab) must take < 100 ms median.
 
 Baseline in the same process: transformers' `pipeline("fill-mask")` on the same model and sentence.
-Usage: python bench/demo_latency.py [--runs 50] [--threads N]
+Usage: python bench/demo_latency.py [--runs 50] [--threads N] [--quick]   (--quick: 5 runs, a smoke test)
 
 One torch thread is the default here: a 12-token forward pass of a 2-layer model gains nothing from
 intra-op threads, and on a shared 2-core machine the second thread mostly waits for a busy core
@@ -42,13 +42,15 @@ def tiny_model(out: Path) -> Path:
     return out
 
 
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--runs", type=int, default=50)
     p.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's default)")
+    p.add_argument("--quick", action="store_true", help="5 runs, 1 warm-up: a smoke test")
     args = p.parse_args()
+    warmup = 1 if args.quick else 3
+    if args.quick:
+        args.runs = 5
     import torch
 
     if args.threads:
@@ -62,10 +64,10 @@ def main() -> int:
         model, tok = load_model(str(path))
         text = "北京是中国的[MASK]都。"
         pipe = pipeline("fill-mask", model=model, tokenizer=tok, top_k=5, device="cpu")
-        ours = ms(timed(lambda: fill(model, tok, text, top_k=5), args.runs, warmup=3))
-        base = ms(timed(lambda: pipe(text), args.runs, warmup=3))
+        ours = ms(timed(lambda: fill(model, tok, text, top_k=5), args.runs, warmup=warmup))
+        base = ms(timed(lambda: pipe(text), args.runs, warmup=warmup))
         joint = ms(timed(lambda: fill(model, tok, "他是一名优秀的＿＿，每天都给学生上课。", top_k=5), args.runs,
-                           warmup=3))
+                           warmup=warmup))
 
     def row(name, xs):
         xs = sorted(xs)
@@ -77,7 +79,7 @@ def main() -> int:
     print(row("zh-bert fill, 2-char joint blank (top-5)", joint))
     med = statistics.median(ours)
     print(f"ratio baseline/ours: {statistics.median(base) / med:.2f}x   target < 100 ms: {'PASS' if med < 100 else 'FAIL'}")
-    return 0 if med < 100 else 1
+    return 0 if med < 100 or args.quick else 1   # a smoke test does not gate on a busy machine's timing
 
 
 if __name__ == "__main__":

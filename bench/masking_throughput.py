@@ -10,6 +10,7 @@ throughput, on the bundled sample corpus (corpora/sample: zhwiki + CLUECorpusSma
    per sequence); (c) the same masks as (b), one row per call (the baseline for b).
 
     python bench/masking_throughput.py [--repeat 5] [--sharddir DIR --tokenizer TOKDIR]
+    python bench/masking_throughput.py --quick    # every step on 300 lines per sample file, once (a smoke test)
 """
 
 from __future__ import annotations
@@ -30,14 +31,15 @@ from _timing import machine, timed  # noqa: E402
 EXAMPLES = ("中国", "北京", "美国", "我们", "电影", "大学", "非常", "手机", "提高", "喜欢", "的", "在", "三")
 
 
-def build_shards(tmp: Path, vocab_size: int, seq_len: int) -> tuple[Path, Path]:
+def build_shards(tmp: Path, vocab_size: int, seq_len: int, lines: int | None = None) -> tuple[Path, Path]:
     from zh_bert.shard import main as shard_main
     from zh_bert.vocab import main as vocab_main
 
     corpus = tmp / "sample.jsonl"
     with open(corpus, "w", encoding="utf-8") as f:
         for name in ("zhwiki_sampled.txt", "CLUECorpusSmall_sampled.txt"):
-            for i, line in enumerate((REPO / "corpora" / "sample" / name).read_text(encoding="utf-8").split("\n")):
+            text = (REPO / "corpora" / "sample" / name).read_text(encoding="utf-8").split("\n")
+            for i, line in enumerate(text[:lines]):
                 if line.strip():
                     f.write(json.dumps({"text": line, "source": f"{name}:{i}"}, ensure_ascii=False) + "\n")
     tok, shards = tmp / "tok", tmp / "shards"
@@ -103,7 +105,10 @@ def main() -> None:
     ap.add_argument("--tokenizer")
     ap.add_argument("--vocab-size", type=int, default=8000)
     ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--quick", action="store_true", help="300 lines per sample file, one repeat: a smoke test")
     args = ap.parse_args()
+    if args.quick:
+        args.repeat = 1
 
     from zh_bert import similar_words as sw
     from zh_bert.data import ShardDataset
@@ -113,7 +118,7 @@ def main() -> None:
         if args.sharddir:
             tokdir, sharddir = Path(args.tokenizer), Path(args.sharddir)
         else:
-            tokdir, sharddir = build_shards(Path(tmp), args.vocab_size, args.seq_len)
+            tokdir, sharddir = build_shards(Path(tmp), args.vocab_size, args.seq_len, 300 if args.quick else None)
         ds = ShardDataset(sharddir, "train")
         build = timed(lambda: sw.build(ds), args.repeat)
         table = sw.load_or_build(ds)

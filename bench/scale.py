@@ -3,6 +3,7 @@ Chinese corpora of 100 MB, 300 MB and 1 GB, against the in-process commands run 
 
     python bench/scale.py [--sizes 100,300,1000] [--baseline-sizes 100] [--tasks 16] [--workers 2]
                           [--work-dir /tmp/zh-bert-scale] [--keep] [--skip-shard] [--json OUT.json]
+    python bench/scale.py --quick    # every path on a 1 MB corpus, 2 tasks, in a temp work dir (a smoke test)
 
 Per size: bench/_scale_corpus.py writes the corpus (random draws of sentences from corpora/sample/, with planted
 exact and near duplicates at 5-gram Jaccard 0.85-0.95 across task boundaries; reused from --work-dir when
@@ -30,6 +31,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -254,7 +256,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--keep", action="store_true", help="keep corpora and outputs (else deleted after each size)")
     ap.add_argument("--skip-shard", action="store_true")
     ap.add_argument("--json", default=None, help="results file (default: WORK_DIR/scale.json)")
+    ap.add_argument("--quick", action="store_true",
+                    help="a smoke test: 1 MB, baseline at 1 MB, 2 tasks, in a fresh temp work dir (removed)")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.sizes, args.baseline_sizes, args.tasks, args.keep = [1.0], [1.0], 2, False
     if args.baseline_sizes is None:
         args.baseline_sizes = [min(args.sizes)]
     return args
@@ -262,6 +268,15 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    if args.quick:
+        with tempfile.TemporaryDirectory(prefix="zh-bert-scale-quick-") as tmp:
+            args.work_dir = tmp
+            return run(args, argv)
+    return run(args, argv)
+
+
+def run(args: argparse.Namespace, argv=None) -> None:
+    """Every size, then the table, the memory growth lines and the JSON record."""
     work = Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
     command = "python bench/scale.py " + shlex.join(sys.argv[1:] if argv is None else argv)
@@ -281,6 +296,9 @@ def main(argv=None) -> None:
     path.write_text(json.dumps(record, ensure_ascii=False, indent=1), encoding="utf-8")
     print(f"\n{text}\n\ncommand: {command}\ndate: {date}\nmachine: {machine()}\n"
           f"tasks {args.tasks}, workers {args.workers}; MB/s per core = MB/s / workers; results: {path}")
+    failed = [r["command"] for res in results for r in res["runs"] if r["rc"]]
+    if failed:
+        sys.exit(f"{len(failed)} command(s) failed, first: {failed[0]} (logs under {work / 'logs'})")
 
 
 if __name__ == "__main__":

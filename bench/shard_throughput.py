@@ -11,6 +11,7 @@
    batch 32 x 128, fp32.
 
     python bench/shard_throughput.py [--repeat 3] [--workers 2] [--jieba-mb 1] [--corpus-copies 3]
+    python bench/shard_throughput.py --quick    # every section on 300 lines per sample file, once (a smoke test)
 """
 
 from __future__ import annotations
@@ -38,7 +39,12 @@ def main() -> None:
     ap.add_argument("--corpus-copies", type=int, default=3,
                     help="the end-to-end runs shard the sample this many times over (fixed start-up costs amortised)")
     ap.add_argument("--steps", type=int, default=5, help="training steps to time for the loader ratio")
+    ap.add_argument("--batches", type=int, default=200, help="loader batches to time per strategy")
+    ap.add_argument("--quick", action="store_true", help="300 lines per sample file, one repeat: a smoke test")
     args = ap.parse_args()
+    lines = None
+    if args.quick:
+        lines, args.repeat, args.jieba_mb, args.corpus_copies, args.steps, args.batches = 300, 1, 0.05, 1, 1, 5
 
     from transformers import BertTokenizer
 
@@ -48,7 +54,7 @@ def main() -> None:
 
     texts = []
     for name in ("zhwiki_sampled.txt", "CLUECorpusSmall_sampled.txt"):
-        texts += [t for t in (REPO / "corpora/sample" / name).read_text(encoding="utf-8").split("\n") if t.strip()]
+        texts += [t for t in (REPO / "corpora/sample" / name).read_text(encoding="utf-8").split("\n") if t.strip()][:lines]
     mb = sum(len(t.encode("utf-8")) for t in texts) / 1e6
     tmp = Path(tempfile.mkdtemp(prefix="zhbert-bench-"))
     tokdir = tmp / "tok"
@@ -97,7 +103,7 @@ def main() -> None:
                 shutil.rmtree(out)
             shard_main(argv)
 
-        report(f"zh-bert shard --workers {workers} ({args.corpus_copies * mb:.0f} MB, rjieba)",
+        report(f"zh-bert shard --workers {workers} ({args.corpus_copies * mb:.1f} MB, rjieba)",
                timed(run, args.repeat), size=args.corpus_copies * mb)
 
     print("2. rjieba vs jieba word starts")
@@ -118,7 +124,7 @@ def main() -> None:
     for strategy in ("wwm", "ngram", "unigram-noise"):
         it = iter(ShardLoader(ds, 32, MaskingConfig(strategy=strategy), seed=0))
         next(it)
-        n = 200
+        n = args.batches
         t0 = time.perf_counter()
         for _ in range(n):
             batch = next(it)

@@ -12,11 +12,14 @@ and the MLM head at masked positions only; `zh_bert.model.flops_per_token`) per 
 
     python bench/train_throughput.py                       # mini + small, fp32 (+ bf16 if the CPU has it)
     python bench/train_throughput.py --models mini --precisions fp32 --steps 6
+    python bench/train_throughput.py --quick        # tiny, fp32, batch 8 × 64, 2 timed steps (a smoke test)
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -111,11 +114,12 @@ def bench_pair(cfg, batches, precision: str, warmup: int) -> tuple[float, float,
     torch.manual_seed(0)
     model = BertForMaskedLM(cfg)
     rows = [{k: v[i] for k, v in b.items()} for b in batches for i in range(n)]
-    args = TrainingArguments(output_dir="/tmp/zh_bert_bench_trainer", per_device_train_batch_size=n,
+    args = TrainingArguments(output_dir=tempfile.mkdtemp(prefix="zh-bert-bench-trainer-"), per_device_train_batch_size=n,
                              max_steps=len(batches), learning_rate=1e-4, warmup_steps=0, weight_decay=0.01,
                              use_cpu=True, bf16=precision == "bf16", report_to=[], logging_steps=10_000,
                              save_strategy="no", dataloader_num_workers=0, disable_tqdm=True, seed=0)
     Trainer(model=model, args=args, train_dataset=rows, callbacks=[Interleave()]).train()
+    shutil.rmtree(args.output_dir, ignore_errors=True)
     tokens = batches[0]["input_ids"].numel()
     med = {k: float(np.median(v[warmup:])) for k, v in times.items()}
     return tokens / med["trainer"], tokens / med["zh-bert"], 2 * 2048 ** 3 / med["matmul"]
@@ -129,6 +133,7 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--attention-dropout", action="store_true",
                    help="both sides with attention dropout 0.1 (HF's default) instead of the presets' 0.0")
+    p.add_argument("--quick", action="store_true", help="tiny model, fp32, small batches: a smoke test")
     args = p.parse_args()
     from transformers.utils import logging as hf_logging
 
@@ -139,6 +144,8 @@ def main():
     torch.set_num_threads(args.threads)
     precisions = args.precisions.split(",") if args.precisions else ["fp32"] + (["bf16"] if cpu_supports_bf16() else [])
     warmup, batch, seq = 2, 32, 128
+    if args.quick:
+        args.models, precisions, args.steps, warmup, batch, seq = "tiny", ["fp32"], 2, 1, 8, 64
     batches = real_batches(warmup + args.steps, batch, seq)
     mask_rate = float(np.mean([(b["labels"] != -100).float().mean() for b in batches]))
     print(f"torch {torch.__version__}, {args.threads} threads")

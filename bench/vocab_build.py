@@ -6,6 +6,7 @@ memory to the finished tokenizer object (no file writing / AutoTokenizer self-ch
 transformers is imported). Ratio = zh-bert seconds / baseline seconds (lower is faster).
 
     python bench/vocab_build.py [--docs N] [--repeat R]
+    python bench/vocab_build.py --quick     # every kind on 300 documents, vocab sizes 4,000 (a smoke test)
 """
 
 from __future__ import annotations
@@ -38,27 +39,29 @@ def tokenizers_wordpiece(docs: list[str], size: int) -> list[str]:
     return list(tk.get_vocab())
 
 
-
-
 def main() -> int:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--docs", type=int, default=None, help="first N documents only")
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--quick", action="store_true", help="300 documents, small vocabs: a smoke test")
     args = ap.parse_args()
+    size, words = 21128, 40000
+    if args.quick:
+        args.docs, args.repeat, size, words = 300, 1, 4000, 4000
     docs = read_documents([SAMPLE / "zhwiki_sampled.txt", SAMPLE / "CLUECorpusSmall_sampled.txt"], args.docs)
     mb = sum(len(d.encode("utf-8")) for d in docs) / 1e6
     print(f"corpus: {len(docs):,} documents, {mb:.1f} MB (corpora/sample zhwiki + CLUECorpusSmall); {machine()}")
 
-    t = timed(lambda: tokenizers_wordpiece(docs, 21128), args.repeat)
+    t = timed(lambda: tokenizers_wordpiece(docs, size), args.repeat)
     base_s, base_vocab = t.wall, t.result
-    print(f"{'baseline: tokenizers WordPieceTrainer, 21,128':<52} {base_s:7.2f} s  {len(base_vocab):>6,} tokens  1.00x")
+    print(f"{f'baseline: tokenizers WordPieceTrainer, {size:,}':<52} {base_s:7.2f} s  {len(base_vocab):>6,} tokens  1.00x")
     runs = [
-        ("char --size 21128", VocabOptions(kind="char", size=21128)),
+        (f"char --size {size}", VocabOptions(kind="char", size=size)),
         ("char --base-vocab google (append new chars)", VocabOptions(kind="char", base_vocab=str(GOOGLE))),
-        ("wordpiece --size 21128", VocabOptions(kind="wordpiece", size=21128)),
-        ("word --size 40000 (rjieba)", VocabOptions(kind="word", size=40000)),
-        ("sentencepiece unigram --size 21128", VocabOptions(kind="sentencepiece", size=21128)),
-        ("sentencepiece bpe --size 21128", VocabOptions(kind="sentencepiece", size=21128, model_type="bpe")),
+        (f"wordpiece --size {size}", VocabOptions(kind="wordpiece", size=size)),
+        (f"word --size {words} (rjieba)", VocabOptions(kind="word", size=words)),
+        (f"sentencepiece unigram --size {size}", VocabOptions(kind="sentencepiece", size=size)),
+        (f"sentencepiece bpe --size {size}", VocabOptions(kind="sentencepiece", size=size, model_type="bpe")),
     ]
     for name, opts in runs:
         t = timed(lambda: build_tokenizer(docs, opts), args.repeat)

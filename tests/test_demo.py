@@ -32,7 +32,8 @@ def test_parse_blanks(text, lengths, pieces):
 def test_messages_for_bad_input():
     for text, needle in [("北京是中国的首都。", "No blank"), ("", "Type a Chinese sentence"),
                          ("好" * 300 + "[MASK]", "too long"), ("[MASK]，" * 9, "Too many blanks"),
-                         ("[MASK]" * 5, r"too long \(at most 4\)")]:
+                         ("[MASK]" * 5, r"too long \(at most 4\)"),
+                         ("\ud800中[MASK]", r"character 1 is a lone surrogate \(U\+D800\)")]:
         with pytest.raises(FillError, match=needle):
             check_input(text, parse_blanks(text)[1])
 
@@ -127,6 +128,48 @@ def test_gradio_client_fill_api(demo_url, nudged_tiny):
     assert out["filled"] == "北京是中国的首都。"
     out = client.predict("北京是中国的首都。", str(nudged_tiny), 5, "(none)", api_name="/fill")
     assert "No blank" in out["error"]
+
+
+def test_run_fill_lone_surrogate_is_a_message_and_json_safe(nudged_tiny):
+    """A lone surrogate (possible only through the raw API) is answered with what is wrong, and the answer
+    encodes as JSON (Gradio's orjson refuses surrogates: the client would get {"error": null})."""
+    import orjson
+
+    pool = ModelPool([str(nudged_tiny)])
+    for text, at in [("\ud800中[MASK]", 1), ("北京是中国的[MASK]都\udfff", 14)]:
+        r = run_fill(pool, text, str(nudged_tiny))
+        assert f"character {at} is a lone surrogate" in r["error"] and "blanks" not in r, r
+        assert r["text"] == text.replace(text[at - 1], "\ufffd") and orjson.loads(orjson.dumps(r)) == r
+    assert "Type a Chinese sentence" in run_fill(pool, None, str(nudged_tiny))["error"]
+
+
+def _raw_fill(url: str, *data) -> tuple[str, object]:
+    """POST the /fill API as raw JSON (\\u escapes, so a lone surrogate survives the trip), then read the
+    result stream; (last event name, its data)."""
+    import json
+
+    import httpx
+
+    r = httpx.post(f"{url}/gradio_api/call/fill", content=json.dumps({"data": list(data)}),
+                   headers={"Content-Type": "application/json"}, timeout=60)
+    r.raise_for_status()
+    events = httpx.get(f"{url}/gradio_api/call/fill/{r.json()['event_id']}", timeout=120).text
+    name = payload = None
+    for line in events.splitlines():
+        if line.startswith("event: "):
+            name = line[7:]
+        elif line.startswith("data: ") and name != "heartbeat":
+            payload = json.loads(line[6:])
+    return name, payload
+
+
+@pytest.mark.slow
+def test_raw_api_lone_surrogate_gets_a_message(demo_url, nudged_tiny):
+    name, out = _raw_fill(demo_url, "\ud800中[MASK]", str(nudged_tiny), 5, "(none)")
+    assert name == "complete", (name, out)
+    assert "lone surrogate (U+D800)" in out[0]["error"] and out[0]["text"] == "\ufffd中[MASK]"
+    name, out = _raw_fill(demo_url, "北京是中国的[MASK]都。", str(nudged_tiny), 5, "(none)")
+    assert name == "complete" and out[0]["filled"] == "北京是中国的首都。"
 
 
 def test_cli_without_model_says_how_to_get_one(tmp_path):

@@ -68,7 +68,7 @@ def test_roundtrip_through_test_hub_same_top5(published, hub, run_dir, online, t
     assert download(published, "-o", out, "--endpoint", hub.url, "--cache-dir", tmp_path / "cache") == 0
     names = {p.name for p in out.iterdir()}
     assert names == {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt",
-                     "zh_bert_vocab.json"}  # only what inference needs: no card, curves, metrics
+                     "zh_bert_vocab.json", ".zh-bert-download.json"}  # what inference needs, and the marker
     assert (out / "vocab.txt").read_bytes() == (run_dir / "final" / "vocab.txt").read_bytes()
     original = top5(run_dir / "final")
     assert len(original) == 5 and top5(out) == original
@@ -158,7 +158,7 @@ def test_modelscope_http_api(tiny_model_dir, tmp_path):
     with modelscope_server(files) as url:
         out = tmp_path / "ms"
         assert download("tiny/bert", "--source", "modelscope", "--endpoint", url, "-o", out) == 0
-        assert {p.name for p in out.iterdir()} == set(files) - {"README.md"}
+        assert {p.name for p in out.iterdir()} == set(files) - {"README.md"} | {".zh-bert-download.json"}
 
 
 def test_full_disk_is_one_line_and_leaves_nothing(tiny_model_dir, sandbox, monkeypatch, capsys):
@@ -174,6 +174,108 @@ def test_full_disk_is_one_line_and_leaves_nothing(tiny_model_dir, sandbox, monke
     lines = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(lines) == 1 and f"{out}: cannot write (No space left on device)" in lines[0], lines
     assert not list((sandbox / "cwd").iterdir()) and not list((sandbox / "tmp").iterdir())
+
+
+def _digest(path: Path) -> dict[str, str]:
+    """sha256 of every file (and the names of the folders) under `path`, or of `path` itself if a file."""
+    import hashlib
+
+    if path.is_file():
+        return {".": hashlib.sha256(path.read_bytes()).hexdigest()}
+    return {str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+            for p in sorted(path.rglob("*"))}
+
+
+def _ms_download(tiny_model_dir: Path, out: Path, *flags) -> int:
+    with modelscope_server(_model_files(tiny_model_dir)) as url:
+        return download("tiny/bert", "--source", "modelscope", "--endpoint", url, "-o", out, *flags)
+
+
+@pytest.mark.parametrize("kind", ["file", "user-dir", "training-run", "download-plus-user-file", "symlink"])
+def test_download_force_never_replaces_what_it_did_not_write(kind, tiny_model_dir, run_dir, tmp_path, capsys):
+    """Ownership rule: `--force` replaces only a folder whose marker proves download wrote it and that holds
+    nothing else. A file, a user's folder, a copy of a training run, a download the user added a file to, a
+    symlink: unchanged byte for byte, exit 2, one line naming what is in the way."""
+    out = tmp_path / "out"
+    foreign = {"file": "out", "user-dir": "mine.txt", "training-run": "checkpoints", "symlink": "out",
+               "download-plus-user-file": "notes.txt"}[kind]
+    if kind == "file":
+        out.write_text("我的笔记：不要删除\n", encoding="utf-8")
+    elif kind == "user-dir":
+        out.mkdir()
+        (out / "mine.txt").write_text("北京是中国的首都。\n", encoding="utf-8")
+        shutil.copy(tiny_model_dir / "config.json", out / "config.json")
+    elif kind == "training-run":
+        shutil.copytree(run_dir, out)
+    elif kind == "symlink":
+        out.symlink_to(tiny_model_dir, target_is_directory=True)
+    else:
+        assert _ms_download(tiny_model_dir, out) == 0
+        (out / "notes.txt").write_text("我的笔记\n", encoding="utf-8")
+    capsys.readouterr()
+    target = tiny_model_dir if kind == "symlink" else out
+    before = _digest(target)
+    rc = _ms_download(tiny_model_dir, out, "--force")
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and "refusing to overwrite it" in lines[0] and foreign in lines[0], lines
+    assert _digest(target) == before and (kind != "symlink" or out.is_symlink())
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]   # no temp folder left beside it
+
+
+def test_download_force_replaces_its_own_folder(tiny_model_dir, tmp_path, capsys, monkeypatch):
+    """A folder download wrote (its marker lists every file) is replaced by --force, and stays loadable by
+    AutoModel/AutoTokenizer; without --force it is refused with a hint; the current directory never."""
+    import json
+
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    out = tmp_path / "dl"
+    assert _ms_download(tiny_model_dir, out) == 0
+    marker = json.loads((out / ".zh-bert-download.json").read_text(encoding="utf-8"))
+    assert marker["source"] == "modelscope" and marker["repo_id"] == "tiny/bert"
+    assert set(marker["files"]) == {p.name for p in out.iterdir()} - {".zh-bert-download.json"}
+    capsys.readouterr()
+    assert _ms_download(tiny_model_dir, out) == 2
+    assert "already exists (use --force" in capsys.readouterr().err
+    (out / "vocab.txt").write_text("stale\n")
+    assert _ms_download(tiny_model_dir, out, "--force") == 0
+    assert (out / "vocab.txt").read_bytes() == (tiny_model_dir / "vocab.txt").read_bytes()
+    assert AutoTokenizer.from_pretrained(str(out)).convert_tokens_to_ids("北") == 1266
+    assert AutoModelForMaskedLM.from_pretrained(str(out)).config.vocab_size == 21128
+    monkeypatch.chdir(out)
+    before = _digest(out)
+    capsys.readouterr()
+    assert _ms_download(tiny_model_dir, Path("."), "--force") == 2
+    assert "is the current directory" in capsys.readouterr().err and _digest(out) == before
+
+
+@pytest.mark.parametrize("bad", [3, None, True])
+def test_modelscope_non_string_name_is_named(bad, tiny_model_dir, sandbox, capsys):
+    """A listing entry whose Path is a number, null or a boolean is refused as what it is, not 'an empty name'."""
+    files = _model_files(tiny_model_dir)
+    out = sandbox / "cwd" / "out"
+    before = _tree(sandbox.parent)
+    with modelscope_server(files, listing=list(files) + [bad]) as url:
+        rc = download("evil/model", "--source", "modelscope", "--endpoint", url, "-o", out)
+    err = capsys.readouterr().err
+    _assert_refused(rc, err, sandbox, out, before)
+    assert "a name that is not a string" in err and "empty name" not in err
+
+
+def test_download_error_is_one_line_on_a_pipe(hub, tiny_model_dir, tmp_path):
+    """A failure after the files arrived (a pickle holding code) is exactly one stderr line when stderr is not
+    a terminal: huggingface_hub's progress bars are off there."""
+    import collections
+
+    _pickle_repo(hub, "uer/evil-pipe", tiny_model_dir, payload={"w": collections.Counter("abc")})
+    env = {**os.environ, "HF_HUB_OFFLINE": "0", "HF_HUB_DISABLE_IMPLICIT_TOKEN": "1",
+           "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    env.pop("HF_HUB_DISABLE_PROGRESS_BARS", None)
+    r = subprocess.run([sys.executable, "-m", "zh_bert", "download", "uer/evil-pipe", "-o", str(tmp_path / "o"),
+                        "--endpoint", hub.url, "--cache-dir", str(tmp_path / "c")], capture_output=True, text=True,
+                       env=env, timeout=120)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and "refused to convert" in lines[0], r.stderr
 
 
 def _tree(root: Path) -> dict[str, int]:

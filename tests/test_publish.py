@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from _hub_helpers import OTHER_TOKEN, SECRET, TOKEN
@@ -197,6 +199,52 @@ def test_run_dir_resolution(run_dir, tiny_model_dir, tmp_path):
         model_dir(unfinished)
     with pytest.raises(ZhBertError, match="not a checkpoint"):
         model_dir(tmp_path)
+
+
+def test_symlinked_vocab_inside_the_folder_is_staged_as_a_file(tiny_model_dir, tmp_path, capsys):
+    """vocab.txt linking to tokenizer/vocab.txt in the same folder: the content is staged as vocab.txt, not
+    reported as 'not on the allow-list' and silently dropped. A link to a file whose own name is not on the
+    allow-list is refused by name (a link must not smuggle a .env out under an allowed name)."""
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    (model / "tokenizer").mkdir()
+    (model / "vocab.txt").rename(model / "tokenizer" / "vocab.txt")
+    (model / "vocab.txt").symlink_to(Path("tokenizer") / "vocab.txt")
+    rc, out, err = publish(capsys, model, "--repo-id", "alice/linked", "--dry-run", "-o", tmp_path / "s")
+    assert rc == 0, err
+    staged = tmp_path / "s" / "vocab.txt"
+    assert not staged.is_symlink() and staged.read_bytes() == (tiny_model_dir / "vocab.txt").read_bytes()
+    assert "  vocab.txt" in out.splitlines() and "left out: tokenizer/" in out
+    (model / "notes.txt").write_text("私人笔记\n", encoding="utf-8")
+    (model / "tokenizer.json").unlink()
+    (model / "tokenizer.json").symlink_to("notes.txt")
+    rc, out, err = publish(capsys, model, "--repo-id", "alice/linked", "--dry-run", "-o", tmp_path / "s2")
+    lines = err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and "tokenizer.json: is a symlink to notes.txt (not an allow-listed file)" in err
+    assert not (tmp_path / "s2").exists()
+
+
+@pytest.mark.parametrize("where", ["outside", "broken"])
+def test_symlink_out_of_the_folder_is_refused_by_name(where, tiny_model_dir, tmp_path, scratch, capsys):
+    """A vocab.txt linking out of the model folder (or to nothing) is never followed: one line that says it
+    is a symlink and where it points; nothing staged."""
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    elsewhere = tmp_path / "elsewhere" / "vocab.txt"
+    elsewhere.parent.mkdir()
+    if where == "outside":
+        shutil.copy(model / "vocab.txt", elsewhere)
+    (model / "vocab.txt").unlink()
+    (model / "vocab.txt").symlink_to(elsewhere)
+    rc, out, err = publish(capsys, model, "--repo-id", "alice/linked", "--dry-run", "-o", tmp_path / "s")
+    lines = err.strip().splitlines()
+    want = f"{model / 'vocab.txt'}: is a symlink to {elsewhere} ({'outside ' + str(model) if where == 'outside' else 'to nothing'})"
+    assert rc == 2 and len(lines) == 1 and want in lines[0], err
+    assert not (tmp_path / "s").exists() and not list(scratch.iterdir())
 
 
 # --- nothing leaked, nothing half-staged -----------------------------------------------------------------

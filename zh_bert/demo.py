@@ -35,6 +35,7 @@ NO_MODEL = ("no model to serve: {path} does not exist. Train the README's tiny m
             "and run `zh-bert demo models/uer-tiny` (see `zh-bert models` for the catalog)")
 
 _BLANK = re.compile(r"\[MASK\]|＿+|_{2,}")
+_SURROGATE = re.compile("[\ud800-\udfff]")   # valid in a Python str, not in UTF-8 (or JSON out)
 
 
 class FillError(ValueError):
@@ -71,6 +72,11 @@ def parse_blanks(text: str) -> tuple[list[str], list[Blank]]:
 def check_input(text: str, blanks: list[Blank], max_chars: int = MAX_CHARS, max_blanks: int = MAX_BLANKS) -> None:
     if not text or not text.strip():
         raise FillError("请输入一句中文。Type a Chinese sentence with a blank, e.g. 北京是中国的[MASK]都。")
+    bad = _SURROGATE.search(text)
+    if bad:   # only a raw API call can send one (a browser sends UTF-8); the tokenizer would fail on it
+        raise FillError(f"文本含有无效字符：第 {bad.start() + 1} 个字符是孤立的代理项 U+{ord(bad.group()):04X}。"
+                        f"The text is not valid Unicode: character {bad.start() + 1} is a lone surrogate "
+                        f"(U+{ord(bad.group()):04X}); send UTF-8 text.")
     if len(text) > max_chars:
         raise FillError(f"文本太长：{len(text)} 个字符，最多 {max_chars}。Text too long: {len(text)} characters "
                         f"(at most {max_chars}).")
@@ -225,17 +231,20 @@ def model_choices(models: list[str]) -> list[str]:
 # --- page --------------------------------------------------------------------------------------------------
 
 def run_fill(pool: ModelPool, text: str, model_name: str, top_k: int = 5, compare: str | None = None) -> dict:
-    """The `fill` API: never raises; problems come back as {"error": message}."""
-    out: dict = {"text": text}
+    """The `fill` API: never raises; problems come back as {"error": message}. The text is echoed with any
+    lone surrogate replaced by U+FFFD, so that the answer can be encoded as JSON."""
+    text = text if isinstance(text, str) else ""
+    shown = _SURROGATE.sub("\ufffd", text)
+    out: dict = {"text": shown}
     names = [model_name] + ([compare] if compare and compare not in ("", "(none)", model_name) else [])
     runs = []
     for name in names:
         try:
             model, tok = pool.get(name)
-            blanks = fill(model, tok, text or "", top_k=int(top_k or 5))
+            blanks = fill(model, tok, text, top_k=int(top_k or 5))
             runs.append({"model": name, "blanks": blanks, "filled": filled_text(text, blanks)})
         except FillError as e:
-            return {"text": text, "error": str(e)}
+            return {"text": shown, "error": str(e)}
         except ZhBertError as e:
             runs.append({"model": name, "error": str(e)})
         except Exception as e:  # keep the page alive; the message, not a trace

@@ -4,6 +4,9 @@ Files go through the Hugging Face cache (so interrupted downloads resume and `HF
 the cache), then the needed ones are copied into a clean, stock model folder in one atomic rename.
 Mirrors work through `--endpoint` or `HF_ENDPOINT`. A repo that has only pickled weights is converted to
 safetensors with `torch.load(weights_only=True)`, which refuses anything that is not plain tensors.
+The folder gets a marker, `.zh-bert-download.json` (where it came from, which files download wrote):
+`--force` replaces only a folder whose marker proves download wrote it and that holds nothing else, never a
+file, a user's folder or a training run, and never the current directory.
 """
 
 from __future__ import annotations
@@ -24,14 +27,18 @@ from zh_bert import config
 from zh_bert.catalog import resolve
 from zh_bert.config import option
 from zh_bert.errors import ZhBertError
-from zh_bert.fileio import atomic_dir
-from zh_bert.hub import check_listing, endpoint_and_host, hub_errors, is_transient, local_path, scratch_dir
+from zh_bert.fileio import atomic_dir, check_replaceable
+from zh_bert.hub import (check_listing, endpoint_and_host, hub_errors, is_transient, local_path, quiet_progress_bars,
+                         scratch_dir)
 from zh_bert.tokenizer_files import TOKENIZER_FILES
 
 #: files a model folder needs besides its weights
 NEEDED = ("config.json",) + TOKENIZER_FILES
 SAFETENSORS = ("*.safetensors", "model.safetensors.index.json")
 PICKLE = ("pytorch_model.bin",)
+#: written into every downloaded folder: the proof that `--force` may replace it
+MARKER = ".zh-bert-download.json"
+OURS = "a model folder written by zh-bert download"
 
 
 def _matches(name: str, patterns) -> bool:
@@ -91,8 +98,31 @@ def _ensure_tokenizer_files(out: Path) -> None:
     (out / "vocab.txt").write_bytes(vocab)  # keep the original bytes (U+2028 entries etc.)
 
 
-def assemble(snapshot: Path, out: Path, overwrite: bool = False) -> Path:
-    """Copy the needed files of a downloaded snapshot into `out` (atomic), converting pickle weights."""
+def written_files(out: Path) -> set[str]:
+    """The names `out`'s marker says download wrote (empty when there is no readable marker)."""
+    try:
+        files = json.loads((out / MARKER).read_text(encoding="utf-8")).get("files")
+    except (OSError, ValueError, AttributeError):
+        return set()
+    return {f for f in files if isinstance(f, str)} if isinstance(files, list) else set()
+
+
+def check_output(out: Path, force: bool) -> None:
+    """Before any request: `out` must be new, or (with --force) a folder this command wrote, holding only
+    the files its marker lists; anything else is refused with one line naming what is in the way."""
+    if out.resolve() in (Path.cwd().resolve(), *Path.cwd().resolve().parents):
+        raise ZhBertError(f"-o {out}: is the current directory or above it; refusing to replace it")
+    if not os.path.lexists(out):
+        return
+    ours = written_files(out) | {MARKER}
+    check_replaceable(out, MARKER, lambda name: name in ours, OURS)
+    if not force:
+        raise ZhBertError(f"{out}: already exists (use --force to replace it, or another -o)")
+
+
+def assemble(snapshot: Path, out: Path, overwrite: bool = False, origin: dict | None = None) -> Path:
+    """Copy the needed files of a downloaded snapshot into `out` (atomic), converting pickle weights, and
+    write the marker (`origin` plus the file names) that lets a later `--force` replace the folder."""
     files = {p.name: p for p in snapshot.iterdir() if p.is_file()}
     if "config.json" not in files:
         raise ZhBertError(f"{snapshot}: no config.json: not a transformers model repo")
@@ -107,6 +137,9 @@ def assemble(snapshot: Path, out: Path, overwrite: bool = False) -> Path:
             if not has_st:
                 convert_pickle(files["pytorch_model.bin"], tmp / "model.safetensors")
             _ensure_tokenizer_files(tmp)
+            names = sorted(p.name for p in tmp.iterdir())
+            (tmp / MARKER).write_text(json.dumps({**(origin or {}), "files": names}, indent=1) + "\n",
+                                      encoding="utf-8")
     except FileExistsError:
         raise ZhBertError(f"{out}: already exists (choose another -o, or remove it)") from None
     except OSError as e:  # a full disk, no permission: nothing was renamed into place
@@ -120,6 +153,7 @@ def download_hf(repo_id: str, out: Path, *, revision: str | None = None, endpoin
     from huggingface_hub import HfApi, snapshot_download
 
     endpoint, where = endpoint_and_host(endpoint)
+    quiet_progress_bars()
     with hub_errors(where, repo_id):
         try:
             info = HfApi(endpoint=endpoint).model_info(repo_id, revision=revision or "main")  # 1 request
@@ -137,7 +171,8 @@ def download_hf(repo_id: str, out: Path, *, revision: str | None = None, endpoin
             [glob.escape(n) for n in wanted_files(listing, f"{repo_id} on {where}")]
         snap = snapshot_download(repo_id, revision=revision, endpoint=endpoint, cache_dir=cache_dir,
                                  allow_patterns=patterns, local_files_only=listing is None)
-    return assemble(Path(snap), out, overwrite=overwrite)
+    return assemble(Path(snap), out, overwrite=overwrite,
+                    origin={"source": "hf", "repo_id": repo_id, "revision": revision, "endpoint": where})
 
 
 def _modelscope_names(raw: bytes, where: str) -> list[str]:
@@ -179,7 +214,8 @@ def download_modelscope(model_id: str, out: Path, *, revision: str | None = None
             for name in wanted:
                 with get(base, Revision=rev, FilePath=name) as r, open(local_path(tmp, name, where), "wb") as f:
                     shutil.copyfileobj(r, f, 1 << 20)
-            return assemble(tmp, out, overwrite=overwrite)
+            return assemble(tmp, out, overwrite=overwrite,
+                            origin={"source": "modelscope", "repo_id": model_id, "revision": rev, "endpoint": ep})
     except urllib.error.HTTPError as e:
         what = "not found" if e.code == 404 else f"HTTP {e.code}"
         raise ZhBertError(f"{model_id}: ModelScope ({ep}) answered {what}") from None
@@ -216,8 +252,7 @@ def download(cfg: DownloadConfig) -> Path:
     """Resolve the name, then fetch from the Hub (or ModelScope) into the output folder; returns it."""
     repo_id, entry = resolve(cfg.name)
     out = Path(cfg.output) if cfg.output else default_out(entry.alias if entry else repo_id)
-    if out.exists() and not cfg.force:
-        raise ZhBertError(f"{out}: already exists (use --force to replace it, or another -o)")
+    check_output(out, cfg.force)
     if cfg.source == "modelscope":
         ms_id = entry.modelscope_id if entry and entry.modelscope_id else repo_id
         return download_modelscope(ms_id, out, revision=cfg.revision, endpoint=cfg.endpoint, overwrite=cfg.force)

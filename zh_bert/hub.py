@@ -11,6 +11,7 @@ import contextlib
 import os
 import re
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -53,12 +54,18 @@ def check_repo_id(repo_id: str, what: str) -> str:
     return repo_id
 
 
+_JSON_KINDS = {bool: "a JSON boolean", int: "a JSON number", float: "a JSON number", type(None): "JSON null",
+               list: "a JSON array", dict: "a JSON object"}
+
+
 def remote_name(name: object, where: str) -> str:
     """A file name from a remote listing, checked before it becomes a local path: relative, '/'-separated,
     no '.', '..' or empty segments, no backslash, drive letter or control character. Every name a server
     sends is untrusted: one bad name means the listing is refused as a whole."""
     bad = None
-    if not isinstance(name, str) or not name:
+    if not isinstance(name, str):
+        bad = f"a name that is not a string but {_JSON_KINDS.get(type(name), type(name).__name__)}"
+    elif not name:
         bad = "an empty name"
     elif name.startswith("/") or _DRIVE.match(name):
         bad = "an absolute path"
@@ -69,7 +76,8 @@ def remote_name(name: object, where: str) -> str:
     elif any(seg in ("", ".", "..") for seg in name.split("/")):
         bad = "a '.', '..' or empty path segment"
     if bad:
-        raise ZhBertError(f"{where}: the file listing has {bad} ({str(name)[:80]!r}); refusing to download "
+        shown = repr(name[:80]) if isinstance(name, str) else repr(name)[:80]
+        raise ZhBertError(f"{where}: the file listing has {bad} ({shown}); refusing to download "
                           f"from it (a broken or hostile server)")
     return name
 
@@ -101,6 +109,15 @@ def scratch_dir(prefix: str):
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def quiet_progress_bars() -> None:
+    """Turn huggingface_hub's tqdm bars off unless stderr is a terminal: in a log, a pipe or CI they are
+    lines of noise, and before a failure they turn the one error line into several."""
+    if not sys.stderr.isatty():
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
 
 
 def endpoint_and_host(endpoint: str | None) -> tuple[str | None, str]:

@@ -2,7 +2,8 @@
 
 Staging copies files by an explicit allow-list (weights, config, tokenizer files, the recipe, metrics,
 curves, run summary): a `.env`, optimizer states or anything else sitting in the run dir can never reach the
-Hub, whatever it is called. The upload is one commit (create the repo if missing; intermediate checkpoints
+Hub, whatever it is called. A symlink on the allow-list is staged only when it leads to an allow-listed
+file in the same folder; any other (out of the folder, broken) is refused by name, never followed. The upload is one commit (create the repo if missing; intermediate checkpoints
 go to a branch with `--revision step-10000`), retried on transient errors; a retry re-sends only files the
 server does not already have. The token comes from `HF_TOKEN` or `hf auth login` and is never printed or
 written: every file is checked for it before the first copy (a dry run too), and a staging folder never
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import os
 import re
 import shutil
 from dataclasses import dataclass
@@ -24,7 +26,7 @@ from zh_bert.card import build_card
 from zh_bert.config import option
 from zh_bert.errors import ZhBertError
 from zh_bert.fileio import atomic_dir, fault_point
-from zh_bert.hub import check_repo_id, endpoint_and_host, hub_errors, scratch_dir, with_retries
+from zh_bert.hub import check_repo_id, endpoint_and_host, hub_errors, quiet_progress_bars, scratch_dir, with_retries
 from zh_bert.rundir import FINAL, GENERATOR, Checkpoint, is_model_dir, locate
 from zh_bert.tokenizer_files import TOKENIZER_FILES
 from zh_bert.weights import check_weights
@@ -43,8 +45,25 @@ def _allowed(name: str) -> bool:
     return name in MODEL_FILES or any(fnmatch.fnmatch(name, p) for p in MODEL_PATTERNS)
 
 
+def _regular_file(p: Path, root: Path, ok) -> Path | None:
+    """The file to stage for the allow-listed entry `p` of `root`: `p` when it is a regular file; for a
+    symlink, the file it leads to when that is a regular file inside `root` whose own name `ok` allows
+    (staged under the link's name). Any other link is refused by name, never followed out of the folder
+    nor left out silently (a linked vocab.txt is a required file); None for a folder."""
+    if not p.is_symlink():
+        return p if p.is_file() else None
+    target = p.resolve()
+    if target.is_file() and target.is_relative_to(root.resolve()) and ok(target.name):
+        return target
+    where = ("to nothing" if not target.exists() else f"outside {root}" if not target.is_relative_to(root.resolve())
+             else "not an allow-listed file")
+    raise ZhBertError(f"{p}: is a symlink to {os.readlink(p)} ({where}); publish stages only allow-listed files "
+                      f"inside the folder: replace the link with a copy of the file")
+
+
 def select_files(src: Checkpoint) -> tuple[dict[str, Path], list[str]]:
-    """(repo path -> local file, skipped names). Only regular files (no symlinks) on the allow-list."""
+    """(repo path -> local file, skipped names). Regular files on the allow-list; a symlink only to a file
+    inside its folder (one that leads out is refused, never followed)."""
     chosen: dict[str, Path] = {}
     skipped: list[str] = []
     model = src.model_dir.resolve()
@@ -58,14 +77,16 @@ def select_files(src: Checkpoint) -> tuple[dict[str, Path], list[str]]:
     electra = is_model_dir(generator)
     for d, ok, report in dirs:
         for p in sorted(d.iterdir()):
-            if p.is_file() and not p.is_symlink() and ok(p.name) and p.name not in chosen:
-                chosen[p.name] = p
+            path = _regular_file(p, d, ok) if ok(p.name) and p.name not in chosen else None
+            if path is not None:
+                chosen[p.name] = path
             elif report and p.name not in chosen and p != model and p.name != FINAL and not (electra and p == generator):
                 skipped.append(str(p.relative_to(d)) + ("/" if p.is_dir() else ""))
     if electra:   # an ELECTRA discriminator's generator (a masked LM) goes along in generator/
         for p in sorted(generator.iterdir()):
-            if p.is_file() and not p.is_symlink() and _allowed(p.name):
-                chosen[f"{GENERATOR}/{p.name}"] = p
+            path = _regular_file(p, generator, _allowed) if _allowed(p.name) else None
+            if path is not None:
+                chosen[f"{GENERATOR}/{p.name}"] = path
     if "config.json" not in chosen:
         raise ZhBertError(f"{src.model_dir}: no config.json")
     if not any(n.endswith(".safetensors") for n in chosen):
@@ -176,6 +197,7 @@ def upload(stage_dir: Path, repo_id: str, *, token: str, endpoint: str | None, p
 
     endpoint, where = endpoint_and_host(endpoint)
     api = HfApi(endpoint=endpoint, token=token)
+    quiet_progress_bars()
 
     def commit() -> str:
         api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
