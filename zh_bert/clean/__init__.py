@@ -234,7 +234,7 @@ def clean(job: CleanJob) -> dict | None:
     t0 = time.time()
     read, cfg, out = job.read, job.config, Path(job.output)
     rpath = _prepare_output(out)
-    files, skipped = expand_inputs(job.inputs)
+    files, skipped = expand_inputs(job.inputs, output=str(out))
     if not files:
         raise ZhBertError(f"no input files found in {', '.join(job.inputs)}")
     workers = job.workers or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")

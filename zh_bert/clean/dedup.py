@@ -4,7 +4,7 @@ n-grams).
 Signatures are computed in the worker processes (pure numpy: one multiply-shift hash family applied
 to all shingles at once, ~5x faster than datasketch's per-shingle update loop); the index lives in the
 main process, which sees documents in input order, so the first occurrence is always the one kept
-whatever the number of workers.
+whatever the number of workers. `LSHIndex` is the one near-duplicate rule: `clean --executor` runs it too.
 """
 
 from __future__ import annotations
@@ -100,28 +100,48 @@ class MinHasher:
 
 
 class LSHIndex:
-    """Banded LSH over signatures with verification. `add_or_match(sig)` returns True if an earlier kept
-    document shares a band with `sig` and their signatures agree on at least `threshold` of the
-    permutations (estimated Jaccard), else stores `sig`. Memory per kept document: the signature
-    (4 bytes x num_perm) plus one dict entry per band, about 1.5 kB with the defaults."""
+    """THE near-duplicate rule of both clean paths (the in-process one feeds it every document in input
+    order; the executor's dedup stage feeds it each group of band-sharing documents in input order, so the
+    two decide alike): `add_or_match(sig)` is True iff `sig` shares a band with an earlier *kept* document
+    (one this index stored) and their signatures agree on at least `threshold` of the permutations; every
+    kept document in a shared bucket is a candidate, not only the first. Otherwise `sig` is stored (kept).
+    Memory per kept document: the signature (4 bytes x num_perm) plus one dict entry per band, about
+    1.5 kB with the defaults (a bucket that holds several kept documents holds a list)."""
 
     def __init__(self, cfg: MinHashConfig):
         self.threshold = cfg.threshold
         self.bands, self.rows = lsh_params(cfg.threshold, cfg.num_perm)
-        self.tables: list[dict[int, int]] = [{} for _ in range(self.bands)]
+        self.tables: list[dict[int, int | list[int]]] = [{} for _ in range(self.bands)]
         self.sigs: list[np.ndarray] = []
 
-    def add_or_match(self, sig: np.ndarray) -> bool:
+    def candidates(self, sig: np.ndarray) -> tuple[list[int], list[int]]:
+        """(band keys of `sig`, stored documents that share a band with it: equal band values, checked,
+        so a collision of the 64-bit keys never makes a candidate)."""
         raw, w = sig.tobytes(), 4 * self.rows  # slicing bytes: ~20x cheaper than slicing the array
         keys = [hash(raw[i * w:(i + 1) * w]) for i in range(self.bands)]
-        for k, table in zip(keys, self.tables):
-            j = table.get(k)
-            if j is not None and (self.sigs[j] == sig).mean() >= self.threshold:
-                return True
+        found: list[int] = []
+        for b, (k, table) in enumerate(zip(keys, self.tables)):
+            hit = table.get(k)
+            for j in (() if hit is None else (hit,) if isinstance(hit, int) else hit):
+                band = slice(b * self.rows, (b + 1) * self.rows)
+                if j not in found and np.array_equal(self.sigs[j][band], sig[band]):
+                    found.append(j)
+        return keys, found
+
+    def add_or_match(self, sig: np.ndarray) -> bool:
+        keys, found = self.candidates(sig)
+        if any((self.sigs[j] == sig).mean() >= self.threshold for j in found):
+            return True
         idx = len(self.sigs)
         self.sigs.append(sig)
         for k, table in zip(keys, self.tables):
-            table.setdefault(k, idx)
+            hit = table.get(k)
+            if hit is None:
+                table[k] = idx
+            elif isinstance(hit, int):
+                table[k] = [hit, idx]
+            else:
+                hit.append(idx)
         return False
 
 

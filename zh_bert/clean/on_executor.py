@@ -3,28 +3,35 @@ path, as datatrove stages, with deduplication across all tasks on disk (no proce
 
 Stages (each a datatrove job; finished tasks are skipped when the same command is rerun):
 
-1. `clean` (N tasks): task r reads its contiguous share of the input files (balanced by bytes, input order
-   kept), runs `DocCleaner` (the function the in-process path runs) and writes the kept documents, their
-   exact keys and MinHash band keys (datatrove's `.minhash.sig` record format, sorted) and full signatures.
+1. `clean` (N tasks): task r reads bytes [r*B/N, (r+1)*B/N) of the inputs laid end to end (`plan_shares`:
+   a big line-delimited file is cut at line boundaries, a compressed or multi-line-record file goes whole to
+   one task; input order kept), runs `DocCleaner` (the function the in-process path runs) and writes the kept
+   documents, their exact keys and MinHash band keys (datatrove's `.minhash.sig` record format, sorted) and
+   full signatures.
 2. `exact-buckets` (1 task) and `minhash-buckets` (one task per band): datatrove's `MinhashDedupBuckets`
    merges the sorted key files of all tasks and writes candidate pairs.
-3. `dedup` (1 task): decides which documents go, with the in-process rule: a document is an exact duplicate
-   when an earlier one has its key; otherwise a near duplicate when it shares a band with an earlier *kept*
-   document and their signatures agree on at least `--minhash-threshold` of the permutations.
+3. `dedup` (1 task): decides which documents go, with the in-process rule and code: a document is an exact
+   duplicate when an earlier one has its key; otherwise a near duplicate when it shares a band with an earlier
+   *kept* document and their signatures agree on at least `--minhash-threshold` of the permutations
+   (`LSHIndex`, replayed over each group of band-sharing documents in input order).
 4. `write` (N tasks): OUTDIR/part-{r:05d}.jsonl[.gz] = task r's documents minus the removed ones.
 5. `report` (1 task): OUTDIR/report.json, merged over all tasks, written last: its presence means complete.
 
-"Earlier" is global input order (task rank, then position), so the kept documents are those the
-in-process path keeps.
+"Earlier" is global input order (task rank, then position = file order, then offset), so the kept documents
+are those the in-process path keeps. report.json's `seconds` is the union of the finished tasks' spans.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import gzip
 import hashlib
 import json
 import os
 import shutil
+import signal
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -32,11 +39,12 @@ from pathlib import Path
 import numpy as np
 
 from datatrove.pipeline.base import PipelineStep
+from datatrove.pipeline.dedup.minhash import MinhashDedupBuckets
 
-from zh_bert.clean.dedup import lsh_params
+from zh_bert.clean.dedup import LSHIndex, lsh_params
 from zh_bert.clean.report import Tally, file_digest
-from zh_bert.clean.source import Problems
-from zh_bert.corpus_io import CLEAN_REPORT
+from zh_bert.clean.source import MAX_RECORDED, Problems
+from zh_bert.corpus_io import CLEAN_REPORT, Segment, plan_shares
 from zh_bert.errors import ZhBertError
 from zh_bert.executors import JobMarker, Stage, check_engine, run_stages
 from zh_bert.fileio import atomic_write, recover, write_json
@@ -58,17 +66,6 @@ def _work_json(path: Path, obj) -> None:
         f.write(json.dumps(obj, ensure_ascii=False).encode("utf-8"))
 
 
-def assign_files(files: list[Path], tasks: int) -> list[list[str]]:
-    """Contiguous runs of `files` (input order kept), about equal in bytes: task r gets the files whose
-    first byte falls in [r, r+1) * total / tasks. A task may get none (more tasks than files)."""
-    sizes = np.array([max(1, f.stat().st_size) for f in files], dtype=np.float64)
-    starts = np.concatenate([[0.0], np.cumsum(sizes)[:-1]]) / sizes.sum() * tasks
-    shares: list[list[str]] = [[] for _ in range(tasks)]
-    for f, s in zip(files, starts):
-        shares[min(tasks - 1, int(s))].append(str(f))
-    return shares
-
-
 class Work:
     """Paths under OUTDIR/.zh-bert/work: one place that knows the layout every stage reads and writes."""
 
@@ -85,6 +82,84 @@ class Work:
     def keys(self, kind): return self.root / kind          # datatrove signature folder (bucket_XXX/)
     def dups(self, kind): return self.root / f"{kind}-dups"
     def dedup_summary(self): return self.root / "dedup.json"
+    def times(self): return self.root / "times"
+
+
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+class DiskFull(ZhBertError):
+    """A task found no space for the job's files; the command then removes the job's work (see `_reset`)."""
+
+
+def _times(work: "Work") -> list[tuple[float, float]]:
+    """The (start, end) of every finished task of this job, over all its runs."""
+    spans = []
+    for p in sorted(work.times().glob("*.json")) if work.times().is_dir() else ():
+        with contextlib.suppress(OSError, ValueError):
+            spans.append(tuple(json.loads(p.read_text())))
+    return spans
+
+
+def working_seconds(spans: list[tuple[float, float]]) -> float:
+    """Seconds during which at least one task was working (the union of the task spans): the time between
+    a killed run and its rerun, when nothing ran, does not count; tasks running side by side count once."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(spans):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
+
+
+@contextlib.contextmanager
+def _task(outdir: str, stage: str, rank: int, cwd: str):
+    """One task of this job, run in the command's directory `cwd` (a forkserver, a Ray or Slurm worker
+    starts elsewhere; inputs and -o may be relative, and sources name inputs as the user gave them). Its
+    span is recorded once it finished (report.json's seconds), and a disk error is one line; on a full
+    disk the task first removes its own work files (its log line then fits)."""
+    with contextlib.suppress(OSError):   # a Ray node without that folder: absolute paths still work
+        if os.getcwd() != cwd:
+            os.chdir(cwd)
+    work, t0 = Work(outdir), time.time()
+    try:
+        yield work
+        if work.root.is_dir():   # not after the report task, which removes the work files
+            _work_json(work.times() / f"{stage}-{rank:05d}.json", [t0, time.time()])
+    except OSError as e:
+        if e.errno not in _DISK_FULL:
+            raise ZhBertError(f"{e.filename or '-o ' + outdir}: {e.strerror or e} (stage {stage}, task {rank})") from None
+        for p in list(work.root.rglob(f"{rank:05d}*")):
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+        raise DiskFull(f"-o {outdir}: no space left on device (stage {stage}, task {rank}); the job's work files "
+                       f"were removed: free some space, or give -o on another disk, and rerun") from None
+
+
+class _JobStep(PipelineStep):
+    """A step of this job's stages: `task(work, rank)` runs inside `_task` (directory, timing, disk errors)."""
+    stage = ""
+
+    def __init__(self):
+        super().__init__()
+        self.cwd = os.getcwd()
+
+    def run(self, data=None, rank: int = 0, world_size: int = 1):
+        with _task(self.outdir, self.stage, rank, self.cwd) as work, self.track_time():
+            self.task(work, rank)
+        yield from ()   # a datatrove step is a generator
+
+
+class _BucketStep(MinhashDedupBuckets):
+    """datatrove's bucket stage, timed and with disk errors handled like the other tasks."""
+
+    def __init__(self, outdir: str, stage: str, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.outdir, self.stage, self.cwd = outdir, stage, os.getcwd()
+
+    def run(self, data=None, rank: int = 0, world_size: int = 1):
+        with _task(self.outdir, self.stage, rank, self.cwd):
+            super().run(data, rank, world_size)
+        yield from ()
 
 
 class KeyRecords:
@@ -117,9 +192,14 @@ class KeyRecords:
             src = exact if name == "exact" else sig
             self.files[name].write(np.hstack([src[:, cols], idx]).astype("<u4").tobytes())
 
+    def close(self) -> None:
+        """Close the unsorted files (also when the task fails: an open deleted file keeps its disk space)."""
+        for f in self.files.values():
+            f.close()
+
     def finish(self) -> None:
+        self.close()
         for name, folder, cols in self.bands:
-            self.files[name].close()
             rec = np.fromfile(self.tmp / f"{name}.bin", dtype="<u4").reshape(self.n, cols.stop - cols.start + 1)
             order = np.lexsort([rec[:, j] for j in reversed(range(rec.shape[1]))])
             with _work_file(folder / f"{self.rank:05d}.minhash.sig") as f:
@@ -127,32 +207,33 @@ class KeyRecords:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-class CleanTaskStep(PipelineStep):
+class CleanTaskStep(_JobStep):
     """Stage 1, task r: read, clean (DocCleaner), write documents, keys and signatures for the dedup stages."""
     name = "zh-bert clean"
     type = "🧹 - CLEAN"
+    stage = "clean"
 
-    def __init__(self, shares: list[list[str]], read, config, outdir: str):
+    def __init__(self, shares: list[list[Segment]], read, config, outdir: str):
         super().__init__()
         self.shares, self.read, self.config, self.outdir = shares, read, config, outdir
 
-    def run(self, data=None, rank: int = 0, world_size: int = 1):
+    def task(self, work: "Work", rank: int) -> None:
         from zh_bert.clean import DocCleaner, batched
         from zh_bert.clean.readers import read_input
 
-        work, cfg = Work(self.outdir), self.config
+        cfg = self.config
         cleaner, tally, problems, per_file = DocCleaner(cfg), Tally(), Problems(), {}
 
         def docs():
-            for f in self.shares[rank]:
+            for f, start, end in self.shares[rank]:
                 n = 0
-                for d in read_input(Path(f), self.read, problems):
+                for d in read_input(Path(f), self.read, problems, None if end < 0 else (f, start, end)):
                     n += 1
                     yield d
-                per_file[f] = n
+                per_file[f] = per_file.get(f, 0) + n
 
         keys = KeyRecords(work, rank, cfg)
-        with self.track_time(), _work_file(work.docs(rank)) as fdocs, _work_file(work.sigs(rank)) as fsigs, \
+        with contextlib.closing(keys), _work_file(work.docs(rank)) as fdocs, _work_file(work.sigs(rank)) as fsigs, \
                 _work_file(work.chars(rank)) as fchars:
             for batch in batched(docs()):
                 res = cleaner(batch)
@@ -170,8 +251,6 @@ class CleanTaskStep(PipelineStep):
             keys.finish()
         _work_json(work.tally(rank), {**{k: dict(v) if isinstance(v, dict) else v for k, v in vars(tally).items()},
                                       "problems": asdict(problems), "per_file": per_file})
-        return
-        yield  # a datatrove step is a generator
 
 
 def _pairs(folder: Path) -> np.ndarray:
@@ -207,76 +286,74 @@ def _ids(pairs: np.ndarray) -> np.ndarray:
     return np.stack([(p[:, 0] << 32) | p[:, 1], (p[:, 2] << 32) | p[:, 3]], axis=1)
 
 
-class DedupStep(PipelineStep):
+class DedupStep(_JobStep):
     """Stage 3 (one task): exact duplicates, then near duplicates among the documents exact dedup keeps,
-    each decided against earlier kept documents only (the in-process rule), verified on full signatures."""
+    each decided against the earlier kept documents it shares a band with (the in-process rule and code)."""
     name = "zh-bert dedup"
     type = "🫂 - DEDUP"
+    stage = "dedup"
 
     def __init__(self, outdir: str, tasks: int, config):
         super().__init__()
         self.outdir, self.tasks, self.config = outdir, tasks, config
 
-    def run(self, data=None, rank: int = 0, world_size: int = 1):
-        work = Work(self.outdir)
+    def task(self, work: "Work", rank: int) -> None:
         removed: dict[int, str] = {}
-        with self.track_time():
-            exact = _pairs(work.dups("exact")) if self.config.dedup != "none" else np.zeros((0, 4), "<u4")
-            for members in _components(_ids(exact)).values():
-                for x in members[1:]:
-                    removed[x] = "exact"
-            if self.config.dedup == "minhash":
-                self._near(work, removed)
-            by_rank: dict[int, list[int]] = {r: [] for r in range(self.tasks)}
-            for x in removed:
-                by_rank[x >> 32].append(x & 0xFFFFFFFF)
-            for r, idx in by_rank.items():
-                with _work_file(work.removed(r)) as f:
-                    np.save(f, np.sort(np.asarray(idx, dtype=np.int64)))
-            counts = {"exact": 0, "near": 0}
-            for why in removed.values():
-                counts[why] += 1
-                self.stat_update(why)
-            _work_json(work.dedup_summary(), counts)
-        return
-        yield
+        exact = _pairs(work.dups("exact")) if self.config.dedup != "none" else np.zeros((0, 4), "<u4")
+        for members in _components(_ids(exact)).values():
+            for x in members[1:]:
+                removed[x] = "exact"
+        if self.config.dedup == "minhash":
+            self._near(work, removed)
+        by_rank: dict[int, list[int]] = {r: [] for r in range(self.tasks)}
+        for x in removed:
+            by_rank[x >> 32].append(x & 0xFFFFFFFF)
+        for r, idx in by_rank.items():
+            with _work_file(work.removed(r)) as f:
+                np.save(f, np.sort(np.asarray(idx, dtype=np.int64)))
+        counts = {"exact": 0, "near": 0}
+        for why in removed.values():
+            counts[why] += 1
+            self.stat_update(why)
+        _work_json(work.dedup_summary(), counts)
 
     def _near(self, work: Work, removed: dict[int, str]) -> None:
+        """Near duplicates with the in-process code itself (`LSHIndex`, the one rule): datatrove's bucket
+        stage links the documents of each band bucket in a chain of consecutive pairs, so a connected
+        component holds every document that shares a band with any of its members, exact copies included
+        (they link a later near copy to the first occurrence). Replaying a component's documents in input
+        order through a fresh index, exact-removed ones left out as the in-process path leaves them out,
+        takes the in-process decisions: no document outside the component shares a band with one inside."""
         mh = self.config.minhash
         row_bytes = 4 * mh.num_perm
 
         def sig(x):   # read, not memory-mapped: touched pages would stay in this process's RSS
             return np.fromfile(work.sigs(x >> 32), dtype="<u4", count=mh.num_perm, offset=(x & 0xFFFFFFFF) * row_bytes)
 
-        edges = _ids(_pairs(work.dups("minhash")))
-        edges = edges[[a not in removed and b not in removed for a, b in edges.tolist()]] if len(edges) else edges
-        for members in _components(edges).values():
-            kept = [sig(members[0])]
-            for x in members[1:]:
-                s = sig(x)
-                if any((k == s).mean() >= mh.threshold for k in kept):
+        for members in _components(_ids(_pairs(work.dups("minhash")))).values():
+            index = LSHIndex(mh)
+            for x in members:
+                if x not in removed and index.add_or_match(sig(x).astype(np.uint32)):
                     removed[x] = "near"
-                else:
-                    kept.append(s)
 
 
-class WritePartStep(PipelineStep):
+class WritePartStep(_JobStep):
     """Stage 4, task r: OUTDIR/part-r = task r's kept documents, copied line by line (no re-encoding)."""
     name = "zh-bert write parts"
     type = "💽 - WRITER"
+    stage = "write"
 
     def __init__(self, outdir: str, compression: str):
         super().__init__()
         self.outdir, self.compression = outdir, compression
 
-    def run(self, data=None, rank: int = 0, world_size: int = 1):
-        work = Work(self.outdir)
+    def task(self, work: "Work", rank: int) -> None:
         removed = np.load(work.removed(rank))        # sorted document indices
         chars = np.fromfile(work.chars(rank), dtype="<i8")
         name = PART.format(rank) + (".gz" if self.compression == "gzip" else "")
         recover(Path(self.outdir) / name)   # a killed earlier attempt's temp file
         docs = n_chars = 0
-        with self.track_time(), atomic_write(Path(self.outdir) / name, "wb") as raw:
+        with atomic_write(Path(self.outdir) / name, "wb") as raw:
             out = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) \
                 if self.compression == "gzip" else raw
             with open(work.docs(rank), "rb") as f:
@@ -298,32 +375,31 @@ class WritePartStep(PipelineStep):
         self.stat_update("documents", value=docs)
         _work_json(work.written(rank), {"name": name, "docs": docs, "chars": n_chars, "bytes": size,
                                         "sha256": digest})
-        return
-        yield
 
 
-class ReportStep(PipelineStep):
+class ReportStep(_JobStep):
     """Stage 5 (one task): OUTDIR/report.json from every task's tally, written last; then the work files go."""
     name = "zh-bert clean report"
     type = "📊 - STATS"
+    stage = "report"
 
     def __init__(self, outdir: str, tasks: int, report_info: dict):
         super().__init__()
         self.outdir, self.tasks, self.info = outdir, tasks, report_info
 
-    def run(self, data=None, rank: int = 0, world_size: int = 1):
-        work, outdir = Work(self.outdir), Path(self.outdir)
+    def task(self, work: "Work", rank: int) -> None:
+        outdir, t0 = Path(self.outdir), time.time()
+        seconds = working_seconds(_times(work) + [(t0, time.time())])
         report = merge_report([json.loads(work.tally(r).read_text()) for r in range(self.tasks)],
                               json.loads(work.dedup_summary().read_text()),
-                              [json.loads(work.written(r).read_text()) for r in range(self.tasks)], self.info)
+                              [json.loads(work.written(r).read_text()) for r in range(self.tasks)],
+                              {**self.info, "seconds": seconds})
         if report["docs_out"] == 0:
             raise ZhBertError(f"no documents in {', '.join(self.info['input_names'][:3])}: {report['docs_in']} read, "
                               f"none left after cleaning (filtered: {report['filtered'] or 'none'}; unreadable "
                               f"lines: {report['unreadable']['counts'] or 'none'}); nothing written")
         write_json(outdir / CLEAN_REPORT, report)
         shutil.rmtree(work.root, ignore_errors=True)
-        return
-        yield
 
 
 def merge_report(tallies: list[dict], dups: dict, written: list[dict], info: dict) -> dict:
@@ -339,18 +415,21 @@ def merge_report(tallies: list[dict], dups: dict, written: list[dict], info: dic
         for kind, where in t["problems"]["where"].items():
             problems.where.setdefault(kind, []).extend(where)
         problems.encodings.update(t["problems"]["encodings"])
-        per_file.update(t["per_file"])
+        for f, n in t["per_file"].items():
+            docs, readers = per_file.get(f, (0, 0))
+            per_file[f] = (docs + n, readers + (n > 0))
+    problems.where = {kind: where[:MAX_RECORDED] for kind, where in problems.where.items()}
     parts = [w for w in written if w["docs"]]
     tally.docs_out = sum(w["docs"] for w in written)
     tally.chars_out = sum(w["chars"] for w in written)
     tally.duplicates = dict(dups)
-    seconds = time.time() - info["started"]
+    seconds = info["seconds"]
     default_enc = info["read_encoding"]
     report = tally.to_report(
         seconds=seconds, problems=problems, skipped=info["skipped"], workers=info["workers"],
         output=info["outdir"], options=info["options"],
-        inputs=[{"path": f, "docs": per_file.get(f, 0), "encoding": problems.encodings.get(f, default_enc)}
-                for f in info["input_names"]])
+        inputs=[{"path": f, "docs": per_file.get(f, (0, 0))[0], "encoding": problems.encodings.get(f, default_enc),
+                 "tasks": per_file.get(f, (0, 0))[1]} for f in info["input_names"]])
     fingerprint = hashlib.sha256(json.dumps([[p["name"], p["sha256"]] for p in parts]).encode()).hexdigest()
     report.update(output_bytes=sum(p["bytes"] for p in parts), output_sha256=fingerprint,
                   tasks=info["tasks"], executor=info["executor"],
@@ -358,15 +437,54 @@ def merge_report(tallies: list[dict], dups: dict, written: list[dict], info: dic
     return report
 
 
+# --- no process outlives the command ---------------------------------------------------------------
+_PDEATHSIG = {"on": False, "forker": 0}
+
+
+def _before_fork() -> None:
+    _PDEATHSIG["forker"] = os.getpid()
+
+
+def _after_fork_in_child() -> None:
+    """In a child forked while `children_die_with_parent` is active: the kernel kills it when its parent
+    dies (prctl PR_SET_PDEATHSIG), even by SIGKILL, which no Python cleanup can see; if the parent died
+    before this line ran, exit now."""
+    if not _PDEATHSIG["on"] or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)   # 1 = PR_SET_PDEATHSIG
+    if os.getppid() != _PDEATHSIG["forker"]:
+        os._exit(1)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
+
+
+@contextlib.contextmanager
+def children_die_with_parent():
+    """While active, every process forked here (datatrove's multiprocess Manager and pool workers, and their
+    own children) dies with its parent: a `kill -9` of the command leaves no process behind (the Manager
+    used to live on forever, ~48 MB)."""
+    saved = _PDEATHSIG["on"]
+    _PDEATHSIG["on"] = True
+    try:
+        yield
+    finally:
+        _PDEATHSIG["on"] = saved
+
+
 def clean_on_executor(job) -> dict | None:
     """Run `job` on its executor; the report dict once OUTDIR is complete, None when Slurm jobs were submitted."""
-    from zh_bert.clean.readers import expand_inputs
+    from zh_bert.clean.readers import check_outdir_apart, expand_inputs
 
     opts, out = job.engine, Path(job.output)
     if out.name.endswith((".jsonl", ".json", ".gz")):
         raise ZhBertError(f"-o {out}: with --executor the output is a directory of parts; give a directory "
                           f"name such as {out.parent / out.name.split('.')[0]}/")
     check_engine(opts)   # before anything is written
+    check_outdir_apart(job.inputs, job.output)
     files, skipped = expand_inputs(job.inputs)
     if not files:
         raise ZhBertError(f"no input files found in {', '.join(job.inputs)}")
@@ -377,35 +495,65 @@ def clean_on_executor(job) -> dict | None:
                 "compression": job.compression}
     marker = JobMarker(out, "zh-bert clean", settings)
     logdir = Path(opts.logging_dir) if opts.logging_dir else marker.state / "logs"
-    resumed = marker.claim(opts.force, logdir=logdir,
+    resumed = marker.claim(opts.force, logdir=logdir, done=CLEAN_REPORT,
                            owned=lambda p: p.name == CLEAN_REPORT or p.name.lstrip(".").startswith("part-"))
     if resumed and (out / CLEAN_REPORT).is_file():
         return json.loads((out / CLEAN_REPORT).read_text(encoding="utf-8"))
+    stages = _stages(job, out, files, skipped, tasks, workers)
+    try:   # absolute folders: datatrove's file layer (fsspec) caches folder objects by the path given
+        with children_die_with_parent():
+            ran = run_stages(stages, opts, workers, logdir.absolute(), quiet=job.quiet)
+        if not ran:
+            return None
+    except (DiskFull, OSError) as e:
+        if isinstance(e, OSError) and e.errno not in _DISK_FULL:
+            raise ZhBertError(f"{e.filename or '-o ' + str(out)}: {e.strerror or e}") from None
+        _reset(out, logdir, stages)
+        if isinstance(e, DiskFull):
+            raise
+        raise DiskFull(f"-o {out}: no space left on device; the job's work files were removed: free some "
+                       f"space, or give -o on another disk, and rerun") from None
+    return json.loads((out / CLEAN_REPORT).read_text(encoding="utf-8"))
+
+
+def _reset(out: Path, logdir: Path, stages: list[Stage]) -> None:
+    """After a full disk: remove what this job wrote so far (work files, parts, its stages' completion
+    markers, so that a rerun starts over), keeping only its marker: nothing half-done fills the disk."""
+    shutil.rmtree(Work(str(out)).root, ignore_errors=True)
+    for stage in stages:
+        shutil.rmtree(logdir / stage.name, ignore_errors=True)
+    for p in out.glob("*part-*"):
+        p.unlink(missing_ok=True)
+
+
+def _stages(job, out: Path, files: list[Path], skipped: list[str], tasks: int, workers: int) -> list[Stage]:
+    from datatrove.pipeline.dedup.minhash import MinhashConfig
+    from datatrove.utils.hashing import HashConfig
+
+    from zh_bert.clean.readers import line_delimited
+
     mh = job.config.minhash
-    bands = lsh_params(mh.threshold, mh.num_perm)[0]
-    info = {"started": marker.started, "outdir": str(out), "tasks": tasks, "executor": opts.executor,
+    bands, rows = lsh_params(mh.threshold, mh.num_perm)
+    where = str(out.absolute())   # for the tasks: fsspec caches folder objects by path, whatever the cwd
+    info = {"outdir": str(out), "tasks": tasks, "executor": job.engine.executor,
             "workers": workers, "skipped": skipped, "input_names": [str(f) for f in files],
             "read_encoding": job.read.encoding if job.read.encoding != "auto" else "utf-8",
             "options": {"format": job.read.fmt, "doc_sep": job.read.doc_sep, "field": job.read.field_name or "text",
                         "encoding": job.read.encoding, "compression": job.compression, **asdict(job.config)}}
-    from datatrove.pipeline.dedup.minhash import MinhashConfig, MinhashDedupBuckets
-    from datatrove.utils.hashing import HashConfig
 
     def buckets(kind, n_buckets, words):
         cfg = MinhashConfig(num_buckets=n_buckets, hashes_per_bucket=words,
                             hash_config=HashConfig(precision=32, hash_fc="sha1"))
-        work = Work(str(out))
-        return Stage(f"{kind}-buckets", [MinhashDedupBuckets(str(work.keys(kind)), str(work.dups(kind)),
-                                                             config=cfg)], n_buckets)
+        work = Work(where)
+        return Stage(f"{kind}-buckets", [_BucketStep(where, f"{kind}-buckets", str(work.keys(kind)),
+                                                     str(work.dups(kind)), config=cfg)], n_buckets)
 
-    stages = [Stage("clean", [CleanTaskStep(assign_files(files, tasks), job.read, job.config, str(out))], tasks)]
+    shares = plan_shares(files, tasks, whole=lambda p: not line_delimited(p, job.read))
+    stages = [Stage("clean", [CleanTaskStep(shares, job.read, job.config, where)], tasks)]
     if job.config.dedup != "none":
         stages.append(buckets("exact", 1, _KEY_WORDS))
     if job.config.dedup == "minhash":
-        stages.append(buckets("minhash", bands, lsh_params(mh.threshold, mh.num_perm)[1]))
-    stages += [Stage("dedup", [DedupStep(str(out), tasks, job.config)], 1),
-               Stage("write", [WritePartStep(str(out), job.compression)], tasks),
-               Stage("report", [ReportStep(str(out), tasks, info)], 1)]
-    if not run_stages(stages, opts, workers, logdir, quiet=job.quiet):
-        return None
-    return json.loads((out / CLEAN_REPORT).read_text(encoding="utf-8"))
+        stages.append(buckets("minhash", bands, rows))
+    return stages + [Stage("dedup", [DedupStep(where, tasks, job.config)], 1),
+                     Stage("write", [WritePartStep(where, job.compression)], tasks),
+                     Stage("report", [ReportStep(where, tasks, info)], 1)]

@@ -8,20 +8,22 @@ except a whole-file `.json` document (SQuAD/DRCD style), which is one JSON value
 from __future__ import annotations
 
 import codecs
+import gzip
 import io
 import json
 import os
 import re
 import typing
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Iterator, Literal, Optional
 
 from zh_bert.clean.report import REPORT_SUFFIX
-from zh_bert.clean.source import Problems, RawDoc, inner_name, open_binary
+from zh_bert.clean.source import COMPRESSED, Problems, RawDoc, inner_name, open_binary
 from zh_bert.clean.wikitext import read_mediawiki
 from zh_bert.config import option
-from zh_bert.corpus_io import lone_surrogate
+from zh_bert.corpus_io import Segment, line_number, lone_surrogate, segment_raw_lines
 from zh_bert.errors import ZhBertError
 
 Format = Literal["auto", "text", "jsonl", "json", "wikiextractor", "mediawiki"]
@@ -58,9 +60,12 @@ class ReadOptions:
 
 
 # --- files and encodings -------------------------------------------------------------------------
-def expand_inputs(inputs: list[str]) -> tuple[list[Path], list[str]]:
+def expand_inputs(inputs: list[str], output: str | None = None) -> tuple[list[Path], list[str]]:
     """Files to read, in a deterministic order (directories walked recursively, sorted), plus the files
-    a directory walk skipped. A missing input is an error before anything is read or written."""
+    a directory walk skipped. A missing input is an error before anything is read or written. `output`:
+    the in-process `-o` file, which a walk of its own folder skips (a rerun must not read its previous
+    output as input) and which an input must not name."""
+    out = Path(output).resolve() if output else None
     files, skipped = [], []
     for name in inputs:
         p = Path(name)
@@ -70,17 +75,33 @@ def expand_inputs(inputs: list[str]) -> tuple[list[Path], list[str]]:
                 for n in sorted(names):
                     f = Path(root) / n
                     if n.startswith(".") or Path(inner_name(f)).suffix not in CORPUS_SUFFIXES \
-                            or n.endswith(REPORT_SUFFIX):
+                            or n.endswith(REPORT_SUFFIX) or (out is not None and f.resolve() == out):
                         skipped.append(str(f))
                     else:
                         files.append(f)
         elif p.is_file():
+            if out is not None and p.resolve() == out:
+                raise ZhBertError(f"-o {output}: is also an input; write the output to another file")
             files.append(p)
         elif p.exists():
             raise ZhBertError(f"{name}: not a regular file or directory")
         else:
             raise ZhBertError(f"{name}: no such file or directory")
     return files, skipped
+
+
+def check_outdir_apart(inputs: list[str], outdir: str) -> None:
+    """`clean --executor -o OUTDIR`: OUTDIR is emptied and filled with parts, so it must not be an input,
+    hold one, or lie inside an input directory (whose walk would read its parts back as input)."""
+    out = Path(outdir).resolve()
+    for name in inputs:
+        p = Path(name).resolve()
+        if p == out or p.is_relative_to(out):
+            what = "is the input" if p == out else "holds the input"
+            raise ZhBertError(f"-o {outdir}: {what} {name}; give an output directory apart from the inputs")
+        if p.is_dir() and out.is_relative_to(p):
+            raise ZhBertError(f"-o {outdir}: is inside the input directory {name}, whose parts a rerun would read "
+                              f"as input; give an output directory outside it")
 
 
 # Very frequent characters in both scripts: correctly decoded Chinese has ~20-30% of them, mojibake ~1%.
@@ -119,17 +140,24 @@ def detect_encoding(path: Path, sample: bytes) -> str:
     return enc
 
 
-def read_lines(path: Path, encoding: str, problems: Problems) -> Iterator[tuple[int, str]]:
-    """(line number, decoded line without its newline); undecodable lines are counted and skipped."""
+def read_lines(path: Path, encoding: str, problems: Problems,
+               segment: Segment | None = None) -> Iterator[tuple[int, str]]:
+    """(line number, decoded line without its newline); undecodable lines are counted and skipped.
+    `segment` (path, start, end): only the lines that begin in bytes [start, end) of an uncompressed file
+    (`clean --executor` cuts a big file across tasks), numbered as in the whole file; the encoding is
+    still detected from the file's first bytes, so every task decodes alike."""
     with open_binary(path) as f:
+        head = f.read(SNIFF_BYTES) if encoding == "auto" else b""
         if encoding == "auto":
-            head = f.read(SNIFF_BYTES)
             encoding = detect_encoding(path, head)
-            stream = io.BufferedReader(_Prepend(head, f))
-        else:
-            stream = f
         problems.encodings[str(path)] = encoding
-        for i, raw in enumerate(stream, 1):
+        if segment is not None and segment[1] > 0:
+            numbered = _numbered_segment(path, segment[1], segment[2])
+        elif segment is not None:
+            numbered = ((k, raw) for k, (_, raw) in enumerate(segment_raw_lines(path, 0, segment[2]), 1))
+        else:
+            numbered = enumerate(io.BufferedReader(_Prepend(head, f)), 1)
+        for i, raw in numbered:
             try:
                 line = raw.decode(encoding)
             except UnicodeDecodeError as e:
@@ -140,6 +168,15 @@ def read_lines(path: Path, encoding: str, problems: Problems) -> Iterator[tuple[
             if i == 1 and line.startswith("\ufeff"):
                 line = line[1:]
             yield i, line.rstrip("\r\n")
+
+
+def _numbered_segment(path: Path, start: int, end: int) -> Iterator[tuple[int, bytes]]:
+    """The raw lines of a segment that starts mid-file, numbered from its first line's number."""
+    first = None
+    for k, (pos, raw) in enumerate(segment_raw_lines(path, start, end)):
+        if first is None:
+            first = line_number(path, pos)
+        yield first + k, raw
 
 
 class _Prepend(io.RawIOBase):
@@ -183,11 +220,12 @@ def detect_format(path: Path, fmt: str) -> str:
 
 
 # --- readers -------------------------------------------------------------------------------------
-def read_text(path: Path, doc_sep: str, encoding: str, problems: Problems) -> Iterator[RawDoc]:
+def read_text(path: Path, doc_sep: str, encoding: str, problems: Problems,
+              segment: Segment | None = None) -> Iterator[RawDoc]:
     """Plain text: one document per line ('line'), blank-line separated ('blank'), or the whole file ('file',
     e.g. THUCNews: title line, then paragraphs)."""
     if doc_sep == "line":
-        for i, line in read_lines(path, encoding, problems):
+        for i, line in read_lines(path, encoding, problems, segment):
             if line.strip():
                 yield RawDoc(line, f"{path}:{i}")
         return
@@ -250,8 +288,8 @@ def _record_doc(obj, field_name: str, field_given: bool, path: Path, where: int,
 
 
 def read_jsonl(path: Path, field_name: str, field_given: bool, encoding: str,
-               problems: Problems) -> Iterator[RawDoc]:
-    for i, line in read_lines(path, encoding, problems):
+               problems: Problems, segment: Segment | None = None) -> Iterator[RawDoc]:
+    for i, line in read_lines(path, encoding, problems, segment):
         if not line.strip():
             continue
         try:
@@ -323,15 +361,40 @@ def read_wikiextractor(path: Path, encoding: str, problems: Problems) -> Iterato
             buf.append(line)
 
 
-def read_input(path: Path, read: ReadOptions, problems: Problems) -> Iterator[RawDoc]:
-    """The documents of one input file, in the format `read.fmt` names or detects."""
+def line_delimited(path: Path, read: ReadOptions) -> bool:
+    """One document per line in an uncompressed file: `clean --executor` may cut it across tasks at line
+    boundaries (JSON lines, or text with --doc-sep line; never a compressed file, a dump or a .json)."""
+    if path.name.lower().endswith(COMPRESSED):
+        return False
+    fmt = detect_format(path, read.fmt)
+    return fmt == "jsonl" or (fmt == "text" and read.doc_sep == "line")
+
+
+def read_input(path: Path, read: ReadOptions, problems: Problems,
+               segment: Segment | None = None) -> Iterator[RawDoc]:
+    """The documents of one input file (of its `segment`, for a `line_delimited` file), in the format
+    `read.fmt` names or detects. A compressed file that is cut short or not what its name says is a
+    one-line error naming it (in-process or in a task), never a traceback."""
+    try:
+        yield from _read_format(path, read, problems, segment)
+    except (EOFError, zlib.error, gzip.BadGzipFile) as e:   # before OSError: BadGzipFile is one
+        raise ZhBertError(f"{path}: broken or truncated compressed file ({e or 'it ends early'}); "
+                          f"download or compress it again") from None
+    except OSError as e:   # bz2's "Invalid data stream", or the disk
+        raise ZhBertError(f"{path}: cannot read it ({e.strerror or e})") from None
+
+
+def _read_format(path: Path, read: ReadOptions, problems: Problems, segment: Segment | None) -> Iterator[RawDoc]:
     fmt, field_name, given = detect_format(path, read.fmt), read.field_name or "text", read.field_name is not None
+    if segment is not None and not line_delimited(path, read):
+        raise ValueError(f"{path}: only a line-delimited file is read by segments")
     if fmt == "text":
-        return read_text(path, read.doc_sep, read.encoding, problems)
-    if fmt == "jsonl":
-        return read_jsonl(path, field_name, given, read.encoding, problems)
-    if fmt == "json":
-        return read_json(path, field_name, given, read.encoding, problems)
-    if fmt == "wikiextractor":
-        return read_wikiextractor(path, read.encoding, problems)
-    return read_mediawiki(path)
+        yield from read_text(path, read.doc_sep, read.encoding, problems, segment)
+    elif fmt == "jsonl":
+        yield from read_jsonl(path, field_name, given, read.encoding, problems, segment)
+    elif fmt == "json":
+        yield from read_json(path, field_name, given, read.encoding, problems)
+    elif fmt == "wikiextractor":
+        yield from read_wikiextractor(path, read.encoding, problems)
+    else:
+        yield from read_mediawiki(path)

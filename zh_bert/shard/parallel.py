@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 from datatrove.pipeline.base import PipelineStep
 
-from zh_bert.corpus_io import Segment, corpus_files, plan_shares, segment_raw_lines  # noqa: F401
+from zh_bert.corpus_io import corpus_files, plan_shares, segment_raw_lines
 from zh_bert.data import FORMAT_VERSION, PART_META, part_name
 from zh_bert.errors import ZhBertError
 from zh_bert.executors import ExecutorOptions, JobMarker, Stage, run_stages
