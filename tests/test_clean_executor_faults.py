@@ -45,12 +45,15 @@ def raw(tmp_path) -> Path:
 
 
 # ------------------------------------------------------------------------------------ orphans (defect 10)
-def test_kill_9_of_the_main_process_leaves_no_process_behind(tmp_path, raw):
+@pytest.mark.parametrize("command", ["clean", "shard"])
+def test_kill_9_of_the_main_process_leaves_no_process_behind(tmp_path, raw, google_tokdir, sample_jsonl, command):
     psutil = pytest.importorskip("psutil")
-    big = tmp_path / "big.txt"
-    big.write_bytes(b"".join(p.read_bytes() for p in sorted(raw.iterdir())) * 3)
-    proc = subprocess.Popen([sys.executable, "-m", "zh_bert", "clean", str(big), "-o", str(tmp_path / "out"),
-                             "--executor", "local", "--tasks", "4", "--workers", "2", "--dedup", "minhash"],
+    big = tmp_path / ("big.txt" if command == "clean" else "big.jsonl")
+    inputs = sorted(raw.iterdir()) if command == "clean" else [sample_jsonl]
+    big.write_bytes(b"".join(p.read_bytes() for p in inputs) * (3 if command == "clean" else 20))
+    extra = ["--dedup", "minhash"] if command == "clean" else ["--tokenizer", str(google_tokdir)]
+    proc = subprocess.Popen([sys.executable, "-m", "zh_bert", command, str(big), "-o", str(tmp_path / "out"),
+                             "--executor", "local", "--tasks", "4", "--workers", "2", *extra],
                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     main, kids, deadline = psutil.Process(proc.pid), [], time.time() + 120
     while len(kids) < 3 and time.time() < deadline and proc.poll() is None:   # the Manager and 2 workers

@@ -30,8 +30,6 @@ import hashlib
 import json
 import os
 import shutil
-import signal
-import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -437,44 +435,6 @@ def merge_report(tallies: list[dict], dups: dict, written: list[dict], info: dic
     return report
 
 
-# --- no process outlives the command ---------------------------------------------------------------
-_PDEATHSIG = {"on": False, "forker": 0}
-
-
-def _before_fork() -> None:
-    _PDEATHSIG["forker"] = os.getpid()
-
-
-def _after_fork_in_child() -> None:
-    """In a child forked while `children_die_with_parent` is active: the kernel kills it when its parent
-    dies (prctl PR_SET_PDEATHSIG), even by SIGKILL, which no Python cleanup can see; if the parent died
-    before this line ran, exit now."""
-    if not _PDEATHSIG["on"] or not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)   # 1 = PR_SET_PDEATHSIG
-    if os.getppid() != _PDEATHSIG["forker"]:
-        os._exit(1)
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
-
-
-@contextlib.contextmanager
-def children_die_with_parent():
-    """While active, every process forked here (datatrove's multiprocess Manager and pool workers, and their
-    own children) dies with its parent: a `kill -9` of the command leaves no process behind (the Manager
-    used to live on forever, ~48 MB)."""
-    saved = _PDEATHSIG["on"]
-    _PDEATHSIG["on"] = True
-    try:
-        yield
-    finally:
-        _PDEATHSIG["on"] = saved
-
-
 def clean_on_executor(job) -> dict | None:
     """Run `job` on its executor; the report dict once OUTDIR is complete, None when Slurm jobs were submitted."""
     from zh_bert.clean.readers import check_outdir_apart, expand_inputs
@@ -501,8 +461,7 @@ def clean_on_executor(job) -> dict | None:
         return json.loads((out / CLEAN_REPORT).read_text(encoding="utf-8"))
     stages = _stages(job, out, files, skipped, tasks, workers)
     try:   # absolute folders: datatrove's file layer (fsspec) caches folder objects by the path given
-        with children_die_with_parent():
-            ran = run_stages(stages, opts, workers, logdir.absolute(), quiet=job.quiet)
+        ran = run_stages(stages, opts, workers, logdir.absolute(), quiet=job.quiet)
         if not ran:
             return None
     except (DiskFull, OSError) as e:
