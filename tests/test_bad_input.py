@@ -42,6 +42,8 @@ def write_bad_files(w: Path) -> None:
     _eval_files(w)
     _train_files(w)
     _part_dirs(w)
+    _run_dir_files(w)
+    _clean_inputs(w)
 
 
 def _eval_files(w: Path) -> None:
@@ -104,6 +106,30 @@ def _part_dirs(w: Path) -> None:
                                            encoding="utf-8")
 
 
+def _clean_inputs(w: Path) -> None:
+    """Inputs of `zh-bert clean`: a .gz cut in half (a killed download), a "gz" that is plain text, and a folder
+    of raw text that a command must not take as its output folder."""
+    import gzip
+
+    docs = (w / "docs.jsonl").read_bytes()
+    whole = gzip.compress(docs * 20)
+    (w / "cut.jsonl.gz").write_bytes(whole[: len(whole) // 2])
+    (w / "fake.jsonl.gz").write_bytes(docs)
+    (w / "raw_in").mkdir()
+    (w / "raw_in" / "a.jsonl").write_bytes(docs)
+
+def _run_dir_files(w: Path) -> None:
+    """A folder holding the user's own metrics.jsonl (not a run dir), and ablation specs whose grid needs
+    more text than the corpus has (masking correction) or whose `finetune:` is a mapping."""
+    (w / "user_run").mkdir()
+    (w / "user_run" / "metrics.jsonl").write_text('{"step": 1, "loss": 0.5}\n', encoding="utf-8")
+    head = "name: ablation\nbase: ft_base.yaml\nheldout_docs: 2\n"
+    (w / "ft_correction.yaml").write_text(head + "finetune: null\ngrid: {masking: [wwm, correction]}\n",
+                                          encoding="utf-8")
+    (w / "ft_finetune_mapping.yaml").write_text(head + "finetune: {a: 1}\ngrid: {masking: [token, wwm]}\n",
+                                                encoding="utf-8")
+
+
 @dataclass
 class Case:
     id: str
@@ -146,6 +172,22 @@ CASES: list[Case] = [
                                         "--force"], "thesis.tex"),
     Case("clean-executor-empty", ["clean", "empty.jsonl", "-o", "out", "--executor", "local", "--tasks", "2"],
          "no documents", may_leave=("out",)),   # only out/.zh-bert (the job's state): consumers refuse it
+    Case("clean-truncated-gz", ["clean", "cut.jsonl.gz", "-o", "out.jsonl"],
+         "cut.jsonl.gz: broken or truncated compressed file"),
+    Case("clean-fake-gz", ["clean", "fake.jsonl.gz", "-o", "out.jsonl"], "fake.jsonl.gz: broken or truncated"),
+    Case("clean-executor-truncated-gz", ["clean", "cut.jsonl.gz", "-o", "out", "--executor", "local", "--tasks", "2"],
+         "cut.jsonl.gz: broken or truncated compressed file", may_leave=("out",)),   # the job's state only
+    Case("clean-executor-fake-gz", ["clean", "fake.jsonl.gz", "-o", "out", "--tasks", "2"],
+         "fake.jsonl.gz: broken or truncated", may_leave=("out",)),
+    Case("clean-executor-output-is-input-dir", ["clean", "raw_in", "-o", "raw_in", "--executor", "local", "--tasks",
+                                                "2"], "-o raw_in: is the input raw_in"),
+    Case("clean-executor-output-is-input-dir-force", ["clean", "raw_in", "-o", "raw_in", "--tasks", "2", "--force"],
+         "-o raw_in: is the input raw_in"),
+    Case("clean-executor-output-inside-input-dir", ["clean", "raw_in", "-o", "raw_in/out", "--tasks", "2"],
+         "is inside the input directory raw_in"),
+    Case("clean-executor-output-holds-input", ["clean", "raw_in/a.jsonl", "-o", "raw_in", "--tasks", "2"],
+         "-o raw_in: holds the input raw_in/a.jsonl"),
+    Case("clean-output-is-its-input", ["clean", "raw_in/a.jsonl", "-o", "raw_in/a.jsonl"], "raw_in/a.jsonl"),
 
     # ------------------------------------------------------------------ vocab
     Case("vocab-broken-jsonl", ["vocab", "broken.jsonl", "-o", "tok"], "broken.jsonl:2"),
@@ -156,6 +198,8 @@ CASES: list[Case] = [
     Case("vocab-force-foreign-dir", ["vocab", "docs.jsonl", "-o", "foreign_thesis", "--force"], "thesis.tex"),
     Case("vocab-exists-no-force", ["vocab", "docs.jsonl", "-o", "{tok}"], "--force"),
     Case("vocab-size-zero", ["vocab", "docs.jsonl", "-o", "tok", "--size", "0"], "--size"),
+    Case("vocab-sample-mb-zero", ["vocab", "docs.jsonl", "-o", "tok", "--kind", "sentencepiece", "--sample-mb", "0"],
+         "--sample-mb"),
     Case("vocab-report-lone-surrogate", ["vocab", "report", "{tok}", "surrogate.jsonl"], "surrogate.jsonl:1"),
     Case("vocab-report-json-is-dir", ["vocab", "report", "{tok}", "docs.jsonl", "--json", "a_dir"], "a_dir"),
     Case("vocab-report-not-tokdir", ["vocab", "report", "a_dir", "docs.jsonl"], "a_dir"),
@@ -234,6 +278,24 @@ CASES: list[Case] = [
     Case("pretrain-correction-corpus-too-small", ["pretrain", "pt_recipe.yaml", "--set", "masking=correction",
                                                   "--set", "data={small_shards}", "--set", "tokenizer={tok}"],
          "needs at least 20,000"),
+    Case("pretrain-out-dir-empty-is-cwd", ["pretrain", "pt_recipe.yaml", "--set", "out_dir="],
+         "is the current directory"),
+    Case("pretrain-out-dir-user-metrics", ["pretrain", "pt_recipe.yaml", "--set", "out_dir=user_run"],
+         "metrics.jsonl"),
+    Case("pretrain-out-dir-is-shards", ["pretrain", "pt_recipe.yaml", "--set", "data={shards}", "--set",
+                                        "tokenizer={tok}", "--set", "out_dir={shards}"], "overlap"),
+    Case("pretrain-out-dir-is-tokenizer", ["pretrain", "pt_recipe.yaml", "--set", "data={shards}", "--set",
+                                           "tokenizer={tok}", "--set", "out_dir={tok}"], "overlap"),
+    Case("pretrain-out-dir-in-proc", ["pretrain", "pt_recipe.yaml", "--set", "out_dir=/proc/x"], "cannot create"),
+    Case("pretrain-out-dir-is-a-file", ["pretrain", "pt_recipe.yaml", "--set", "out_dir=docs.jsonl"],
+         "is not a directory"),
+    Case("pretrain-seed-negative", ["pretrain", "pt_recipe.yaml", "--set", "seed=-1"], "'seed' must be in [0,"),
+    Case("pretrain-seed-2-32", ["pretrain", "pt_recipe.yaml", "--set", "seed=4294967296"], "'seed' must be in [0,"),
+    Case("pretrain-valid-docs-names-the-recipe-key", ["pretrain", "pt_recipe.yaml", "--set", "data=docs.jsonl",
+                                                      "--set", "tokenizer={tok}", "--set", "valid_docs=50"],
+         "valid_docs 50 must be in [0, "),   # 1 document: clean keeps one of the 20 copies
+    Case("pretrain-data-outdir-and-jsonl-file", ["pretrain", "pt_recipe.yaml", "--set",
+                                                 "data=[parts_not_json, docs.jsonl]"], "docs.jsonl is a single file"),
     Case("plan-model-size-text", ["plan", "--model", "pt_size_text.json"], "hidden_size"),
     Case("plan-model-heads", ["plan", "--model", "pt_heads.json"], "num_attention_heads"),
     Case("plan-mask-rate-nan", ["plan", "--mask-rate", "nan"], "finite"),
@@ -299,12 +361,28 @@ CASES: list[Case] = [
     Case("ablate-set-masking-foo", ["ablate", "ft_ok.yaml", "--set", "masking=foo", "--dry-run"],
          "masking"),
 
+    Case("finetune-seed-negative", ["finetune", "{tiny}", "--task", "chnsenticorp", "--seed", "-1", "--no-record"],
+         "--seed must be in [0,"),
+    Case("finetune-seeds-past-2-32", ["finetune", "{tiny}", "--task", "chnsenticorp", "--seed", "4294967295",
+                                      "--seeds", "2", "--no-record"], "--seed must be in [0,"),
+    Case("ablate-seed-negative", ["ablate", "ft_ok.yaml", "--set", "seed=-1", "--dry-run"], "'seed' must be in [0,"),
+    Case("ablate-dry-correction-corpus-too-small", ["ablate", "ft_correction.yaml", "--dry-run"],
+         "needs at least 20,000"),
+    Case("ablate-correction-corpus-too-small", ["ablate", "ft_correction.yaml"], "needs at least 20,000"),
+    Case("ablate-finetune-mapping", ["ablate", "ft_finetune_mapping.yaml", "--dry-run"],
+         "'finetune' must be a task name"),
+
     # ------------------------------------------------------------------ publish / download / models / demo
     Case("publish-not-a-model", ["publish", "a_dir", "--repo-id", "me/x", "--dry-run", "-o", "staged"], "a_dir"),
     Case("download-bad-repo-id", ["download", "not a repo", "-o", "dl"], "not a repo"),
     Case("download-dotdot-repo-id", ["download", "../..", "-o", "dl"], "'../..'"),
     Case("download-dotdot-name", ["download", "org/..", "--source", "modelscope", "-o", "dl"], "expected ORG/NAME"),
     Case("download-dotdot-no-slash", ["download", "..", "-o", "dl"], "'..'"),
+    Case("download-force-foreign-folder", ["download", "uer-tiny", "-o", "foreign_thesis", "--force"],
+         "(it holds thesis.tex); refusing to overwrite it"),
+    Case("download-force-over-a-file", ["download", "uer-tiny", "-o", "docs.jsonl", "--force"],
+         "docs.jsonl: exists and is not a model folder written by zh-bert download"),
+    Case("download-force-current-dir", ["download", "uer-tiny", "-o", ".", "--force"], "is the current directory"),
     Case("publish-truncated-weights", ["publish", "{truncated}", "--repo-id", "me/x", "--dry-run", "-o", "staged"],
          "cannot open the weights"),
     Case("publish-truncated-no-output", ["publish", "{truncated}", "--repo-id", "me/x", "--dry-run"],

@@ -170,7 +170,7 @@ def test_shard_refuses_a_dir_it_did_not_write(tmp_path, docs, google_tokdir, cap
 
 def test_shard_full_disk_is_one_line_and_keeps_previous_output(tmp_path, docs, google_tokdir, capsys,
                                                                 monkeypatch):
-    import numpy as np
+    from zh_bert.shard import build as shard_build
 
     out = tmp_path / "sh"
     args = ["shard", str(docs), "--tokenizer", str(google_tokdir), "-o", str(out), "--workers", "1"]
@@ -180,7 +180,7 @@ def test_shard_full_disk_is_one_line_and_keeps_previous_output(tmp_path, docs, g
     def full(*a, **k):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(np, "save", full)
+    monkeypatch.setattr(shard_build, "write_array", full)  # all array bytes (real disk: test_full_disk_vocab_shard)
     rc, err = _cli(args + ["--seq-len", "64"], capsys)
     assert rc == 2 and len(err) == 1 and str(out) in err[0] and "No space left" in err[0], err
     assert _tree(out) == before and _hidden(tmp_path) == []

@@ -97,3 +97,15 @@ def test_executor_output_in_the_current_directory_is_refused(tmp_path, sample_js
     rc, err = run(capsys, "clean", sample_jsonl, "-o", ".", "--executor", "local", "--tasks", "2", "-q", "--force")
     assert rc == 2 and len(err) == 1, err
     assert tree_hash(tmp_path) == before
+
+
+def test_in_process_rebuild_keeps_a_users_file_inside_a_multi_part_sharddir(tmp_path, sample_jsonl, google_tokdir,
+                                                                            capsys):
+    out = tmp_path / "sh"
+    base = ["shard", sample_jsonl, "--tokenizer", google_tokdir, "-o", out, "--workers", "1"]
+    assert run(capsys, *base, "--tasks", "2")[0] == 0                   # a multi-part SHARDDIR of a shard job
+    (out / "notes.txt").write_text("我的笔记\n", encoding="utf-8")
+    before = tree_hash(out)
+    rc, err = run(capsys, *base)                                        # in-process rebuild would replace it whole
+    assert rc == 2 and len(err) == 1 and "notes.txt" in err[0], err
+    assert tree_hash(out) == before

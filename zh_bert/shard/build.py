@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import multiprocessing as mp
 import os
 import sys
@@ -18,7 +19,7 @@ import numpy as np
 
 from zh_bert.clean.report import file_digest, read_report
 from zh_bert.config import option
-from zh_bert.corpus_io import JOB_MARKER, corpus_files, document_text, iter_lines
+from zh_bert.corpus_io import JOB_MARKER, corpus_files, document_text, iter_lines, line_number  # noqa: F401
 from zh_bert.data import FORMAT_VERSION, ids_dtype
 from zh_bert.errors import ZhBertError
 from zh_bert.fileio import atomic_dir, check_replaceable, recover
@@ -59,18 +60,6 @@ def chunk_lines(sources: Iterable[tuple[str, Lines]], first_idx: int = 0) -> Ite
 
 def iter_chunks(paths: list[Path]) -> Iterator[Chunk]:
     return chunk_lines((p, iter_lines(p)) for p in paths)
-
-
-def line_number(path: str | os.PathLike, offset: int) -> int:
-    """The 1-based number of the line that starts at byte `offset` (counted only when a line is reported)."""
-    count, left = 0, offset
-    with open(path, "rb") as f:
-        while left > 0:
-            block = f.read(min(left, 1 << 24))
-            if not block:
-                break
-            count, left = count + block.count(b"\n"), left - len(block)
-    return count + 1
 
 
 def parse_docs(path: str, lines: list[tuple[int, str]]) -> list[str]:
@@ -165,8 +154,8 @@ class SplitWriter:
         self.packer = None if pairs else Packer(seq_len, sp, self.write)
 
     def write(self, ids, ws, lengths, b_start, nsp):
-        ids.astype(self.dtype).tofile(self.f_ids)
-        ws.astype(np.uint8).tofile(self.f_ws)
+        write_array(self.f_ids, ids.astype(self.dtype))
+        write_array(self.f_ws, ws.astype(np.uint8))
         self.lengths.append(lengths)
         if b_start is not None:
             self.b_start.append(b_start), self.nsp.append(nsp)
@@ -185,13 +174,38 @@ class SplitWriter:
         self.f_ids.close(), self.f_ws.close()
         cat = lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt)  # noqa: E731
         lengths = cat(self.lengths, np.int32)
-        np.save(self.tmp / f"{self.split}.lengths.npy", lengths)
+        save_npy(self.tmp / f"{self.split}.lengths.npy", lengths)
         doc_starts = cat(self.doc_starts, np.int64)
-        np.save(self.tmp / f"{self.split}.doc_starts.npy", doc_starts)
+        save_npy(self.tmp / f"{self.split}.doc_starts.npy", doc_starts)
         if self.pairs:
-            np.save(self.tmp / f"{self.split}.b_start.npy", cat(self.b_start, np.int32))
-            np.save(self.tmp / f"{self.split}.nsp.npy", cat(self.nsp, np.int8))
+            save_npy(self.tmp / f"{self.split}.b_start.npy", cat(self.b_start, np.int32))
+            save_npy(self.tmp / f"{self.split}.nsp.npy", cat(self.nsp, np.int8))
         return {"documents": int(len(doc_starts)), "sequences": int(self.rows), "tokens": int(lengths.sum())}
+
+
+    def abort(self) -> None:
+        """Close the files after a failure: a buffer that cannot be flushed (full disk) is dropped here, not
+        reported again as 'Exception ignored' when the file object is collected."""
+        for f in (self.f_ids, self.f_ws):
+            try:
+                f.close()
+            except OSError:
+                pass
+
+
+def write_array(f, a: np.ndarray) -> None:
+    """`a`'s bytes through Python's file write. numpy's `tofile` (and `np.save` to a file) reports a full
+    disk as `OSError('N requested and M written')` without an errno, which no disk-error path can tell from a
+    bug; Python's write raises OSError(ENOSPC), which `atomic_dir` turns into the one-line disk error."""
+    f.write(np.ascontiguousarray(a).data)
+
+
+def save_npy(path: Path, a: np.ndarray) -> None:
+    """`np.save(path, a)`, byte for byte, written by `write_array` (a full disk is an ENOSPC OSError)."""
+    a = np.ascontiguousarray(a)
+    with open(path, "wb") as f:
+        np.lib.format.write_array_header_1_0(f, np.lib.format.header_data_from_array_1_0(a))
+        write_array(f, a)
 
 
 def file_sha256(path: Path) -> str:
@@ -301,6 +315,14 @@ SHARD_FILES = frozenset({"meta.json", "unigram_counts.npy", SIMILAR_WORDS_FILE}
                         | {f"{s}.{f}" for s in ("train", "valid") for f in _SPLIT_FILES})
 
 
+# What `zh-bert shard --executor` writes at the top of a multi-part SHARDDIR (besides its `.zh-bert` state).
+PARTS_OWNED = re.compile(r"\.?(part-\d{5}|meta\.json|unigram_counts\.npy)(\.(tmp|old)-.*)?")
+
+
+def owned_by_shard_job(p: Path) -> bool:
+    return not p.is_symlink() and (p.name in SHARD_FILES or PARTS_OWNED.fullmatch(p.name) is not None)
+
+
 def written_by_shard_job(out: Path) -> bool:
     """`out` is a multi-part SHARDDIR (or an unfinished one) that `zh-bert shard --executor` owns."""
     try:
@@ -313,7 +335,11 @@ def _up_to_date(out: Path, cache_key: str) -> bool:
     """True when `out` holds shards with this cache key. Leftovers of an interrupted earlier build are
     recovered first; an existing output that is not a shard dir this command wrote is refused."""
     recover(out)
-    if written_by_shard_job(out):
+    if written_by_shard_job(out):   # replaced whole: every entry must be the job's own
+        foreign = sorted(p.name for p in out.iterdir() if p.name != ".zh-bert" and not owned_by_shard_job(p))
+        if foreign:
+            raise ZhBertError(f"{out}: exists and is not a shard directory (it holds {', '.join(foreign[:3])}); "
+                              f"refusing to overwrite it")
         return False
     check_replaceable(out, "meta.json", SHARD_FILES.__contains__, "a shard directory")
     if (out / "meta.json").is_file():
@@ -353,15 +379,20 @@ def write_splits(tmp: Path, cfg: ShardConfig, info: dict, chunks: Iterator[Chunk
     writers = {s: SplitWriter(tmp, s, cfg.seq_len, dtype, cfg.pairs, sp) for s in ("train", "valid")}
     totals = {"chars": 0, "bytes": 0, "docs": 0, "valid_docs": 0}
     unigram = np.zeros(vocab_size, dtype=np.int64)
-    for res in _map_chunks(chunks, workers, encoder, settings, valid):
-        if "error" in res:
-            raise ZhBertError(res["error"])
-        for s in ("train", "valid"):
-            writers[s].add(res[s])
-        unigram += res["unigram"]
-        for k in totals:
-            totals[k] += res[k]
-    return {s: w.finish() for s, w in writers.items()}, unigram, totals
+    try:
+        for res in _map_chunks(chunks, workers, encoder, settings, valid):
+            if "error" in res:
+                raise ZhBertError(res["error"])
+            for s in ("train", "valid"):
+                writers[s].add(res[s])
+            unigram += res["unigram"]
+            for k in totals:
+                totals[k] += res[k]
+        return {s: w.finish() for s, w in writers.items()}, unigram, totals
+    except BaseException:
+        for w in writers.values():
+            w.abort()
+        raise
 
 
 def check_not_empty(counts: dict, cfg: ShardConfig, where: str) -> None:
@@ -404,7 +435,7 @@ def build_shards(cfg: ShardConfig) -> Path:
         counts, unigram, totals = write_splits(tmp, cfg, info, iter_chunks(paths), encoder, valid, cfg.workers)
         check_not_empty(counts, cfg, ", ".join(map(str, paths)))
         unigram[zero_ids] = 0
-        np.save(tmp / "unigram_counts.npy", unigram)
+        save_npy(tmp / "unigram_counts.npy", unigram)
         wall = time.perf_counter() - t0
         sources = [{"path": str(p), "sha256": h, "clean_report": read_report(p, h)} for p, h in zip(paths, hashes)]
         build = {"workers": cfg.workers, "wall_clock_s": round(wall, 3),

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import re
 import shutil
 from pathlib import Path
 
@@ -29,14 +28,13 @@ from zh_bert.errors import ZhBertError
 from zh_bert.executors import ExecutorOptions, JobMarker, Stage, run_stages
 from zh_bert.fileio import atomic_dir, atomic_write, write_json
 from zh_bert.segment import Segmenter
-from zh_bert.shard.build import (COMMAND, SHARD_FILES, Lines, ShardConfig, check_files, check_not_empty,
+from zh_bert.shard.build import (COMMAND, Lines, ShardConfig, check_files, check_not_empty, owned_by_shard_job,
                                  chunk_lines, file_sha256, iter_lines, line_number, make_encoder, sample_texts,
                                  shard_meta, summary, tokenizer_info, write_splits)
 from zh_bert.shard.encode import TextEncoder
 from zh_bert.tokenizer_files import load_tokenizer, tokenizer_fingerprint
 
 DEFAULT_VALID_FRACTION = 0.01
-_OWNED = re.compile(r"\.?(part-\d{5}|meta\.json|unigram_counts\.npy)(\.(tmp|old)-.*)?")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -154,10 +152,6 @@ def write_meta(job: dict) -> None:
 # ---------------------------------------------------------------------------------------------------
 # the command
 # ---------------------------------------------------------------------------------------------------
-def _owned(p: Path) -> bool:
-    return p.name in SHARD_FILES or _OWNED.fullmatch(p.name) is not None
-
-
 def _job_settings(cfg: ShardConfig, paths: list[Path], fingerprint: str, tasks: int) -> dict:
     """What makes two runs the same job: inputs (path, size, mtime: no pass over a 100 GB corpus to hash
     it), tokenizer, every setting that changes the rows, and the task count."""
@@ -210,7 +204,7 @@ def build_parts(cfg: ShardConfig, opts: ExecutorOptions) -> Path:
     out = Path(cfg.output)
     marker = JobMarker(out, COMMAND, job["settings"])
     logdir = Path(opts.logging_dir) if opts.logging_dir else out / ".zh-bert" / "logs"
-    resumed = marker.claim(opts.force, _owned, logdir, done="meta.json")
+    resumed = marker.claim(opts.force, owned_by_shard_job, logdir, done="meta.json")
     job["key"] = marker.job["key"]
     stages = _stages(job)
     if resumed and (out / "meta.json").is_file():

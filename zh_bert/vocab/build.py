@@ -13,6 +13,9 @@ Four kinds, all with BERT's special tokens so `BertForMaskedLM` trains on any of
 Every kind is deterministic: the same corpus and options give byte-identical vocab.txt / tokenizer.json /
 spiece.model on every run and machine (the `tokenizers` trainer itself is not; sentencepiece runs a fixed
 number of threads).
+
+Memory does not grow with the corpus: documents are streamed once; char/wordpiece/word keep counts only (word
+tables bounded by `COUNT_CAP`), sentencepiece a reproducible sample of at most `--sample-mb` MB of sentences.
 """
 
 from __future__ import annotations
@@ -21,19 +24,21 @@ import collections
 import dataclasses
 import heapq
 import io
+import itertools
 import json
+import random
 import re
 import time
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Literal, Optional
+from typing import Iterable, Iterator, Literal, Optional
 
 from zh_bert.config import option
-from zh_bert.corpus_io import read_documents
+from zh_bert.corpus_io import iter_documents
 from zh_bert.errors import ZhBertError
 from zh_bert.fileio import atomic_dir, check_replaceable, read_vocab_txt, recover
-from zh_bert.text import is_bert_cjk, is_bert_punct, sentence_end_offsets
+from zh_bert.text import BERT_CJK_RANGES, is_bert_punct, sentence_end_offsets
 
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 DEFAULT_SIZE = {"char": 21128, "wordpiece": 21128, "sentencepiece": 21128, "word": 40000}
@@ -43,6 +48,14 @@ WORD_MAX_CHARS = 512  # longest run between punctuation that `word` still matche
 # the thread count (6,000-piece unigram and BPE models differ for 1, 2, 4 and 8 threads), so it is fixed, never
 # os.cpu_count(): the same corpus and options give the same spiece.model on every machine.
 SPM_THREADS = 8
+# Memory bounds (counts and samples, never documents, are held: peak RSS does not grow with the corpus):
+# a word-count table holds at most this many distinct words; past it the rarest are dropped (`_prune`). jieba
+# words (`word`) cost ~150 bytes each; BERT words (`char`/`wordpiece`: Latin/digit runs, CJK characters) are
+# also spelled out token by token for the WordPiece learner (~1 KB each), hence the smaller bound. The bundled
+# sample corpora (84k jieba words, 15k BERT words) are far below both: counted exactly.
+COUNT_CAP = {"jieba": 1 << 18, "bert": 1 << 16}
+# sentencepiece trains on at most --sample-mb MB of sentences (a reproducible uniform sample, `sample_sentences`).
+SPM_SAMPLE_MB = 50.0
 
 
 Kind = Literal["char", "wordpiece", "sentencepiece", "word"]
@@ -67,6 +80,9 @@ class VocabOptions:
     model_type: Literal["unigram", "bpe"] = option("unigram", help="sentencepiece model type")
     character_coverage: float = option(0.9995, help="sentencepiece: share of character occurrences covered "
                                        "(rarer ones -> [UNK])")
+    sample_mb: float = option(SPM_SAMPLE_MB, help="sentencepiece: train on at most this many MB (UTF-8) of "
+                              "sentences, a reproducible uniform sample of a bigger corpus (its memory grows with "
+                              "this (~1.4 GB at 50), not with the corpus; like spm's input_sentence_size)")
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -83,6 +99,8 @@ class VocabOptions:
             raise ZhBertError(f"--base-vocab works with --kind char or word, not {self.kind}")
         if not 0.9 <= self.character_coverage <= 1.0:
             raise ZhBertError(f"--character-coverage must be in [0.9, 1], got {self.character_coverage}")
+        if not 1 <= self.sample_mb <= 1e6:
+            raise ZhBertError(f"--sample-mb must be between 1 and 1000000 (MB), got {self.sample_mb}")
 
 
 @dataclass
@@ -114,19 +132,112 @@ def bert_normalizer(split_cjk: bool):
                                       lowercase=True)
 
 
-def normalized_docs(docs: Iterable[str]) -> list[str]:
-    """BERT-uncased normalisation (control chars dropped, lowercase, accents stripped), CJK not split."""
-    norm = bert_normalizer(split_cjk=False)
-    return [norm.normalize_str(d) for d in docs]
+class CorpusCounts:
+    """What one pass over the documents leaves: character counts and word counts.
+
+    Documents are read one at a time and only counts are kept, so memory depends on the number of distinct
+    characters and words, not on the corpus size; the word table is bounded too (`COUNT_CAP`, `_prune`)."""
+
+    def __init__(self, words: Optional[str] = None):
+        self.chars: collections.Counter = collections.Counter()   # every non-whitespace character
+        self.words: collections.Counter = collections.Counter()   # 'bert' or 'jieba' words (see `count_corpus`)
+        self.kind, self.pruned_below = words, 0
+        self._norm = bert_normalizer(split_cjk=False)
+        self._splitter = _BertWords() if words == "bert" else None
+        self._cut = _jieba_cut() if words == "jieba" else None
+        self._cap = COUNT_CAP.get(words, 0)
+
+    def add(self, doc: str) -> None:
+        text = self._norm.normalize_str(doc)  # BERT-uncased: control chars dropped, lowercase; CJK not split
+        seen = len(self.chars)
+        self.chars.update(text)
+        if self._splitter is not None:
+            if len(self.chars) > seen:  # new characters: new punctuation must join the regex first
+                self._splitter.learn(itertools.islice(self.chars, seen, None))
+            self.words.update(self._splitter.findall(text))
+        elif self._cut is not None:
+            self.words.update(w for w in self._cut(text) if len(w) > 1)
+        if len(self.words) > self._cap:
+            self.pruned_below = _prune(self.words, self.pruned_below, self._cap)
+
+    def finish(self) -> "CorpusCounts":
+        for ws in [c for c in self.chars if c.isspace()]:
+            del self.chars[ws]
+        if self.kind == "jieba":  # BertPreTokenizer splits these off: such a "word" could never match whole
+            for w in [w for w in self.words if any(c.isspace() or is_bert_punct(c) for c in w)]:
+                del self.words[w]
+        return self
 
 
-def char_counts(norm_docs: Iterable[str]) -> collections.Counter:
-    counts: collections.Counter = collections.Counter()
-    for d in norm_docs:
-        counts.update(d)
-    for ws in [c for c in counts if c.isspace()]:
-        del counts[ws]
-    return counts
+def count_corpus(docs: Iterable[str], words: Optional[str] = None) -> CorpusCounts:
+    """One streaming pass: characters (after BERT-uncased normalisation) and, with `words`, word counts:
+    'bert' = the words BertPreTokenizer makes once the normaliser has put spaces around CJK characters
+    (split on whitespace; every punctuation and CJK character a word of its own), 'jieba' = jieba words of
+    two or more characters (rjieba = jieba-rs, ~20x faster, same segmentation) without whitespace or
+    punctuation."""
+    counts = CorpusCounts(words)
+    for doc in docs:
+        counts.add(doc)
+    return counts.finish()
+
+
+def _prune(counts: collections.Counter, below: int, cap: int) -> int:
+    """Keep a count table under `cap` entries (word2vec's vocabulary reduction): drop every entry seen
+    at most `below` + 1 times, raising the bar until it fits; returns the new bar. Deterministic (document
+    order), and it never runs on a corpus whose distinct words fit, so such a corpus is counted exactly."""
+    while len(counts) > cap * 3 // 4:
+        below += 1
+        for k in [k for k, n in counts.items() if n <= below]:
+            del counts[k]
+    return below
+
+
+class _BertWords:
+    """BertPreTokenizer's split as one Python regex, about 3x faster than `pre_tokenize_str` per document:
+    `[S]|[^\\s S]+` with S = the characters split off alone (BERT's CJK ranges, ASCII symbols, Unicode
+    punctuation). The non-ASCII punctuation joins S when it is first seen (a class of every Unicode P*
+    code point takes a second to build), always before the document holding it is split."""
+
+    def __init__(self):
+        self._fixed = "".join(f"\\U{a:08X}-\\U{b:08X}" for a, b in BERT_CJK_RANGES) + _char_class(
+            (c for c in map(chr, range(128)) if is_bert_punct(c)), python=True)
+        self._punct: set[str] = set()
+        self._compile()
+
+    def _compile(self) -> None:
+        cls = self._fixed + (_char_class(self._punct, python=True) if self._punct else "")
+        self._re = re.compile(f"[{cls}]|[^\\s{cls}]+")
+
+    def learn(self, chars: Iterable[str]) -> None:
+        new = {c for c in chars if ord(c) > 127 and is_bert_punct(c)}
+        if new - self._punct:
+            self._punct |= new
+            self._compile()
+
+    def findall(self, text: str) -> list[str]:
+        return self._re.findall(text)
+
+
+def _jieba_cut():
+    try:
+        import rjieba
+
+        return rjieba.cut
+    except ImportError:  # pragma: no cover - rjieba is a dependency, jieba the fallback
+        import jieba
+
+        return jieba.lcut
+
+
+def continuation_counts(words: collections.Counter) -> collections.Counter:
+    """'##x' for every non-CJK character x seen inside a word (not first): WordPiece needs it to spell out
+    any Latin/digit word it has no piece for; without it the whole word becomes [UNK]. Every word of two or
+    more characters is such a run ('bert' words: CJK and punctuation are words of one character)."""
+    out: collections.Counter = collections.Counter()
+    for w, n in words.items():
+        for c in w[1:]:
+            out[c] += n
+    return collections.Counter({"##" + c: n for c, n in out.items()})
 
 
 def by_frequency(counts: collections.Counter, min_frequency: int) -> list[str]:
@@ -171,32 +282,11 @@ def _size_error(size: int, n_special: int, counts: collections.Counter, need: in
                        f"{what} of this corpus; use --size >= {need}{hint}")
 
 
-def wordpiece_word_counts(docs: Iterable[str]) -> collections.Counter:
-    """Words as BERT sees them -> counts: BERT-uncased normalisation, then what BertPreTokenizer does after
-    the normaliser has put spaces around CJK characters (split on whitespace; every punctuation and CJK
-    character a word of its own). One regex in Python: about 3x faster than `pre_tokenize_str` per document."""
-    norm = bert_normalizer(split_cjk=False)
-    texts = [norm.normalize_str(d) for d in docs]
-    chars: set[str] = set()
-    for t in texts:
-        chars.update(t)
-    single = [c for c in chars if is_bert_cjk(c) or is_bert_punct(c)]
-    if single:
-        cls = _char_class(single, python=True)
-        word = re.compile(f"[{cls}]|[^\\s{cls}]+")
-    else:
-        word = re.compile(r"\S+")
-    counts: collections.Counter = collections.Counter()
-    for t in texts:
-        counts.update(word.findall(t))
-    return counts
-
-
 def _join(left: str, right: str) -> str:
     return left + right.removeprefix("##")
 
 
-def train_wordpieces(docs: list[str], vocab_size: int, min_frequency: int, specials: list[str],
+def train_wordpieces(docs: Iterable[str], vocab_size: int, min_frequency: int, specials: list[str],
                      limit_alphabet: Optional[int] = None,
                      word_counts: Optional[collections.Counter] = None) -> list[str]:
     """What the `tokenizers` WordPieceTrainer learns (BERT normalisation, CJK characters split), but
@@ -208,7 +298,7 @@ def train_wordpieces(docs: list[str], vocab_size: int, min_frequency: int, speci
     reorder pieces and disagree on the piece at the size cut-off. Re-ranking its output afterwards cannot fix
     that (which pieces exist at all already depends on the ties), so this is the same algorithm with every
     tie broken by strings:
-    - words: `wordpiece_word_counts` (the trainer's normaliser and pre-tokenizer, exact counts);
+    - words: `count_corpus(docs, 'bert')` (the trainer's normaliser and pre-tokenizer, exact counts);
     - alphabet: every character of the words (with `limit_alphabet`: the most frequent, ties by code point),
       in code-point order, after `specials`; then the '##x' continuations, in code-point order;
     - merges: repeatedly the adjacent pair with the highest count (summed over words x word counts), ties
@@ -221,7 +311,7 @@ def train_wordpieces(docs: list[str], vocab_size: int, min_frequency: int, speci
     each other (a few dozen pieces at the cut-off). Only multi-character non-CJK words ever merge, so this
     runs in about a second in Python.
     """
-    wc = word_counts if word_counts is not None else wordpiece_word_counts(docs)
+    wc = word_counts if word_counts is not None else count_corpus(docs, "bert").words
     tokens, words, freqs = _wordpiece_alphabet(wc, specials, limit_alphabet)
     return _merge_pairs(tokens, words, freqs, vocab_size, min_frequency)
 
@@ -246,8 +336,9 @@ def _wordpiece_alphabet(wc: collections.Counter, specials: list[str], limit_alph
     words: list[list[str]] = []
     freqs: list[int] = []
     conts: set[str] = set()
+    cont = {c: "##" + c for c in alphabet}  # one string per continuation, shared by every word
     for w, n in sorted(wc.items()):
-        toks = [c if i == 0 else "##" + c for i, c in enumerate(w) if c in alphabet]
+        toks = [c if i == 0 else cont[c] for i, c in enumerate(w) if c in alphabet]
         conts.update(t for t in toks if t.startswith("##"))
         if len(toks) > 1:
             words.append(toks)
@@ -333,24 +424,10 @@ def _extend(tokens: list[str], new: Iterable[str], limit: int) -> list[str]:
     return out
 
 
-def continuation_counts(norm_docs: list[str], counts: collections.Counter) -> collections.Counter:
-    """'##x' for every non-CJK character x seen inside a word (not first): WordPiece needs it to spell out
-    any Latin/digit word it has no piece for; without it the whole word becomes [UNK]."""
-    word_chars = [c for c in counts if not (is_bert_cjk(c) or is_bert_punct(c))]
-    out: collections.Counter = collections.Counter()
-    if word_chars:
-        run = re.compile(f"[{_char_class(word_chars, python=True)}]{{2,}}")
-        for d in norm_docs:
-            for m in run.finditer(d):
-                out.update(m.group()[1:])
-    return collections.Counter({"##" + c: n for c, n in out.items()})
-
-
-def build_char(docs: list[str], o: VocabOptions) -> tuple[list[str], dict]:
+def build_char(cc: CorpusCounts, o: VocabOptions) -> tuple[list[str], dict]:
     """specials (or base vocab) + characters by frequency + '##x' continuations + Latin/digit pieces."""
-    norm = normalized_docs(docs)
-    counts = char_counts(norm)
-    conts_all = continuation_counts(norm, counts)
+    counts, words = cc.chars, cc.words
+    conts_all = continuation_counts(words)
     chars = by_frequency(counts, o.min_frequency)
     conts = by_frequency(conts_all, o.min_frequency)
     base = load_base_vocab(o.base_vocab) if o.base_vocab else None
@@ -367,13 +444,11 @@ def build_char(docs: list[str], o: VocabOptions) -> tuple[list[str], dict]:
             raise _size_error(size, o.unused + len(SPECIALS), counts, len(tokens),
                               "characters and '##' continuations")
     extra = size - len(tokens) + 100
-    words = None  # counted once, only when pieces are wanted
     for _ in range(4):  # Latin/digit pieces from the WordPiece learner (CJK chars are single-char words)
         if len(tokens) >= size:
             break
         trainer_size = len(SPECIALS) + len(counts) + len(conts_all) + extra
-        words = wordpiece_word_counts(docs) if words is None else words
-        pieces = train_wordpieces(docs, trainer_size, o.min_frequency, special_layout(0), word_counts=words)
+        pieces = train_wordpieces((), trainer_size, o.min_frequency, special_layout(0), word_counts=words)
         tokens = _extend(tokens, [p for p in pieces if len(p.removeprefix("##")) > 1 and p not in SPECIALS], size)
         if len(pieces) < trainer_size:
             break  # the corpus has no more pieces to give
@@ -382,13 +457,13 @@ def build_char(docs: list[str], o: VocabOptions) -> tuple[list[str], dict]:
                     "added_to_base": len(tokens) - len(base) if base else None}
 
 
-def build_wordpiece(docs: list[str], o: VocabOptions) -> tuple[list[str], dict]:
+def build_wordpiece(cc: CorpusCounts, o: VocabOptions) -> tuple[list[str], dict]:
     size = o.size or DEFAULT_SIZE["wordpiece"]
     head = special_layout(o.unused)
     limit = None
     if o.min_frequency > 1:  # the trainer keeps every character unless limit_alphabet says otherwise
-        limit = len(by_frequency(char_counts(normalized_docs(docs)), o.min_frequency))
-    tokens = train_wordpieces(docs, size, o.min_frequency, head, limit_alphabet=limit)
+        limit = len(by_frequency(cc.chars, o.min_frequency))
+    tokens = train_wordpieces((), size, o.min_frequency, head, limit_alphabet=limit, word_counts=cc.words)
     if len(tokens) > size:  # the trainer always keeps its whole alphabet
         raise ZhBertError(f"--size {size} is smaller than the {len(head)} special tokens plus the "
                           f"{len(tokens) - len(head):,}-entry alphabet (characters and '##' continuations) of this "
@@ -396,30 +471,9 @@ def build_wordpiece(docs: list[str], o: VocabOptions) -> tuple[list[str], dict]:
     return tokens, {"characters": len([t for t in tokens if len(t) == 1])}
 
 
-def jieba_words(norm_docs: list[str]) -> collections.Counter:
-    """Counts of jieba words (rjieba = jieba-rs, ~20x faster, same segmentation) that can match as a whole:
-    two or more characters, no whitespace or punctuation (BertPreTokenizer splits those off)."""
-    try:
-        import rjieba
-
-        cut = rjieba.cut
-    except ImportError:  # pragma: no cover - rjieba is a dependency, jieba the fallback
-        import jieba
-
-        cut = jieba.lcut
-    counts: collections.Counter = collections.Counter()
-    for d in norm_docs:
-        counts.update(w for w in cut(d) if len(w) > 1)
-    bad = [w for w in counts if any(c.isspace() or is_bert_punct(c) for c in w)]
-    for w in bad:
-        del counts[w]
-    return counts
-
-
-def build_word(docs: list[str], o: VocabOptions) -> tuple[list[str], dict]:
+def build_word(cc: CorpusCounts, o: VocabOptions) -> tuple[list[str], dict]:
     """specials (or base vocab) + every character by frequency + jieba words by frequency up to --size."""
-    norm = normalized_docs(docs)
-    counts = char_counts(norm)
+    counts = cc.chars
     chars = by_frequency(counts, o.min_frequency)
     base = load_base_vocab(o.base_vocab) if o.base_vocab else None
     head = base or special_layout(o.unused)
@@ -429,7 +483,7 @@ def build_word(docs: list[str], o: VocabOptions) -> tuple[list[str], dict]:
                           f"ids can only be kept, never dropped")
     if not base and size < len(head) + len(chars):
         raise _size_error(size, len(head), counts, len(head) + len(chars), "characters")
-    wc = jieba_words(norm)
+    wc = cc.words
     known = set(chars) | {t for t in head if len(t) == 1}
     words = [w for w in by_frequency(wc, max(2, o.min_frequency)) if all(c in known for c in w)]
     tokens = _extend(_extend(head, chars, size), words, size)
@@ -525,17 +579,47 @@ def _sentences_with_spaces(text: str) -> list[str]:
     return [text[a:b] for a, b in zip(cuts, cuts[1:]) if text[a:b].strip()]
 
 
-def train_sentencepiece(docs: list[str], o: VocabOptions) -> tuple[bytes, dict]:
+def sample_sentences(sentences: Iterable[str], max_bytes: int, seed: int = 0) -> tuple[list[str], int]:
+    """(a uniform sample of `sentences` of at most `max_bytes` UTF-8 bytes, in corpus order; how many were
+    seen), in memory bounded by `max_bytes`: each sentence gets a seeded random key and those with the
+    smallest keys are kept (bottom-k sampling with a byte budget), so the same corpus gives the same sample.
+    When everything fits, the sample is every sentence, in order."""
+    rng = random.Random(seed)
+    heap: list[tuple[float, int, str, int]] = []
+    total = n = 0
+    for n, text in enumerate(sentences, 1):
+        size = len(text.encode("utf-8"))
+        heapq.heappush(heap, (-rng.random(), n, text, size))
+        total += size
+        while total > max_bytes:
+            total -= heapq.heappop(heap)[3]
+    heap.sort(key=lambda e: e[1])
+    return [e[2] for e in heap], n
+
+
+def _drain(items: list[str]) -> Iterator[str]:
+    """`items` in order, each dropped from the list once handed over (sentencepiece copies what it reads:
+    the sample is not held twice)."""
+    items.reverse()
+    while items:
+        yield items.pop()
+
+
+def train_sentencepiece(docs: Iterable[str], o: VocabOptions) -> tuple[bytes, dict]:
+    """spm on at most `o.sample_mb` MB of the corpus's sentences (`sample_sentences`, streamed: one
+    document at a time), as spm's own `input_sentence_size` bounds its memory, but in bytes and reproducible."""
     import sentencepiece as spm
 
     size = o.size or DEFAULT_SIZE["sentencepiece"]
     norm = spm_normalizer()
-    sentences = [s for d in docs for s in _sentences_with_spaces(norm.normalize_str(d))]
+    sentences, seen = sample_sentences((s for d in docs for s in _sentences_with_spaces(norm.normalize_str(d))),
+                                       int(o.sample_mb * 1e6))
+    stats = {"sentences": len(sentences), "sentences_sampled_from": seen if seen > len(sentences) else None}
     unused = [f"[unused{i}]" for i in range(1, o.unused + 1)]
     model = io.BytesIO()
     try:
         spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(sentences), model_writer=model, vocab_size=size, model_type=o.model_type,
+            sentence_iterator=_drain(sentences), model_writer=model, vocab_size=size, model_type=o.model_type,
             pad_id=0, pad_piece="[PAD]", unk_id=o.unused + 1, unk_piece="[UNK]", bos_id=-1, eos_id=-1,
             user_defined_symbols=unused + ["[CLS]", "[SEP]", "[MASK]"], add_dummy_prefix=False,
             normalization_rule_name="identity", remove_extra_whitespaces=False,
@@ -555,7 +639,7 @@ def train_sentencepiece(docs: list[str], o: VocabOptions) -> tuple[bytes, dict]:
             raise ZhBertError(f"--size {size} is more pieces than this corpus supports (at most "
                               f"{int(large.group(2)):,}); use a smaller --size or a bigger corpus") from None
         raise ZhBertError(f"--size {size}: sentencepiece refused to train: {msg}") from None
-    return model.getvalue(), {}
+    return model.getvalue(), stats
 
 
 def _spm_merges(vocab: dict[str, int]) -> list[tuple[str, str]]:
@@ -616,14 +700,18 @@ def special_tokens_map() -> dict:
             "mask_token": "[MASK]"}
 
 
-def build_tokenizer(docs: list[str], o: VocabOptions):
-    """-> (tokenizers.Tokenizer, tokens by id, extra files {name: bytes}, stats)."""
+def build_tokenizer(docs: Iterable[str], o: VocabOptions):
+    """-> (tokenizers.Tokenizer, tokens by id, extra files {name: bytes}, stats). One pass over `docs` (a
+    list, or documents streamed from files): only counts, or a bounded sample for sentencepiece, are kept."""
     if o.kind == "sentencepiece":
         proto, stats = train_sentencepiece(docs, o)
         tk, tokens = spm_tokenizer(proto, o.model_type)
         return tk, tokens, {"spiece.model": proto}, stats
     builder = {"char": build_char, "wordpiece": build_wordpiece, "word": build_word}[o.kind]
-    tokens, stats = builder(docs, o)
+    counts = count_corpus(docs, "jieba" if o.kind == "word" else "bert")
+    tokens, stats = builder(counts, o)
+    if counts.pruned_below:
+        stats["words_pruned_below"] = counts.pruned_below + 1
     tk = word_tokenizer(tokens) if o.kind == "word" else bert_tokenizer(tokens)
     return tk, tokens, {}, stats
 
@@ -638,7 +726,9 @@ def write_tokdir(out: Path, tk, tokens: list[str], kind: str, extra: dict[str, b
     """Write every file of a TOKDIR into `out` (a fresh temp dir: the caller renames it when complete)."""
     out.mkdir(parents=True, exist_ok=True)
     out.chmod(0o755)  # a temp dir is created 0700; the TOKDIR is meant to be shared like any model dir
-    tk.save(str(out / "tokenizer.json"))
+    # tokenizers' own save() reports a full disk as a bare Exception; Python's write gives the OSError (errno)
+    # that atomic_dir turns into the one-line disk error. Same bytes as save().
+    (out / "tokenizer.json").write_text(tk.to_str(pretty=True), encoding="utf-8")
     (out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(kind), ensure_ascii=False, indent=2)
                                                + "\n", encoding="utf-8")
     (out / "special_tokens_map.json").write_text(json.dumps(special_tokens_map(), indent=2) + "\n",
@@ -680,21 +770,42 @@ def build_vocab(config: VocabConfig) -> Path:
     if out.exists() and not config.force:
         raise ZhBertError(f"{out}: output directory exists; pass --force to replace it")
     check_replaceable(out, META_FILE, TOKDIR_FILES.__contains__, "a tokenizer dir written by zh-bert vocab")
+    if o.base_vocab:
+        load_base_vocab(o.base_vocab)  # a bad --base-vocab is refused before the corpus is read
     t0 = time.perf_counter()
-    docs = read_documents(config.corpus, config.max_docs)
+    docs = _Tally(config.corpus, config.max_docs)
     tk, tokens, extra, stats = build_tokenizer(docs, o)
     meta = {
         "kind": o.kind, "vocab_size": len(tokens),
         "special_ids": {s: tokens.index(s) for s in SPECIALS},
-        "corpus": [str(p) for p in config.corpus], "corpus_docs": len(docs), "corpus_chars": sum(map(len, docs)),
+        "corpus": [str(p) for p in config.corpus], "corpus_docs": docs.docs, "corpus_chars": docs.chars,
         "options": dataclasses.asdict(o), "build_seconds": round(time.perf_counter() - t0, 3),
         "tokenizer_class": tokenizer_config(o.kind)["tokenizer_class"],
         "encoding": ENCODING_NOTE[o.kind], **{k: v for k, v in stats.items() if v is not None},
     }
     with atomic_dir(out, overwrite=config.force) as tmp:
         write_tokdir(tmp, tk, tokens, o.kind, extra, meta)
-        verify_tokdir(tmp, tk, tokens, docs[:20])
+        verify_tokdir(tmp, tk, tokens, docs.head)
     return out
+
+
+class _Tally:
+    """The corpus's documents, streamed from its files on each pass (never held), counted as they go by for
+    zh_bert_vocab.json; the first 20 are kept for `verify_tokdir`. An empty corpus is refused up front."""
+
+    def __init__(self, paths: list[str], max_docs: Optional[int]):
+        self.paths, self.max_docs = list(paths), max_docs
+        self.head = list(itertools.islice(iter_documents(self.paths), min(20, max_docs or 20)))
+        if not self.head:
+            raise ZhBertError(f"{', '.join(map(str, self.paths))}: empty corpus (no text to evaluate or learn from)")
+        self.docs = self.chars = 0
+
+    def __iter__(self) -> Iterator[str]:
+        self.docs = self.chars = 0
+        for doc in itertools.islice(iter_documents(self.paths), self.max_docs):
+            self.docs += 1
+            self.chars += len(doc)
+            yield doc
 
 
 ENCODING_NOTE = {
