@@ -200,12 +200,16 @@ def write_array(f, a: np.ndarray) -> None:
     f.write(np.ascontiguousarray(a).data)
 
 
-def save_npy(path: Path, a: np.ndarray) -> None:
-    """`np.save(path, a)`, byte for byte, written by `write_array` (a full disk is an ENOSPC OSError)."""
+def write_npy(f, a: np.ndarray) -> None:
+    """`np.save(f, a)`, byte for byte, written by `write_array` (a full disk is an ENOSPC OSError)."""
     a = np.ascontiguousarray(a)
+    np.lib.format.write_array_header_1_0(f, np.lib.format.header_data_from_array_1_0(a))
+    write_array(f, a)
+
+
+def save_npy(path: Path, a: np.ndarray) -> None:
     with open(path, "wb") as f:
-        np.lib.format.write_array_header_1_0(f, np.lib.format.header_data_from_array_1_0(a))
-        write_array(f, a)
+        write_npy(f, a)
 
 
 def file_sha256(path: Path) -> str:

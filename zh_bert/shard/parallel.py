@@ -30,7 +30,7 @@ from zh_bert.fileio import atomic_dir, atomic_write, write_json
 from zh_bert.segment import Segmenter
 from zh_bert.shard.build import (COMMAND, Lines, ShardConfig, check_files, check_not_empty, owned_by_shard_job,
                                  chunk_lines, file_sha256, iter_lines, line_number, make_encoder, sample_texts,
-                                 shard_meta, summary, tokenizer_info, write_splits)
+                                 save_npy, shard_meta, summary, tokenizer_info, write_npy, write_splits)
 from zh_bert.shard.encode import TextEncoder
 from zh_bert.tokenizer_files import load_tokenizer, tokenizer_fingerprint
 
@@ -119,7 +119,7 @@ def write_part(job: dict, rank: int) -> tuple[dict, dict]:
     chunks = chunk_lines(((p, segment_lines(p, a, b)) for p, a, b in share), first_idx=rank << 32)
     with atomic_dir(Path(job["out"]) / part_name(rank), overwrite=True) as tmp:
         counts, unigram, totals = write_splits(tmp, cfg, info, chunks, encoder, None, 1)
-        np.save(tmp / "unigram_counts.npy", unigram)
+        save_npy(tmp / "unigram_counts.npy", unigram)
         write_json(tmp / PART_META, {"counts": counts, "text": totals, "segments": share})
     return counts, totals
 
@@ -142,7 +142,7 @@ def write_meta(job: dict) -> None:
     check_not_empty(counts, cfg, ", ".join(s["path"] for s in job["sources"]))
     unigram[job["zero_ids"]] = 0
     with atomic_write(out / "unigram_counts.npy", "wb") as f:
-        np.save(f, unigram)
+        write_npy(f, unigram)
     meta = shard_meta(cfg, job["info"], job["key"], counts, totals, job["char_lookup"], job["sources"],
                       job["build"])
     meta["parts"] = parts
