@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _fs_helpers import tmpfs
 
 REPO = Path(__file__).resolve().parent.parent
 KINDS = ("char", "wordpiece", "sentencepiece", "word")
@@ -20,16 +21,9 @@ KINDS = ("char", "wordpiece", "sentencepiece", "word")
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A real 256 KB filesystem (tmpfs), unmounted afterwards."""
-    d = tmp_path / "small_disk"
-    d.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(d)],
-                                           capture_output=True).returncode != 0:
-        pytest.skip("mounting a small tmpfs needs root")
-    try:
+    """A real 256 KB file system."""
+    with tmpfs(tmp_path / "small_disk", "size=256k") as d:
         yield d
-    finally:
-        subprocess.run(["umount", str(d)], check=False)
 
 
 def _run(*argv) -> tuple[int, list[str]]:

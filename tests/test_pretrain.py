@@ -17,6 +17,7 @@ import pytest
 import torch
 import yaml
 
+from _fs_helpers import tmpfs
 from _run_helpers import kill_then_resume, metrics, save_recipe
 from conftest import CHAR_SEQ, REPO
 from zh_bert.errors import ZhBertError
@@ -396,14 +397,8 @@ def test_out_dir_own_run_dir_is_reused_resumed_and_a_failed_start_leaves_nothing
 def test_out_dir_on_a_read_only_mount_is_one_line_and_writes_nothing(tmp_path, char_shards, capsys):
     """A real read-only file system (tmpfs mounted ro; root ignores a read-only mode bit): the folder itself
     and a new folder inside it are both one line, exit 2."""
-    ro = tmp_path / "ro"
-    ro.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(ro)], capture_output=True).returncode:
-        pytest.skip("cannot mount a read-only tmpfs here")
-    try:
+    with tmpfs(tmp_path / "ro", "size=1m,ro") as ro:
         recipe = write_recipe(tmp_path / "r.yaml", *char_shards, max_steps=2)
         _refused([str(recipe), "--set", f"out_dir={ro}"], capsys, "Read-only file system")
         _refused([str(recipe), "--set", f"out_dir={ro / 'run'}"], capsys, "cannot create it (Read-only file system)")
         assert not list(ro.iterdir())
-    finally:
-        subprocess.run(["umount", str(ro)], check=True)
