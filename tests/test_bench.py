@@ -16,7 +16,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = sorted(p.stem for p in (REPO / "bench").glob("*.py") if not p.name.startswith("_"))
-NUM = r"\d+(?:\.\d+)?"
+NUM = r"\d[\d,]*(?:\.\d+)?"   # figures print with thousands separators (1,810)
 
 #: script -> regexes (multiline) its --quick stdout must match: the ratio/result lines of that benchmark
 RESULT_LINES = {

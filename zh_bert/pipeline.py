@@ -89,10 +89,10 @@ def data_inputs(paths: list[Path]) -> tuple[list[Path], bool]:
         kinds.setdefault(cleaned, p)
     if len(kinds) == 2:
         other = kinds[False]
-        what = ("a directory that is not a `zh-bert clean` OUTDIR" if other.is_dir() else
+        what = ("raw text (a directory that is not a `zh-bert clean` OUTDIR)" if other.is_dir() else
                 "a single file (cleaned documents are read only from directories of parts, "
                 "e.g. a `zh-bert clean` OUTDIR)")
-        raise ZhBertError(f"data: {kinds[True]} holds cleaned documents, used as they are, but {other} is {what}, "
+        raise ZhBertError(f"data: {kinds[True]} holds cleaned documents but {other} is {what}, "
                           f"which would be cleaned first; list only one kind (move {other.name} into a directory of "
                           f"cleaned parts, or `zh-bert clean` it)")
     return files, True in kinds
