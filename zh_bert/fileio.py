@@ -11,7 +11,7 @@ import shutil
 import signal
 import tempfile
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Any, Iterator
 
 from zh_bert.errors import ZhBertError
 
@@ -258,6 +258,27 @@ def read_text(path: str | os.PathLike, encoding: str = "utf-8") -> str:
         return path.read_text(encoding=encoding)
     except UnicodeDecodeError as e:
         raise ZhBertError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+
+
+_MISSING = object()
+
+
+def read_json(path: str | os.PathLike, default: Any = _MISSING) -> Any:
+    """A whole JSON file; a missing, unreadable or broken file is a one-line ZhBertError naming the file
+    and the line, or `default` when one is given (for optional files: a run's summary, a card's metrics)."""
+    path = Path(path)
+    try:
+        return json.loads(read_text(path))
+    except (ZhBertError, OSError) as e:
+        if default is not _MISSING:
+            return default
+        if isinstance(e, ZhBertError):
+            raise
+        raise ZhBertError(f"{path}: cannot read ({e.strerror or e})") from None
+    except json.JSONDecodeError as e:
+        if default is not _MISSING:
+            return default
+        raise ZhBertError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
 
 
 def read_vocab_txt(path: str | os.PathLike) -> list[str]:
