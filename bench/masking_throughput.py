@@ -58,7 +58,8 @@ def examples(table, tok) -> dict[str, list[str]]:
 def masking_speed(ds, table, repeat: int) -> dict:
     import numpy as np
 
-    from zh_bert.masking import MaskingConfig, mask_batch, word_units
+    from zh_bert.masking import MaskingConfig, mask_batch
+    from zh_bert.segment import word_units
 
     b = ds.batch(np.arange(min(len(ds), 512)))
     kw = dict(mask_id=ds.mask_id, special_ids=ds.special_ids, vocab_size=ds.vocab_size, similar=table)

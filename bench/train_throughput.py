@@ -78,7 +78,7 @@ def bench_pair(cfg, batches, precision: str, warmup: int) -> tuple[float, float,
     from transformers import BertForMaskedLM, Trainer, TrainerCallback, TrainingArguments
 
     from zh_bert.model import PretrainModel
-    from zh_bert.pretrain import StepStats, lr_lambda, make_optimizer, train_step
+    from zh_bert.training import StepStats, lr_lambda, make_optimizer, train_step
     from zh_bert.recipe import Recipe
 
     _reset_accelerate()

@@ -19,7 +19,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from _timing import machine, timed  # noqa: E402
-from zh_bert.vocab.build import VocabOptions, bert_normalizer, build_tokenizer, special_layout  # noqa: E402
+from zh_bert.vocab.build import VocabOptions, build_tokenizer  # noqa: E402
+from zh_bert.vocab.tokenizer_json import bert_normalizer, special_layout  # noqa: E402
 from zh_bert.corpus_io import read_documents  # noqa: E402
 
 SAMPLE = REPO / "corpora" / "sample"

@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from conftest import REPO, SAMPLE, read_lines
-from zh_bert import ablate, cli
-from zh_bert.ablate import load_spec, plan_runs
+from zh_bert import ablate, ablation_results, cli
+from zh_bert.ablation_spec import load_spec, plan_runs
 from zh_bert.errors import ZhBertError
 
 CHNSENTI = REPO / "corpora" / "tasks" / "chnsenticorp"
@@ -86,7 +86,7 @@ def test_ablate_spec_errors(tmp_path, capsys):
     lr = write_yaml(tmp_path / "lr.yaml", {"name": "x", "grid": {"masking": ["token", "wwm"]}, "finetune_lr": 5})
     with pytest.raises(ZhBertError, match=r"lr.yaml: finetune_lr must be in \(0, 1\), got 5"):
         load_spec(lr)
-    from zh_bert.ablate import AblationSpec
+    from zh_bert.ablation_spec import AblationSpec
 
     with pytest.raises(ZhBertError, match="'eval_masking' must be one of"):
         AblationSpec(name="x", grid={"masking": ["token", "wwm"]}, eval_masking="words")   # the Python API too
@@ -113,13 +113,13 @@ def test_eval_cache_is_keyed_per_task_on_the_whole_finetune_spec(tmp_path, monke
         calls.append((task, spec.finetune.config.precision, "random" if random_init else "run"))
         return {"task": task, "dev_acc": 0.5 if task == "chnsenticorp" else 0.25, "seeds": spec.finetune.seed_list()}
 
-    monkeypatch.setattr(ablate, "_finetune", fake_finetune)
-    monkeypatch.setattr(ablate, "record", lambda *a, **k: None)
+    monkeypatch.setattr(ablation_results, "_finetune", fake_finetune)
+    monkeypatch.setattr(ablation_results, "record", lambda *a, **k: None)
 
     def evaluate(**overrides):
         spec = load_spec(spec_path, overrides)
-        row = ablate.run_one(spec, run, {"data": [str(corpus)]}, out, None, None, {}, log=lambda m: None)
-        return row, ablate.random_init_row(spec, row, out, log=lambda m: None)
+        row = ablation_results.run_one(spec, run, {"data": [str(corpus)]}, out, None, None, {}, log=lambda m: None)
+        return row, ablation_results.random_init_row(spec, row, out, log=lambda m: None)
 
     evaluate()
     evaluate()
@@ -156,7 +156,7 @@ def test_bundled_ablation_recipes_parse():
 def test_flops_budget_gives_each_run_the_first_runs_training_flops(tmp_path):
     """`budget: flops`: ELECTRA (generator + discriminator) trains fewer steps than MLM, by plan's FLOP ratio."""
     from conftest import REPO
-    from zh_bert.ablate import recipe_flops_per_token, run_recipe
+    from zh_bert.ablation_spec import recipe_flops_per_token, run_recipe
 
     path = REPO / "recipes" / "ablations" / "objective-compute.yaml"
     spec = load_spec(path)
@@ -219,7 +219,7 @@ def test_a_bad_last_grid_value_is_refused_before_the_first_run_trains(small_spec
 def test_spec_errors_name_the_key(tmp_path):
     with pytest.raises(ZhBertError, match="empty spec"):
         load_spec(_empty(tmp_path))
-    from zh_bert.ablate import AblationSpec
+    from zh_bert.ablation_spec import AblationSpec
 
     with pytest.raises(ZhBertError, match="'a' appears twice|x=a"):   # the Python API checks labels too
         AblationSpec(name="x", grid={"x": [{"label": "a", "set": {}}, {"label": "a", "set": {"masking": "wwm"}}]})
@@ -240,7 +240,7 @@ def test_a_corpus_carved_from_other_settings_is_refused(small_spec, tmp_path):
     """heldout_docs changed after a carve: the old training copies and held-out text are not reused."""
     from pathlib import Path
 
-    from zh_bert.ablate import carve_corpus
+    from zh_bert.ablation_corpus import carve_corpus
 
     files = [tmp_path / "wiki.txt"]
     train, held = carve_corpus(files, tmp_path / "out" / "corpus", 5, {1.0}, "line")
@@ -251,7 +251,7 @@ def test_a_corpus_carved_from_other_settings_is_refused(small_spec, tmp_path):
     spec = yaml.safe_load(small_spec.read_text(encoding="utf-8"))
     write_yaml(small_spec, {**spec, "heldout_docs": 6})
     with pytest.raises(ZhBertError, match="delete"):
-        ablate.plan(ablate.AblateArgs(spec=str(small_spec), dry_run=True))
+        ablate.plan_ablation(ablate.AblateArgs(spec=str(small_spec), dry_run=True))
 
 
 def test_a_later_run_dir_from_other_settings_is_refused_before_any_training(small_spec, monkeypatch, capsys):

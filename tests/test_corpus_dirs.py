@@ -120,7 +120,7 @@ def test_recipe_data_dir_of_parts_skips_clean_and_keys_the_cache_on_every_part(t
     assert [s.split()[1] for s in said] == [f"{outdir}:", "vocab", "shard"]
     assert prepared.clean_report == json.loads((outdir / "report.json").read_text(encoding="utf-8"))
     assert not (prepared.sharddir.parent / "docs.jsonl").exists()
-    from zh_bert.data import read_meta
+    from zh_bert.sharddir import read_meta
 
     counts = read_meta(prepared.sharddir)["counts"]
     assert counts["train"]["documents"] + counts["valid"]["documents"] == 150
@@ -152,7 +152,7 @@ def test_raw_text_directory_is_still_cleaned_and_kinds_do_not_mix(tmp_path, samp
 
 def test_ablate_carves_a_directory_of_parts(tmp_path, parts, small_jsonl):
     """`zh-bert ablate` holds documents out of each part, `.gz` ones too; its copies are plain JSONL."""
-    from zh_bert.ablate import carve_corpus
+    from zh_bert.ablation_corpus import carve_corpus
     from zh_bert.corpus_io import read_documents
     from zh_bert.pipeline import data_inputs
 

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from zh_bert.demo import (FillError, ModelPool, check_input, encode, fill, filled_text, parse_blanks, render,
+from zh_bert.demo import (FillError, ModelPool, check_input, fill, filled_text, masked_ids, parse_blanks, result_html,
                           run_fill)
 
 
@@ -47,8 +47,8 @@ def tok(google_tokdir):
     return t
 
 
-def test_encode_positions(tok):
-    ids, pos = encode(tok, *parse_blanks("北京是中国的[MASK]都，＿＿。"))
+def test_masked_ids_positions(tok):
+    ids, pos = masked_ids(tok, *parse_blanks("北京是中国的[MASK]都，＿＿。"))
     assert ids[0] == tok.cls_token_id and ids[-1] == tok.sep_token_id
     assert pos == [[7], [10, 11]] and all(ids[p] == tok.mask_token_id for ps in pos for p in ps)
 
@@ -111,9 +111,9 @@ def test_run_fill_never_raises(nudged_tiny, tiny_model_dir):
     r = run_fill(pool, "北京是中国的[MASK]都。", str(nudged_tiny), 3, "no-such-alias")
     assert r["blanks"][0]["candidates"][0]["text"] == "首" and "neither a catalog alias" in r["compare"]["error"]
     r = run_fill(pool, "北京是中国的[MASK]都。", str(nudged_tiny), 3, str(tiny_model_dir))
-    main_html, cmp_html = render(r)
+    main_html, cmp_html = result_html(r)
     assert "首" in main_html and "zh-cand" in cmp_html and r["compare"]["model"] == str(tiny_model_dir)
-    assert "⚠️" in render(run_fill(pool, "", str(nudged_tiny)))[0]
+    assert "⚠️" in result_html(run_fill(pool, "", str(nudged_tiny)))[0]
 
 
 @pytest.mark.slow

@@ -110,7 +110,7 @@ def test_accumulation_4x8_equals_1x32(char_shards):
     """One ELECTRA step on 32 sequences as 4 micro-batches of 8 equals one batch of 32: the samples are keyed
     by each sequence's place in the global batch, the MLM loss is normalised by the global masked count and
     the RTD loss by the global token count. Tolerance 1e-6 per parameter (fp32 summation order)."""
-    from zh_bert.pretrain import StepStats, lr_lambda, make_accelerator, make_optimizer, train_step
+    from zh_bert.training import StepStats, lr_lambda, make_accelerator, make_optimizer, train_step
     from zh_bert.recipe import Recipe
 
     micro = loader_batches(char_shards, 4, 8)
@@ -142,7 +142,7 @@ def test_plan_counts_both_networks(capsys):
     projection + sparse head plus the discriminator's encoder + RTD head, counted by hand here."""
     from zh_bert.cli import main
     from zh_bert.model import build_electra, count_params, electra_configs, electra_flops_per_token
-    from zh_bert.plan import ModelShape, model_config
+    from zh_bert.memory_model import ModelShape, model_config
 
     for preset in ("tiny", "mini"):
         cfg = model_config(preset, 21128)

@@ -16,7 +16,8 @@ from zh_bert.cli import main as cli
 from zh_bert.errors import ZhBertError
 from zh_bert.hardware import GPUS, KNOWN_DEVICES, build_supports, decide_precision, resolve_precision
 from zh_bert.config import config_from_args
-from zh_bert.plan import ModelShape, PlanArgs, build_parser, estimate_memory, make_plan, model_config
+from zh_bert.memory_model import ModelShape, estimate_memory, model_config
+from zh_bert.plan import PlanArgs, build_parser, make_plan
 
 HARDWARE_RECIPES = ["base-1080ti", "base-4xk80", "small-2xp100", "large-a100"]
 
@@ -121,10 +122,7 @@ def test_hardware_recipes_follow_their_plan_line(name):
 
     path = REPO / "recipes" / f"{name}.yaml"
     recipe = load_recipe(path)
-    keys = set(yaml.safe_load(path.read_text(encoding="utf-8")))
-    reference = set(yaml.safe_load((REPO / "recipes" / "tiny-cpu.yaml").read_text(encoding="utf-8")))
-    assert keys == reference, f"same documented keys as tiny-cpu.yaml: {sorted(keys ^ reference)}"
-    assert keys <= set(KEYS)
+    assert set(yaml.safe_load(path.read_text(encoding="utf-8"))) <= set(KEYS)
     args, plan = _plan_from_recipe_header(path)
     assert (recipe.model, recipe.seq_len, recipe.global_batch) == (args.model, args.seq_len, args.global_batch)
     assert recipe.micro_batch == plan.micro_batch and plan.fits

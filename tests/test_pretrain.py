@@ -106,7 +106,7 @@ def test_accumulation_4x8_equals_1x32(char_shards):
     from zh_bert.data import ShardDataset, ShardLoader
     from zh_bert.masking import MaskingConfig
     from zh_bert.model import PretrainModel, build_config
-    from zh_bert.pretrain import StepStats, lr_lambda, make_accelerator, make_optimizer, train_step
+    from zh_bert.training import StepStats, lr_lambda, make_accelerator, make_optimizer, train_step
     from zh_bert.recipe import Recipe
     from zh_bert.tokenizer_files import load_tokenizer
 
@@ -213,7 +213,7 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path, char_shards):
 def test_metrics_log_on_resume_keeps_the_lines_up_to_the_checkpoint(tmp_path):
     """A killed run may have logged steps after its last checkpoint (and a line cut by the kill): on resume
     they are dropped, to be logged again; a fresh run starts an empty file; other processes write nothing."""
-    from zh_bert.pretrain import MetricsLog
+    from zh_bert.training_run import MetricsLog
 
     path = tmp_path / "metrics.jsonl"
     path.write_text("".join(json.dumps({"step": s, "loss": 1.0 / s}) + "\n" for s in range(1, 6)) + '{"step": 6, "lo',
@@ -233,7 +233,7 @@ def test_metrics_log_on_resume_keeps_the_lines_up_to_the_checkpoint(tmp_path):
 def test_the_training_loop_fits_on_a_screen():
     import inspect
 
-    from zh_bert.pretrain import fit
+    from zh_bert.training import fit
 
     assert len(inspect.getsource(fit).splitlines()) <= 80
 
@@ -257,7 +257,7 @@ def test_sentence_order_objective_trains_and_needs_matching_shards(tmp_path, cha
 def test_openmp_threads_spin_only_when_the_machine_is_idle(tmp_path, monkeypatch):
     """ACTIVE (spinning) OpenMP threads are ~25% faster alone and ~40% slower beside one busy process: pretrain
     picks from /proc/loadavg's runnable count, tolerates a kernel thread's blip, and never spins for N processes."""
-    from zh_bert.pretrain import omp_wait_policy
+    from zh_bert.hardware import omp_wait_policy
 
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     loadavg = tmp_path / "loadavg"
@@ -274,7 +274,7 @@ def test_openmp_threads_spin_only_when_the_machine_is_idle(tmp_path, monkeypatch
     monkeypatch.setenv("WORLD_SIZE", "2")
     assert policy(1) == "PASSIVE"       # several processes share the cores
 
-    import zh_bert.pretrain as pretrain
+    import zh_bert.hardware as hardware
     reads = iter(["2", "1", "1", "1", "1", "1"])
     monkeypatch.delenv("WORLD_SIZE")
     real_open = open
@@ -284,7 +284,7 @@ def test_openmp_threads_spin_only_when_the_machine_is_idle(tmp_path, monkeypatch
             return io.StringIO(f"0 0 0 {next(reads)}/80 1\n")
         return real_open(path, *a, **k)
 
-    monkeypatch.setattr(pretrain, "open", blip_open, raising=False)
+    monkeypatch.setattr(hardware, "open", blip_open, raising=False)
     assert omp_wait_policy("blip", samples=6, interval=0) == "ACTIVE"
     monkeypatch.setenv("WORLD_SIZE", "two")   # not a number: the safe choice, not a traceback
     assert policy(1) == "PASSIVE"
@@ -292,7 +292,7 @@ def test_openmp_threads_spin_only_when_the_machine_is_idle(tmp_path, monkeypatch
 
 _FAULTS = """
 import resource, sys, torch
-from zh_bert.pretrain import keep_freed_memory
+from zh_bert.hardware import keep_freed_memory
 said = keep_freed_memory() if sys.argv[1] == "kept" else "default"
 torch.ones(1).add_(1)   # warm up
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt

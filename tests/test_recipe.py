@@ -3,7 +3,6 @@ document every key."""
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 
@@ -64,15 +63,11 @@ def test_bad_values(sets, match):
         load_recipe(None, sets)
 
 
-@pytest.mark.parametrize("name", ["tiny-cpu.yaml", "continue-bert-base-chinese.yaml"])
-def test_shipped_recipes_load_and_document_every_key(name):
-    path = REPO / "recipes" / name
-    load_recipe(path)
-    text = path.read_text(encoding="utf-8")
-    keys = {m.group(1): m.group(2) for m in re.finditer(r"^(\w+):(.*)$", text, re.M)}
-    assert set(keys) == set(KEYS), "every Recipe key appears in the recipe"
-    for key, rest in keys.items():
-        assert "#" in rest, f"{name}: key '{key}' has no comment (type, default, meaning)"
+@pytest.mark.parametrize("name", sorted(p.name for p in (REPO / "recipes").glob("*.yaml")))
+def test_shipped_recipes_load(name):
+    """Every shipped recipe passes validation; their comments are checked against the schema in
+    tests/test_recipe_schema.py."""
+    load_recipe(REPO / "recipes" / name)
 
 
 def test_max_ngram_5_is_refused_at_load_before_any_data_work(tmp_path):

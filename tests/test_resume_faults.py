@@ -230,7 +230,7 @@ def test_leftovers_of_killed_saves_are_removed_or_put_back(tmp_path, reference):
 
 
 def test_an_older_checkpoint_continues_only_in_a_new_out_dir(tmp_path, reference, capsys):
-    from zh_bert.pretrain import resume_point
+    from zh_bert.training_run import resume_point
     from zh_bert.recipe import load_recipe
 
     run = tmp_path / "run"

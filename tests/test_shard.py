@@ -402,7 +402,7 @@ def test_pipeline_builds_through_the_stage_functions_and_reuses_its_cache(tmp_pa
     shards record) is the file `zh-bert clean` wrote; a second call rebuilds nothing."""
     import zh_bert.pipeline as pipeline
     from zh_bert.clean.report import report_path
-    from zh_bert.data import read_meta
+    from zh_bert.sharddir import read_meta
     from zh_bert.recipe import load_recipe
 
     raw = tmp_path / "raw.txt"

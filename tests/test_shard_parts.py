@@ -193,7 +193,7 @@ def test_pairs_per_part(tmp_path, sample_jsonl, google_tokdir):
 
 # ---------------------------------------------------------------------------------------------- kill -9, reruns
 def test_kill9_mid_job_then_rerun_finishes_with_the_same_bytes(tmp_path, sample_jsonl, google_tokdir, parts, capsys):
-    from zh_bert.data import read_meta
+    from zh_bert.sharddir import read_meta
 
     out = tmp_path / "shards"
     argv = [sample_jsonl, "--tokenizer", google_tokdir, "-o", out, "--seq-len", SEQ, "--valid-fraction", FRACTION,

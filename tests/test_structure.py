@@ -1,4 +1,6 @@
-"""The shape of the code, measured: short functions, no import cycle, every CLI option written once.
+"""The shape of the code, measured: short functions and modules, no import cycle, every import arrow
+pointing down (the shard writer never loads the trainer's side, `eval mlm` never loads datatrove), one name
+for one thing, every CLI option written once.
 
 Run as a script for the full report: `python tests/test_structure.py`.
 """
@@ -6,18 +8,22 @@ Run as a script for the full report: `python tests/test_structure.py`.
 from __future__ import annotations
 
 import ast
+import subprocess
 import sys
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "zh_bert"
 MAX_FUNCTION_LINES = 100
+MAX_MODULE_LINES = 500
 CLI_HELPER = PKG / "config.py"    # the one place that calls argparse's add_argument
+COMMAND_PROTOCOL = {"main", "build_parser"}   # what zh_bert.cli calls in every command module
 
 
-def modules() -> dict[str, Path]:
+def modules(pkg: Path = PKG) -> dict[str, Path]:
+    """dotted module name -> file, for the package at `pkg` (zh_bert/ unless a test builds another)."""
     out = {}
-    for path in sorted(PKG.rglob("*.py")):
-        parts = list(path.relative_to(PKG.parent).with_suffix("").parts)
+    for path in sorted(pkg.rglob("*.py")):
+        parts = list(path.relative_to(pkg.parent).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts = parts[:-1]
         out[".".join(parts)] = path
@@ -36,33 +42,79 @@ def long_functions(limit: int = MAX_FUNCTION_LINES) -> list[tuple[str, int]]:
     return found
 
 
-def import_graph() -> dict[str, set[str]]:
-    """module -> zh_bert modules it imports anywhere (module level or inside functions)."""
-    mods = modules()
+def import_graph(root: Path = PKG) -> dict[str, set[str]]:
+    """module -> modules of the package `root` it imports anywhere (module level or inside functions).
+
+    `from PKG import NAME` is an edge to the submodule PKG.NAME when there is one, else to PKG itself, also
+    from a submodule of PKG (it needs what PKG's __init__ defines). Only the implicit edge, that importing a
+    submodule runs its package's __init__ first, is left out: see `implicit_package_edges`."""
+    mods = modules(root)
     graph: dict[str, set[str]] = {m: set() for m in mods}
+
+    def resolve(t: str) -> str:
+        while t and t not in mods:
+            t = t.rsplit(".", 1)[0] if "." in t else ""
+        return t
+
     for name, path in mods.items():
         pkg = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             targets = []
             if isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
+                targets = [resolve(a.name) for a in node.names]
             elif isinstance(node, ast.ImportFrom):
                 base = node.module or ""
                 if node.level:
                     up = pkg.split(".")[: len(pkg.split(".")) - node.level + 1]
                     base = ".".join(up + ([base] if base else []))
-                targets = [base] + [f"{base}.{a.name}" for a in node.names]
-            for t in targets:
-                while t and t not in mods:
-                    t = t.rsplit(".", 1)[0] if "." in t else ""
-                if t and t != name and not name.startswith(t + "."):   # a module needs its package: not a cycle
-                    graph[name].add(t)
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else resolve(base) for a in node.names]
+            graph[name].update(t for t in targets if t and t != name)
     return graph
 
 
-def import_cycles() -> list[list[str]]:
+def implicit_package_edges() -> dict[str, set[str]]:
+    """module -> the packages above it, whose __init__ runs before it when it is imported."""
+    parts = {m: m.split(".") for m in modules()}
+    return {m: {".".join(p[:i]) for i in range(1, len(p))} for m, p in parts.items()}
+
+
+def imports_transitively(module: str) -> set[str]:
+    """Every zh_bert module that importing `module` can load: explicit edges, function-local imports and
+    the packages whose __init__ runs first."""
+    graph, above = import_graph(), implicit_package_edges()
+    seen, todo = set(), [module]
+    while todo:
+        m = todo.pop()
+        for n in graph[m] | above[m]:
+            if n not in seen:
+                seen.add(n)
+                todo.append(n)
+    seen.discard(module)
+    return seen
+
+
+def path_to(source: str, target: str) -> list[str]:
+    """One import chain source -> ... -> target (breadth first), or [] when there is none."""
+    graph, above = import_graph(), implicit_package_edges()
+    prev, todo = {source: None}, [source]
+    while todo:
+        m = todo.pop(0)
+        if m == target:
+            chain = []
+            while m is not None:
+                chain.append(m)
+                m = prev[m]
+            return chain[::-1]
+        for n in sorted(graph[m] | above[m]):
+            if n not in prev:
+                prev[n] = m
+                todo.append(n)
+    return []
+
+
+def import_cycles(root: Path = PKG) -> list[list[str]]:
     """Strongly connected components of more than one module (Tarjan)."""
-    graph, index, low, stack, on, out = import_graph(), {}, {}, [], set(), []
+    graph, index, low, stack, on, out = import_graph(root), {}, {}, [], set(), []
 
     def visit(v):
         index[v] = low[v] = len(index)
@@ -102,12 +154,114 @@ def hand_written_options() -> list[str]:
     return found
 
 
+def long_modules(limit: int = MAX_MODULE_LINES) -> list[tuple[str, int]]:
+    """(file, lines) for every module of zh_bert/ longer than `limit` lines."""
+    found = []
+    for path in modules().values():
+        n = len(path.read_text(encoding="utf-8").splitlines())
+        if n > limit:
+            found.append((str(path.relative_to(PKG.parent)), n))
+    return found
+
+
+def wrong_way_imports() -> list[str]:
+    """Arrows that point up: the shard writer (and the SHARDDIR format) loading the training side
+    (`zh_bert.data`, `zh_bert.masking`), and `zh_bert.plan` loading `zh_bert.pretrain`; each with its chain."""
+    rules = [(m, banned) for m in modules() if m.startswith("zh_bert.shard")
+             for banned in ("zh_bert.data", "zh_bert.masking")] + [("zh_bert.plan", "zh_bert.pretrain")]
+    return [" -> ".join(path_to(m, banned)) for m, banned in rules if banned in imports_transitively(m)]
+
+
+def datatrove_loaded_by(module: str) -> list[str]:
+    """The datatrove modules a fresh interpreter has loaded after `import module`."""
+    code = f"import sys, {module}; print(' '.join(m for m in sys.modules if m.startswith('datatrove')))"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=PKG.parent, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout.split()
+
+
+def module_level_names() -> dict[str, list[str]]:
+    """name -> the zh_bert modules that define a class or function of that name at module level."""
+    found: dict[str, list[str]] = {}
+    for name, path in modules().items():
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                found.setdefault(node.name, []).append(name)
+    return found
+
+
+def name_collisions() -> list[str]:
+    """Module-level classes or functions of the same name in two modules (the command protocol aside)."""
+    return [f"{n}: {', '.join(ms)}" for n, ms in sorted(module_level_names().items())
+            if len(ms) > 1 and n not in COMMAND_PROTOCOL]
+
+
+def functions_named_like_modules() -> list[str]:
+    """Module-level functions named like a module beside them (a function `evaluate` in zh_bert.pretrain
+    beside the module zh_bert.evaluate; a function `report` in zh_bert/clean/__init__ beside
+    zh_bert.clean.report). A module's own entry function of its name (`zh_bert.publish.publish`) is fine."""
+    mods = modules()
+    found = []
+    for name, path in mods.items():
+        pkg = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            beside = f"{pkg}.{node.name}" if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else ""
+            if beside in mods and beside != name:
+                found.append(f"{name}.{node.name} (module {beside})")
+    return found
+
+
 def test_no_function_over_100_lines():
     assert not long_functions(), long_functions()
 
 
 def test_no_import_cycle():
-    assert not import_cycles(), import_cycles()
+    assert not import_cycles(), f"import cycles (package/submodule edges included): {import_cycles()}"
+
+
+def test_import_cycles_count_package_submodule_edges(tmp_path):
+    """`from PKG import NAME` in PKG.sub, NAME defined in PKG's __init__, is an edge PKG.sub -> PKG: with
+    PKG importing PKG.sub (here inside a function) that is a cycle. Importing a submodule, which runs the
+    package's __init__ first, is not an edge by itself."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("X = 1\n\n\ndef run():\n    from pkg.worker import go\n    go()\n")
+    (pkg / "worker.py").write_text("from pkg import X\n\n\ndef go():\n    return X\n")
+    (pkg / "leaf.py").write_text("import pkg.other\nfrom pkg import other\n")
+    (pkg / "other.py").write_text("VALUE = 2\n")
+    graph = import_graph(pkg)
+    assert graph["pkg.worker"] == {"pkg"}, f"`from pkg import X` must be an edge to pkg: {graph}"
+    assert graph["pkg.leaf"] == {"pkg.other"}, f"importing a submodule is an edge to it, not its package: {graph}"
+    assert import_cycles(pkg) == [["pkg", "pkg.worker"]], f"the package/submodule cycle is missed: {import_cycles(pkg)}"
+
+
+def test_no_module_over_500_lines():
+    assert not long_modules(), f"modules over {MAX_MODULE_LINES} lines: {long_modules()}"
+
+
+def test_shard_writer_does_not_import_the_loader_or_masking():
+    bad = [c for c in wrong_way_imports() if c.split(" -> ")[-1] in ("zh_bert.data", "zh_bert.masking")]
+    assert not bad, f"a zh_bert.shard* module loads the training side: {bad}"
+
+
+def test_plan_does_not_import_pretrain():
+    bad = [c for c in wrong_way_imports() if c.startswith("zh_bert.plan ")]
+    assert not bad, f"zh_bert.plan loads zh_bert.pretrain: {bad}"
+
+
+def test_eval_mlm_does_not_import_datatrove():
+    loaded = datatrove_loaded_by("zh_bert.evaluate")
+    assert not loaded, f"importing zh_bert.evaluate loads datatrove: {loaded[:5]}"
+
+
+def test_one_name_for_one_thing():
+    assert not name_collisions(), f"module-level names defined in two modules: {name_collisions()}"
+
+
+def test_no_function_named_like_a_module():
+    assert not functions_named_like_modules(), \
+        f"functions named like a zh_bert module: {functions_named_like_modules()}"
 
 
 def test_every_cli_option_is_a_dataclass_field():
@@ -129,6 +283,12 @@ def test_every_command_builds_its_parser_from_dataclasses():
 
 if __name__ == "__main__":
     print(f"functions over {MAX_FUNCTION_LINES} lines:", *long_functions(), sep="\n  ")
-    print("import cycles:", *import_cycles(), sep="\n  ")
+    print(f"modules over {MAX_MODULE_LINES} lines:", *long_modules(), sep="\n  ")
+    print("import cycles (package/submodule edges included):", *import_cycles(), sep="\n  ")
+    print("imports pointing the wrong way:", *wrong_way_imports(), sep="\n  ")
+    print("datatrove modules loaded by importing zh_bert.evaluate:", *datatrove_loaded_by("zh_bert.evaluate")[:5],
+          sep="\n  ")
+    print("module-level names defined in two modules:", *name_collisions(), sep="\n  ")
+    print("functions named like a zh_bert module:", *functions_named_like_modules(), sep="\n  ")
     print(f"hand-written add_argument calls: {len(hand_written_options())}", *hand_written_options(), sep="\n  ")
     sys.exit(0)

@@ -134,7 +134,8 @@ def test_wordpiece_learner_is_the_trainer_algorithm_with_reproducible_ties(sampl
     the pieces agree with the trainer's except among equal counts at the cut-off."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-    from zh_bert.vocab.build import bert_normalizer, special_layout, train_wordpieces
+    from zh_bert.vocab.tokenizer_json import bert_normalizer, special_layout
+    from zh_bert.vocab.wordpiece import train_wordpieces
 
     ours = train_wordpieces(sample_docs, 4000, 1, special_layout(99))
     tk = Tokenizer(models.WordPiece(unk_token="[UNK]"))
@@ -217,7 +218,7 @@ def test_sentencepiece_ids_equal_the_spm_model(tokdirs, kind):
     normalised text, and '的' maps to the same known id in both."""
     import sentencepiece as spm
 
-    from zh_bert.vocab.build import spm_normalizer
+    from zh_bert.vocab.spm import spm_normalizer
 
     d = tokdirs[kind]
     sp = spm.SentencePieceProcessor(model_file=str(d / "spiece.model"))

@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from zh_bert.vocab import build as vb
-from zh_bert.vocab.build import VocabOptions, build_tokenizer, count_corpus, sample_sentences
+from zh_bert.vocab import counts as vc
+from zh_bert.vocab.build import VocabOptions, build_tokenizer
+from zh_bert.vocab.counts import count_corpus
+from zh_bert.vocab.spm import _sentences_with_spaces, sample_sentences
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _vocab_corpus import write_corpus  # noqa: E402
@@ -74,11 +76,11 @@ def test_vocab_builders_read_the_corpus_once_as_a_stream(sample_docs, kind):
 
 def test_word_count_table_is_bounded_and_exact_below_its_cap(sample_docs, monkeypatch):
     exact = count_corpus(sample_docs, "jieba")
-    assert exact.pruned_below == 0 and len(exact.words) < vb.COUNT_CAP["jieba"]  # the sample: counted exactly
+    assert exact.pruned_below == 0 and len(exact.words) < vc.COUNT_CAP["jieba"]  # the sample: counted exactly
     cap = len(exact.words) // 4
-    monkeypatch.setitem(vb.COUNT_CAP, "jieba", cap)
+    monkeypatch.setitem(vc.COUNT_CAP, "jieba", cap)
     sizes = []
-    counts = vb.CorpusCounts("jieba")
+    counts = vc.CorpusCounts("jieba")
     for d in sample_docs:
         counts.add(d)
         sizes.append(len(counts.words))
@@ -90,7 +92,7 @@ def test_word_count_table_is_bounded_and_exact_below_its_cap(sample_docs, monkey
 
 
 def test_sentencepiece_sample_is_bounded_reproducible_and_whole_when_it_fits(sample_docs):
-    sentences = [s for d in sample_docs for s in vb._sentences_with_spaces(d)]
+    sentences = [s for d in sample_docs for s in _sentences_with_spaces(d)]
     total = sum(len(s.encode("utf-8")) for s in sentences)
     assert sample_sentences(iter(sentences), total) == (sentences, len(sentences))   # fits: all, in order
     part, seen = sample_sentences(iter(sentences), total // 5)

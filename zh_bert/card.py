@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from zh_bert import eval_results
+from zh_bert.fileio import read_json
 from zh_bert.rundir import GENERATOR
 
 WIDGET_TEXT = "北京是中国的{mask}都。"
@@ -32,13 +33,6 @@ def _find(d: Any, *names: str) -> Any:
                     return cur[n]
             queue.extend(v for v in cur.values() if isinstance(v, dict))
     return None
-
-
-def read_json(path: Path, default=None):
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return default
 
 
 def count_parameters(model_dir: Path) -> int | None:
@@ -111,7 +105,7 @@ def _name_of(src) -> str | None:
     return src  # ORG/NAME: a Hub dataset id
 
 
-def _datasets(run: dict, run_dir: Path | None) -> list[str]:
+def _dataset_names(run: dict, run_dir: Path | None) -> list[str]:
     """Corpus names for the card's `datasets`: run.json's, else the recipe's `data` inputs, else shard sources."""
     found = _find(run, "datasets")
     if not found and run_dir and (run_dir / "recipe.yaml").is_file():
@@ -188,7 +182,7 @@ class _Facts:
                    mask=tok_cfg.get("mask_token") if isinstance(tok_cfg.get("mask_token"), str) else "[MASK]",
                    params=params if isinstance(params, int) else count_parameters(model_dir),
                    vocab_kind=vocab_kind, vocab_size=config.get("vocab_size") or vocab_meta.get("vocab_size"),
-                   datasets=_datasets(run, run_dir),
+                   datasets=_dataset_names(run, run_dir),
                    evals=latest_eval_results(eval_results.load(run_dir) if run_dir else []),
                    generator=read_json(model_dir / GENERATOR / "config.json", {}) or {})
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import json
 import os
 import random
 import re
@@ -36,7 +35,7 @@ import numpy as np
 import torch
 
 from zh_bert.errors import ZhBertError
-from zh_bert.fileio import fault_point, write_json
+from zh_bert.fileio import fault_point, read_json, write_json
 from zh_bert.rundir import GENERATOR
 
 STATE = "trainer_state.json"
@@ -214,9 +213,9 @@ def incomplete_reason(path: Path, deep: bool = False) -> str | None:
     if not (path / MANIFEST).is_file():
         return _legacy_reason(path)
     try:
-        files = json.loads((path / MANIFEST).read_text(encoding="utf-8"))["files"]
+        files = read_json(path / MANIFEST)["files"]
         entries = [(str(name), int(e["size"]), e.get("sha256")) for name, e in files.items()]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (ZhBertError, ValueError, KeyError, TypeError, AttributeError):
         return f"{MANIFEST} is unreadable"
     if STATE not in files:
         return f"{STATE} is not in {MANIFEST}"
@@ -233,12 +232,12 @@ def incomplete_reason(path: Path, deep: bool = False) -> str | None:
 
 def _legacy_reason(path: Path) -> str | None:
     """A checkpoint written before manifests: complete if every file it should hold is there."""
-    try:
-        state = json.loads((path / STATE).read_text(encoding="utf-8"))
-        world = int(state.get("num_processes", 1))
-    except FileNotFoundError:
+    if not (path / STATE).exists():
         return f"{STATE} is missing"
-    except (OSError, ValueError, TypeError, AttributeError):
+    try:
+        state = read_json(path / STATE)
+        world = int(state.get("num_processes", 1))
+    except (ZhBertError, ValueError, TypeError, AttributeError):
         return f"{STATE} is unreadable"
     for name in ("config.json", "model.safetensors", "optimizer.pt", *(f"rng-rank{r}.pt" for r in range(world))):
         if not (path / name).is_file():
@@ -341,8 +340,8 @@ def _load_weights(folder: Path, model) -> None:
 def read_state(path: Path) -> dict:
     """The trainer state of the (complete) checkpoint at `path`."""
     try:
-        state = json.loads((Path(path) / STATE).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
+        state = read_json(Path(path) / STATE)
+    except ZhBertError as e:
         raise ZhBertError(f"{path}: cannot read {STATE}: {e}") from None
     if not isinstance(state, dict) or not isinstance(state.get("step"), int):
         raise ZhBertError(f"{path}: {STATE} is not a trainer state (no step)")

@@ -1,22 +1,7 @@
-"""Reading SHARDDIR: O(1) random access to packed sequences, and a resumable, rank-sharded loader.
+"""Reading SHARDDIR (its layout: `zh_bert.sharddir`): O(1) random access to packed sequences, and a
+resumable, rank-sharded loader.
 
-SHARDDIR layout (written by `zh-bert shard`, format_version 1). Per split S in {train, valid}, N sequences
-of seq_len L, all raw little-endian arrays that `np.memmap` opens directly:
-
-    S.ids.bin         (N, L) uint16 (vocab <= 65535) or uint32 token ids, [PAD] after `lengths`
-    S.word_start.bin  (N, L) uint8, 1 where a token begins a jieba word ([CLS]/[SEP]/[PAD] are starts)
-    S.lengths.npy     (N,) int32 real tokens per sequence (attention_mask = position < length)
-    S.doc_starts.npy  (D,) int64 flat position (row * L + column) of each document's first token
-    S.b_start.npy     (N,) int32 position of segment B (token_type_ids 1 from there), only with --pairs
-    S.nsp.npy         (N,) int8 next_sentence_label (0 = B follows A in order, 1 = random/swapped)
-    unigram_counts.npy (V,) int64 train-split token counts (for `unigram-noise` masking)
-    meta.json         format_version, tokenizer_fingerprint, vocab_size, seq_len, pairs, special ids,
-                      counts per split, segmenter, sources + input hashes, cache_key
-
-A multi-part SHARDDIR (`zh-bert shard --executor ... --tasks N`) holds these per-split files in
-part-00000/ ... part-{N-1}/ (each also with its unigram_counts.npy and part.json), and at the top only
-meta.json (written last: "parts" lists each part's counts, "counts" are the totals) and the summed
-unigram_counts.npy. `ShardDataset` reads it as one split: row i of the whole is row i - offset(p) of part p,
+`ShardDataset` reads a multi-part SHARDDIR as one split: row i of the whole is row i - offset(p) of part p,
 parts in order, so shuffling, resume and rank sharding see one index space either way.
 
 .npy files are loaded with allow_pickle=False; every file's size is checked against meta.json at open so a
@@ -25,47 +10,14 @@ truncated copy fails with a clear message instead of a crash mid-training.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import numpy as np
 
-from zh_bert.corpus_io import JOB_MARKER
 from zh_bert.errors import ZhBertError
 from zh_bert.masking import MaskingConfig, mask_batch
-
-FORMAT_VERSION = 1
-SPLITS = ("train", "valid")
-PART_META = "part.json"
-
-
-def part_name(rank: int) -> str:
-    return f"part-{rank:05d}"
-
-
-def ids_dtype(vocab_size: int) -> np.dtype:
-    return np.dtype(np.uint16) if vocab_size <= 65535 else np.dtype(np.uint32)
-
-
-def read_meta(sharddir: str | Path) -> dict:
-    sharddir = Path(sharddir)
-    path = sharddir / "meta.json"
-    if not sharddir.is_dir():
-        raise ZhBertError(f"{sharddir}: shard directory not found (build it with `zh-bert shard`)")
-    if not path.is_file() and (sharddir / JOB_MARKER).is_file():
-        raise ZhBertError(f"{sharddir}: unfinished `zh-bert shard --executor` job (no meta.json yet); rerun the "
-                          f"same shard command to finish it")
-    if not path.is_file():
-        raise ZhBertError(f"{sharddir}: not a shard directory (no meta.json); build it with `zh-bert shard`")
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ZhBertError(f"{path}: unreadable meta.json ({e})") from None
-    if meta.get("format_version") != FORMAT_VERSION:
-        raise ZhBertError(f"{path}: shard format_version {meta.get('format_version')!r} is not "
-                          f"{FORMAT_VERSION}; re-run `zh-bert shard`")
-    return meta
+from zh_bert.sharddir import META, SPLITS, UNIGRAM_COUNTS, read_meta, split_file
 
 
 def _fingerprint_of(tok) -> tuple[str, str]:
@@ -150,13 +102,17 @@ class ShardDataset:
     def _open(self, folder: Path, counts: dict) -> dict:
         """One split's arrays in `folder` (SHARDDIR or one part of it), each checked against `counts`."""
         n, L, split = int(counts["sequences"]), self.seq_len, self.split
-        out = {"ids": self._memmap(folder / f"{split}.ids.bin", np.dtype(self.meta["ids_dtype"]), (n, L)),
-               "word_start": self._memmap(folder / f"{split}.word_start.bin", np.dtype(np.uint8), (n, L)),
-               "lengths": self._npy(folder / f"{split}.lengths.npy", (n,)),
-               "doc_starts": self._npy(folder / f"{split}.doc_starts.npy", (int(counts["documents"]),))}
+
+        def file(kind: str) -> Path:
+            return folder / split_file(split, kind)
+
+        out = {"ids": self._memmap(file("ids.bin"), np.dtype(self.meta["ids_dtype"]), (n, L)),
+               "word_start": self._memmap(file("word_start.bin"), np.dtype(np.uint8), (n, L)),
+               "lengths": self._npy(file("lengths.npy"), (n,)),
+               "doc_starts": self._npy(file("doc_starts.npy"), (int(counts["documents"]),))}
         if self.pairs:
-            out["b_start"] = self._npy(folder / f"{split}.b_start.npy", (n,))
-            out["nsp"] = self._npy(folder / f"{split}.nsp.npy", (n,))
+            out["b_start"] = self._npy(file("b_start.npy"), (n,))
+            out["nsp"] = self._npy(file("nsp.npy"), (n,))
         return out
 
     def _open_parts(self, parts: list[dict]) -> None:
@@ -165,7 +121,7 @@ class ShardDataset:
         opened = [self._open(self.dir / p["name"], p["counts"][self.split]) for p in parts]
         rows = np.cumsum([0] + [len(o["lengths"]) for o in opened])
         if rows[-1] != self.n:
-            raise ZhBertError(f"{self.dir / 'meta.json'}: parts hold {rows[-1]} {self.split} sequences but the "
+            raise ZhBertError(f"{self.dir / META}: parts hold {rows[-1]} {self.split} sequences but the "
                               f"total says {self.n}; re-run `zh-bert shard`")
         cat = {k: np.concatenate([o[k] for o in opened]) for k in opened[0] if k not in ("ids", "word_start")}
         cat["doc_starts"] = np.concatenate([o["doc_starts"] + off * self.seq_len for o, off in zip(opened, rows)])
@@ -248,10 +204,10 @@ class ShardDataset:
 
     def unigram_probs(self) -> np.ndarray:
         """(vocab_size,) float64 token frequencies of the train split (specials excluded)."""
-        counts = self._npy(self.dir / "unigram_counts.npy", (self.vocab_size,)).astype(np.float64)
+        counts = self._npy(self.dir / UNIGRAM_COUNTS, (self.vocab_size,)).astype(np.float64)
         total = counts.sum()
         if total <= 0:
-            raise ZhBertError(f"{self.dir}: unigram_counts.npy is empty")
+            raise ZhBertError(f"{self.dir}: {UNIGRAM_COUNTS} is empty")
         return counts / total
 
 

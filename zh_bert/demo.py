@@ -92,7 +92,7 @@ def check_input(text: str, blanks: list[Blank], max_chars: int = MAX_CHARS, max_
                             f"too long (at most {MAX_BLANK_LEN}).")
 
 
-def encode(tokenizer, pieces: list[str], blanks: list[Blank]) -> tuple[list[int], list[list[int]]]:
+def masked_ids(tokenizer, pieces: list[str], blanks: list[Blank]) -> tuple[list[int], list[list[int]]]:
     """Token ids with [CLS]/[SEP], and for each blank the positions of its mask tokens."""
     ids, positions = [tokenizer.cls_token_id], []
     for i, piece in enumerate(pieces):
@@ -122,7 +122,7 @@ def fill(model, tokenizer, text: str, top_k: int = 5, max_chars: int = MAX_CHARS
 
     pieces, blanks = parse_blanks(text)
     check_input(text, blanks, max_chars, max_blanks)
-    ids, positions = encode(tokenizer, pieces, blanks)
+    ids, positions = masked_ids(tokenizer, pieces, blanks)
     limit = getattr(model.config, "max_position_embeddings", 512)
     if len(ids) > limit:
         raise FillError(f"文本太长：{len(ids)} 个词元，模型最多 {limit}。Text too long for this model ({len(ids)} tokens).")
@@ -255,7 +255,7 @@ def run_fill(pool: ModelPool, text: str, model_name: str, top_k: int = 5, compar
     return out
 
 
-def render(result: dict) -> tuple[str, str]:
+def result_html(result: dict) -> tuple[str, str]:
     """HTML for the main result and the comparison column."""
     if not result:
         return "", ""
@@ -319,9 +319,9 @@ def build_app(models: list[str], pool: ModelPool | None = None):
 
         inputs = [text, model, top_k, compare]
         button.click(_fill, inputs, result, api_name="fill").then(
-            render, result, [main_html, compare_html], api_visibility="private")
+            result_html, result, [main_html, compare_html], api_visibility="private")
         text.submit(_fill, inputs, result, api_visibility="private").then(
-            render, result, [main_html, compare_html], api_visibility="private")
+            result_html, result, [main_html, compare_html], api_visibility="private")
     app.zh_pool = pool
     return app
 

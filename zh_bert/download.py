@@ -27,7 +27,7 @@ from zh_bert import config
 from zh_bert.catalog import resolve
 from zh_bert.config import option
 from zh_bert.errors import ZhBertError
-from zh_bert.fileio import atomic_dir, check_replaceable
+from zh_bert.fileio import atomic_dir, check_replaceable, read_json
 from zh_bert.hub import (check_listing, endpoint_and_host, hub_errors, is_transient, local_path, quiet_progress_bars,
                          scratch_dir)
 from zh_bert.tokenizer_files import TOKENIZER_FILES
@@ -100,10 +100,8 @@ def _ensure_tokenizer_files(out: Path) -> None:
 
 def written_files(out: Path) -> set[str]:
     """The names `out`'s marker says download wrote (empty when there is no readable marker)."""
-    try:
-        files = json.loads((out / MARKER).read_text(encoding="utf-8")).get("files")
-    except (OSError, ValueError, AttributeError):
-        return set()
+    marker = read_json(out / MARKER, default={})
+    files = marker.get("files") if isinstance(marker, dict) else None
     return {f for f in files if isinstance(f, str)} if isinstance(files, list) else set()
 
 

@@ -7,11 +7,10 @@ so `EvalResult(**entry)` works. The newest entry per (task, dataset, metric) win
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from zh_bert.errors import ZhBertError
-from zh_bert.fileio import write_json
+from zh_bert.fileio import read_json, write_json
 from zh_bert.rundir import find_run_dir
 
 FILENAME = "eval_results.json"
@@ -29,10 +28,7 @@ def load(run_dir: str | Path) -> list[dict]:
     path = Path(run_dir) / FILENAME
     if not path.is_file():
         return []
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise ZhBertError(f"{path}:{e.lineno}: invalid JSON ({e.msg})") from None
+    data = read_json(path)
     if not isinstance(data, list) or not all(isinstance(d, dict) for d in data):
         raise ZhBertError(f"{path}: expected a JSON list of objects")
     return data

@@ -30,7 +30,7 @@ from zh_bert.eval_results import entry, record_for_checkpoint
 from zh_bert.rundir import masked_lm_dir
 from zh_bert.masking import MaskingConfig, mask_batch
 from zh_bert.segment import SEGMENTERS, Segmenter
-from zh_bert.shard import Specials, TextEncoder, pack_sequences
+from zh_bert.shard.encode import Specials, TextEncoder, pack_sequences
 from zh_bert.tokenizer_files import load_tokenizer
 from zh_bert.weights import load_pretrained
 
@@ -241,7 +241,7 @@ def read_cloze(path: str | Path, mask_token: str = "[MASK]") -> list[ClozeItem]:
     return items
 
 
-def _ids(tok, text: str) -> list[int]:
+def _text_ids(tok, text: str) -> list[int]:
     return tok(text, add_special_tokens=False)["input_ids"] if text else []
 
 
@@ -257,11 +257,11 @@ def candidate_logprobs(model, tok, items: list[ClozeItem], seq_len: int = 256, b
     for i, it in enumerate(items):
         by_len: dict[int, list[str]] = {}
         for c in it.candidates or [it.answer]:
-            by_len.setdefault(len(_ids(tok, c)), []).append(c)
+            by_len.setdefault(len(_text_ids(tok, c)), []).append(c)
         if 0 in by_len:
             raise ZhBertError(f"{it.where}: candidate {by_len[0][0]!r} tokenizes to nothing")
         wanted.append(by_len)
-        pre, suf = _ids(tok, it.prefix), _ids(tok, it.suffix)
+        pre, suf = _text_ids(tok, it.prefix), _text_ids(tok, it.suffix)
         for k in by_len:
             room = seq_len - 2 - k
             if room < 0:
@@ -287,7 +287,7 @@ def candidate_logprobs(model, tok, items: list[ClozeItem], seq_len: int = 256, b
             lp = logp[row:row + k]
             row += k
             for c in wanted[i][k]:
-                cid = torch.tensor(_ids(tok, c))
+                cid = torch.tensor(_text_ids(tok, c))
                 out[i][c] = lp[torch.arange(k), cid].tolist()
             if items[i].candidates is None:
                 out[i]["_argmax"] = lp.argmax(-1).tolist()
@@ -302,7 +302,7 @@ def eval_cloze(model, tok, items: list[ClozeItem], score: str = "sum", seq_len: 
     preds = []
     for it, lp in zip(items, lps):
         if it.candidates is None:
-            ok = lp["_argmax"] == _ids(tok, it.answer)
+            ok = lp["_argmax"] == _text_ids(tok, it.answer)
             fill = tok.decode(lp["_argmax"]).replace(" ", "")
             hits["sum"] += ok
             hits["mean"] += ok

@@ -32,7 +32,7 @@ from typing import Literal, Optional
 
 from zh_bert.config import option
 from zh_bert.errors import ZhBertError
-from zh_bert.fileio import write_json
+from zh_bert.fileio import read_json, write_json
 
 ExecutorKind = Literal["local", "slurm", "ray"]
 SCALE_INSTALL = "pip install 'zh-bert[scale]'  (or: pip install -e \".[scale]\" in a checkout)"
@@ -316,10 +316,7 @@ class JobMarker:
 
     @staticmethod
     def _read(path: Path) -> dict | None:
-        try:
-            job = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
+        job = read_json(path, default=None)
         return job if isinstance(job, dict) and isinstance(job.get("key"), str) else None
 
     def claim(self, force: bool, owned, logdir: Path, done: str | None = None) -> bool:

@@ -107,7 +107,7 @@ def mean_std(xs: list[float]) -> tuple[float, float]:
 
 # --------------------------------------------------------------------------- data
 
-def encode(tok, examples, label_index: dict[str, int], seq_len: int) -> dict:
+def tokenize_examples(tok, examples, label_index: dict[str, int], seq_len: int) -> dict:
     """Token ids per example (ragged lists) + labels; padding happens per batch."""
     a = [e.text_a for e in examples]
     b = [e.text_b or "" for e in examples] if any(e.text_b is not None for e in examples) else None
@@ -209,8 +209,8 @@ def train_one(ckpt_dir: Path, task: TaskData, cfg: FinetuneConfig, seed: int, to
     label_index = {l: i for i, l in enumerate(task.labels)}
     rng = np.random.default_rng(seed)
     train_ex = train_subset(task, cfg, rng)
-    train, dev = encode(tok, train_ex, label_index, cfg.seq_len), encode(tok, task.dev, label_index, cfg.seq_len)
-    test = encode(tok, task.test, label_index, cfg.seq_len) if task.test else None
+    train, dev = tokenize_examples(tok, train_ex, label_index, cfg.seq_len), tokenize_examples(tok, task.dev, label_index, cfg.seq_len)
+    test = tokenize_examples(tok, task.test, label_index, cfg.seq_len) if task.test else None
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
 
     torch.manual_seed(seed)

@@ -17,9 +17,10 @@ import numpy as np
 
 from zh_bert.config import build_parser as _build_parser
 from zh_bert.config import config_from_args, option
-from zh_bert.data import ShardDataset, read_meta
+from zh_bert.data import ShardDataset
 from zh_bert.errors import ZhBertError
 from zh_bert.masking import STRATEGIES, MaskingConfig, mask_batch
+from zh_bert.sharddir import read_meta
 from zh_bert.tokenizer_files import load_tokenizer
 
 

@@ -38,6 +38,7 @@ import numpy as np
 
 from zh_bert.config import option
 from zh_bert.errors import ZhBertError
+from zh_bert.segment import special_cuts, word_units
 
 # one generator for a whole batch, or one per row (masks keyed per sequence)
 Rng = Union[np.random.Generator, Sequence[np.random.Generator]]
@@ -56,7 +57,9 @@ class MaskingConfig:
     every command that masks (eval mlm, inspect) and the masking keys of a recipe."""
     strategy: Literal["token", "wwm", "ngram", "unigram-noise", "correction"] = option(
         "wwm", flags=("--masking",),
-        help="unit of masking: token | wwm (jieba words) | ngram | unigram-noise | correction (MacBERT)")
+        help="unit of masking: token (BERT); wwm = whole jieba words; ngram = spans of 1..max_ngram words "
+             "(MacBERT); unigram-noise = token with random replacements drawn from the corpus unigram "
+             "distribution; correction = words replaced by similar words instead of [MASK] (MacBERT)")
     mask_rate: float = option(0.15, help="fraction of maskable tokens predicted")
     mask_token_prob: float = option(0.8, help="of predicted tokens: replaced by [MASK] (correction: of predicted "
                                          "words, replaced by a similar word)")
@@ -99,40 +102,89 @@ def _draw(rng: Rng, counts: np.ndarray, draw) -> np.ndarray:
 
 
 def _unit_starts(word_start: np.ndarray, special: np.ndarray, cfg: MaskingConfig, rng: Rng) -> np.ndarray:
-    """(B, L) bool: where a masking unit (token / word / n-gram span) begins. Special tokens are
-    always units of their own, so no unit ever contains one."""
-    B, L = special.shape
-    prev_special = np.zeros_like(special)
-    prev_special[:, 1:] = special[:, :-1]
-    boundary = special | prev_special
-    boundary[:, 0] = True
+    """(B, L) bool: where a masking unit begins: at every token (``token``, ``unigram-noise``), at every
+    word (``wwm``, ``correction``) or at every n-gram span of words (``ngram``). Special tokens are always
+    units of their own, so no unit ever contains one."""
     if cfg.strategy in ("token", "unigram-noise"):
-        return np.ones((B, L), dtype=bool)
-    starts = word_start.astype(bool) | boundary
+        return np.ones(special.shape, dtype=bool)
+    words = word_units(word_start, special)
     if cfg.strategy in WORD_STRATEGIES:
-        return starts
-    # ngram: partition each row's word stream into spans of n words, n ~ MacBERT probabilities (one draw
-    # per word, the j-th draw sizing the j-th span); spans are also cut around special tokens.
-    word_pos = np.flatnonzero(starts.ravel())             # flat position of every word start, row by row
-    words = starts.sum(axis=1)                            # (B,) words per row
+        return words
+    return _ngram_starts(words, special_cuts(special), cfg, rng)
+
+
+def _ngram_starts(words: np.ndarray, cuts: np.ndarray, cfg: MaskingConfig, rng: Rng) -> np.ndarray:
+    """(B, L) bool: where an n-gram span begins. Each row's words are cut, left to right, into spans of
+    n words, n ~ MacBERT's probabilities: one uniform per word of the row, the j-th draw sizing the j-th
+    span (the draws left over after the last span go unused), so a row's draws do not depend on the
+    sizes. `cuts` (special tokens) also end a span."""
+    B, L = words.shape
+    word_pos = np.flatnonzero(words.ravel())              # flat position of every word start, row by row
+    per_row = words.sum(axis=1)                           # (B,) words per row
     cdf = np.cumsum(cfg.ngram_probs())
-    u = _draw(rng, words, lambda g, k: g.random(k))
+    u = _draw(rng, per_row, lambda g, k: g.random(k))
     n = 1 + np.searchsorted(cdf / cdf[-1], u, side="right")   # what Generator.choice(p=...) computes
-    first = np.cumsum(words) - words                      # index of each row's first word
-    row = np.repeat(np.arange(B), words)
+    first = np.cumsum(per_row) - per_row                  # index of each row's first word
+    row = np.repeat(np.arange(B), per_row)
     before = np.cumsum(n) - n
     local = before - before[first][row]                   # word index in its row where each span begins
     out = np.zeros(B * L, dtype=bool)
-    keep = local < words[row]
+    keep = local < per_row[row]
     out[word_pos[(first[row] + local)[keep]]] = True
-    out |= boundary.ravel()
+    out |= cuts.ravel()
     return out.reshape(B, L)
 
 
-def word_units(word_start: np.ndarray, special: np.ndarray) -> np.ndarray:
-    """(B, L) bool: where a jieba word begins, as ``wwm`` and ``correction`` pick them (special tokens are
-    words of their own)."""
-    return _unit_starts(word_start, special, MaskingConfig("wwm"), None)
+@dataclass
+class _Units:
+    """The units of a batch, numbered in flat (row, position) order: `of_token` (B*L,) the unit of every
+    token; per unit its first flat position `start`, `length` in tokens, batch `row`, and `maskable` (it
+    holds no special token)."""
+    of_token: np.ndarray
+    start: np.ndarray
+    length: np.ndarray
+    row: np.ndarray
+    maskable: np.ndarray
+
+
+def _units(starts: np.ndarray, special: np.ndarray) -> _Units:
+    """The units that begin at `starts` (B, L), as flat arrays, so that picking them is array arithmetic."""
+    of_token = np.cumsum(starts.ravel()) - 1
+    n = int(of_token[-1]) + 1 if of_token.size else 0
+    start = np.flatnonzero(starts.ravel())
+    return _Units(of_token=of_token, start=start, length=np.bincount(of_token, minlength=n),
+                  row=start // starts.shape[1],
+                  maskable=np.bincount(of_token, weights=special.ravel(), minlength=n) == 0)
+
+
+def _pick_units(units: _Units, budget: np.ndarray, B: int, rng: Rng) -> np.ndarray:
+    """(n_units,) bool: the units each row predicts, `budget[b]` tokens of row b in expectation.
+
+    A row's units are visited in random order (one uniform key per unit; units holding a special token
+    sort last and are never taken). A unit is taken when it fits in what is left of the budget (the
+    budget minus the tokens of the maskable units visited before it); the one unit that crosses the
+    budget is taken with probability (left / its length), tested with a second uniform per unit of the
+    row (its k-th draw for the k-th unit visited), so the expected count is exactly the budget."""
+    per_row = np.bincount(units.row, minlength=B)
+    key = _draw(rng, per_row, lambda g, k: g.random(k)) + (~units.maskable) * 2.0
+    order = np.lexsort((key, units.row))                  # row by row, each row in random order
+    ok = units.maskable[order]
+    lens = np.where(ok, units.length[order], 0)
+    left = budget[units.row[order]] - _before_in_row(lens, units.row[order], B)
+    take = ok & (left >= lens)
+    crossing = ok & (left > 0) & (left < lens)
+    take |= crossing & (_draw(rng, per_row, lambda g, k: g.random(k)) * np.maximum(lens, 1) < left)
+    chosen = np.zeros(len(units.length), dtype=bool)
+    chosen[order[take]] = True
+    return chosen
+
+
+def _before_in_row(lens: np.ndarray, row: np.ndarray, B: int) -> np.ndarray:
+    """Sum of `lens` over the earlier entries of the same row (`row` sorted): tokens visited before."""
+    cum = np.cumsum(lens)
+    row_first = np.searchsorted(row, np.arange(B))        # first entry of each row
+    row_base = np.where(row_first > 0, cum[np.maximum(row_first - 1, 0)], 0)
+    return cum - lens - row_base[row]
 
 
 def mask_batch(input_ids: np.ndarray, word_start: np.ndarray, cfg: MaskingConfig, rng: Rng,
@@ -147,6 +199,10 @@ def mask_batch(input_ids: np.ndarray, word_start: np.ndarray, cfg: MaskingConfig
     `word_start[b, t]` is True where token t begins a jieba word. `unigram_probs` (vocab_size,) is required
     for ``unigram-noise``; special ids get zero probability there and are never drawn as random tokens.
     `similar` (a `zh_bert.similar_words.SimilarWords`) is required for ``correction``.
+
+    The steps, each drawing from `rng` in this order: the units (`_unit_starts`; ``ngram`` draws its span
+    sizes), picking units until the budget (`_pick_units`), then replacing the picked tokens
+    (`_replace_tokens`) or, for ``correction``, the picked words (`_correct`).
     """
     if cfg.strategy == "correction" and similar is None:
         raise ZhBertError("masking strategy 'correction' needs a similar-word table, which is learned from a "
@@ -157,55 +213,41 @@ def mask_batch(input_ids: np.ndarray, word_start: np.ndarray, cfg: MaskingConfig
     B, L = ids.shape
     special_ids = np.asarray(sorted(set(int(s) for s in special_ids)), dtype=np.int64)
     special = np.isin(ids, special_ids)
-    starts = _unit_starts(np.asarray(word_start, dtype=bool).reshape(B, L), special, cfg, rng)
-
-    # Units: global id per token; length, row and "maskable" per unit.
-    unit = np.cumsum(starts.ravel()) - 1
-    n_units = int(unit[-1]) + 1 if unit.size else 0
-    unit_len = np.bincount(unit, minlength=n_units)
-    unit_row = np.flatnonzero(starts.ravel()) // L
-    unit_ok = np.bincount(unit, weights=special.ravel(), minlength=n_units) == 0
-    budget = cfg.mask_rate * (~special).sum(axis=1)      # (B,) tokens to predict, in expectation
-
-    # Random order of units within each row (non-maskable last), cumulative token count in that order.
-    units_per_row = np.bincount(unit_row, minlength=B)
-    key = _draw(rng, units_per_row, lambda g, k: g.random(k)) + (~unit_ok) * 2.0
-    order = np.lexsort((key, unit_row))
-    lens = np.where(unit_ok[order], unit_len[order], 0)
-    cum = np.cumsum(lens)
-    row_sorted = unit_row[order]
-    row_first = np.searchsorted(row_sorted, np.arange(B))  # first sorted unit of each row
-    row_base = np.where(row_first > 0, cum[np.maximum(row_first - 1, 0)], 0)
-    before = cum - lens - row_base[row_sorted]           # tokens already taken in this row
-    left = budget[row_sorted] - before
-    take = unit_ok[order] & (left >= lens)
-    crossing = unit_ok[order] & (left > 0) & (left < lens)
-    take |= crossing & (_draw(rng, units_per_row, lambda g, k: g.random(k)) * np.maximum(lens, 1) < left)
-    chosen_unit = np.zeros(n_units, dtype=bool)
-    chosen_unit[order[take]] = True
-    selected = chosen_unit[unit].reshape(B, L) & ~special
-
+    units = _units(_unit_starts(np.asarray(word_start, dtype=bool).reshape(B, L), special, cfg, rng), special)
+    chosen = _pick_units(units, cfg.mask_rate * (~special).sum(axis=1), B, rng)
+    selected = chosen[units.of_token].reshape(B, L) & ~special
     labels = np.where(selected, ids, -100)
     masked = ids.copy()
     if cfg.strategy == "correction":
-        _correct(masked.ravel(), np.flatnonzero(starts.ravel())[chosen_unit], unit_len[chosen_unit],
-                 unit_row[chosen_unit], B, cfg, rng, similar, special_ids, vocab_size)
-        return masked, labels
+        _correct(masked.ravel(), units.start[chosen], units.length[chosen], units.row[chosen], B, cfg, rng,
+                 similar, special_ids, vocab_size)
+    else:
+        _replace_tokens(masked, selected, cfg, rng, mask_id, special_ids, vocab_size, unigram_probs)
+    return masked, labels
+
+
+def _replace_tokens(masked: np.ndarray, selected: np.ndarray, cfg: MaskingConfig, rng: Rng, mask_id: int,
+                    special_ids: np.ndarray, vocab_size: int, unigram_probs: np.ndarray | None) -> None:
+    """BERT's 80/10/10, in place on the (B, L) ids: one uniform per token of the row (picked or not, so the
+    draws do not depend on the picks); a picked token becomes [MASK] below `mask_token_prob`, a random
+    token in the next `random_token_prob`, else stays. The random tokens are drawn after, in position order."""
+    B, L = masked.shape
     u = _draw(rng, np.full(B, L), lambda g, k: g.random(k)).reshape(B, L)
     to_mask = selected & (u < cfg.mask_token_prob)
     to_random = selected & (u >= cfg.mask_token_prob) & (u < cfg.mask_token_prob + cfg.random_token_prob)
     masked[to_mask] = mask_id
     if to_random.any():
         masked[to_random] = _random_tokens(to_random.sum(axis=1), cfg, rng, special_ids, vocab_size, unigram_probs)
-    return masked, labels
 
 
-def _correct(flat: np.ndarray, start: np.ndarray, length: np.ndarray, row: np.ndarray, B: int,
-             cfg: MaskingConfig, rng: Rng, similar, special_ids: np.ndarray, vocab_size: int) -> None:
-    """MacBERT's replacement, in place on the flat ids: each picked word (flat `start`, `length` in tokens,
-    batch `row`, in flat order) becomes a similar word of the same length (`mask_token_prob`), random tokens
-    (`random_token_prob`, and every word the table has no similar word for) or stays. One decision per word,
-    all of it array lookups."""
+def _correction_choices(flat: np.ndarray, start: np.ndarray, length: np.ndarray, row: np.ndarray, B: int,
+                        cfg: MaskingConfig, rng: Rng, similar) -> tuple[np.ndarray, np.ndarray]:
+    """What becomes of each picked word (flat `start`, `length`, batch `row`, in flat order): the table row
+    of its substitute (-1: none) and whether it gets random tokens.
+
+    One uniform per word: below `mask_token_prob` a similar word, in the next `random_token_prob` random
+    tokens, else kept. Then one uniform per word that goes similar and has similar words in the table
+    picks one of them uniformly; a word going similar that has none gets random tokens instead."""
     u = _draw(rng, np.bincount(row, minlength=B), lambda g, k: g.random(k))
     to_similar = np.flatnonzero(u < cfg.mask_token_prob)
     to_random = (u >= cfg.mask_token_prob) & (u < cfg.mask_token_prob + cfg.random_token_prob)
@@ -215,6 +257,15 @@ def _correct(flat: np.ndarray, start: np.ndarray, length: np.ndarray, row: np.nd
     pick_u = _draw(rng, np.bincount(row[to_similar[found]], minlength=B), lambda g, k: g.random(k))
     replacement[to_similar[found]] = similar.pick(rows[found], pick_u)
     to_random[to_similar[~found]] = True                                # fallback: random tokens
+    return replacement, to_random
+
+
+def _correct(flat: np.ndarray, start: np.ndarray, length: np.ndarray, row: np.ndarray, B: int,
+             cfg: MaskingConfig, rng: Rng, similar, special_ids: np.ndarray, vocab_size: int) -> None:
+    """MacBERT's replacement, in place on the flat ids: one decision per picked word
+    (`_correction_choices`), so a word is replaced as a whole, by a similar word of the same length in
+    tokens or by random tokens (drawn last, in position order)."""
+    replacement, to_random = _correction_choices(flat, start, length, row, B, cfg, rng, similar)
     word = np.repeat(np.arange(len(start)), length)                     # every token of the picked words
     offset = np.arange(len(word)) - np.repeat(np.cumsum(length) - length, length)
     pos = start[word] + offset

@@ -7,7 +7,6 @@ stock head is applied (at masked positions instead of all 128), never its weight
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from zh_bert.errors import ZhBertError, suggest
+from zh_bert.fileio import read_json
 
 # name -> (layers, hidden, heads); intermediate = 4 * hidden (UER-py / Turc et al. miniatures)
 PRESETS: dict[str, tuple[int, int, int]] = {
@@ -170,9 +170,9 @@ def load_init(init_from: str | Path, tokenizer, objective: str, seq_len: int):
     if not (ckpt / "config.json").is_file():
         raise ZhBertError(f"init_from: {ckpt} is not a checkpoint dir (no config.json)")
     try:
-        cfg = json.loads((ckpt / "config.json").read_text(encoding="utf-8"))
+        cfg = read_json(ckpt / "config.json")
         old_n, max_pos = int(cfg.get("vocab_size", 0)), int(cfg.get("max_position_embeddings", 512))
-    except (OSError, ValueError, TypeError, AttributeError) as e:   # not JSON, not a mapping, a size not a number
+    except (ZhBertError, ValueError, TypeError, AttributeError) as e:   # not JSON, not a mapping, a size not a number
         raise ZhBertError(f"init_from: {ckpt / 'config.json'} is not a model config: "
                           f"{str(e).splitlines()[0][:200]}") from None
     new_n = len(tokenizer)

@@ -26,6 +26,7 @@ from zh_bert.corpus_io import CLEAN_REPORT, JOB_MARKER, REPORT_NAMES, corpus_fil
 from zh_bert.errors import ZhBertError
 from zh_bert.fileio import recover
 from zh_bert.shard import ShardConfig, build_shards
+from zh_bert.sharddir import META
 from zh_bert.vocab.build import VocabConfig, VocabOptions, build_vocab
 
 
@@ -37,7 +38,7 @@ class PreparedData:
 
 
 def is_sharddir(path: str | Path) -> bool:
-    return (Path(path) / "meta.json").is_file()
+    return (Path(path) / META).is_file()
 
 
 CLEANED_PARTS = (".jsonl", ".jsonl.gz")
@@ -160,10 +161,10 @@ def prepare_data(recipe, log=print) -> PreparedData:
     """SHARDDIR as is, or build one from the corpus in `recipe.data` (cached): raw text is cleaned first,
     cleaned documents (`is_cleaned_dir`) go straight to vocab and shard; stage errors name recipe keys."""
     with _in_recipe_terms():
-        return _prepare(recipe, log)
+        return _shards_for(recipe, log)
 
 
-def _prepare(recipe, log) -> PreparedData:
+def _shards_for(recipe, log) -> PreparedData:
     paths = [Path(p) for p in recipe.data_paths]
     if len(paths) == 1 and is_sharddir(paths[0]):
         return PreparedData(paths[0], None, None)

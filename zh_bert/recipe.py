@@ -1,7 +1,8 @@
 """The recipe schema: one flat YAML mapping = one `Recipe`; `--set key=value` overrides one key.
 
-The field comments below are the schema documentation; `recipes/*.yaml` repeat them next to each key.
-The masking keys (`masking` = the strategy, `mask_rate`, `mask_token_prob`, `random_token_prob`,
+Each `Recipe` field is declared once (type, default, choices from a Literal, help) with `config.option`, the
+mechanism of every command's options; `render_recipe` and `markdown_table` turn the fields into the commented
+YAML of `--print-recipe` and recipes/tiny-cpu.yaml and into docs/pretrain.md's table. The masking keys (`masking` = the strategy, `mask_rate`, `mask_token_prob`, `random_token_prob`,
 `max_ngram`) stay flat in YAML and `--set`, as every recipe writes them, but live in one place in Python:
 `Recipe.masking`, a `zh_bert.masking.MaskingConfig` (`masking: {strategy: ngram, max_ngram: 4}` is
 accepted too). Paths are kept as written; they resolve against the current directory (README commands
@@ -11,11 +12,13 @@ run from the repo root).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+import textwrap
+import typing
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Mapping, Optional, Union
 
-from zh_bert.config import check_finite, from_dict, load_yaml, parse_set
+from zh_bert.config import check_finite, from_dict, load_yaml, option, parse_set
 from zh_bert.errors import ZhBertError, unknown_key_error
 from zh_bert.masking import MaskingConfig
 
@@ -50,60 +53,94 @@ def check_seed(name: str, first: int, last: int | None = None) -> None:
         raise ZhBertError(f"{name} must be in [0, {SEED_MAX:,}] (a 32-bit seed), got {span}")
 
 
+# The first key of each section of a rendered recipe (`render_recipe`, docs/pretrain.md's table).
+SECTIONS = {
+    "out_dir": "where things are",
+    "objective": "objective and masking",
+    "seq_len": "shape and batch",
+    "lr": "optimizer and schedule",
+    "precision": "precision and memory",
+    "save_every": "bookkeeping",
+    "vocab_kind": "raw-corpus path only (ignored when data is a SHARDDIR)",
+}
+
+
 @dataclass
 class Recipe:
+    """Every key of a pretraining recipe, each declared once with its type, default and help: validation,
+    `zh-bert pretrain --print-recipe`, recipes/tiny-cpu.yaml's comments and docs/pretrain.md's table all
+    come from these fields."""
     # --- where things are
-    out_dir: str = "runs/tiny-cpu"          # run directory (metrics, checkpoints, final/)
-    data: Union[str, list[str]] = "corpora/sample/zhwiki_sampled.txt"
-    # ^ a SHARDDIR (has meta.json) or a corpus (file, dir or list) -> vocab/shard first, cached; raw text is
-    #   cleaned first, cleaned documents (a `zh-bert clean` OUTDIR, pipeline.is_cleaned_dir) are not
-    tokenizer: Optional[str] = None          # TOKDIR; null = init_from's tokenizer or the one built from raw data
-    model: str = "tiny"                      # preset tiny|mini|small|medium|base|large, or a BertConfig json path
-    init_from: Optional[str] = None          # HF checkpoint dir to continue from (null = from scratch)
-    attention_init: Literal["stock", "neighbour"] = "stock"  # from-scratch start; see model.neighbour_attention_init
-    # --- objective and masking (see zh_bert.masking)
-    objective: Literal["mlm", "mlm+nsp", "mlm+sop", "electra"] = "mlm"
-    # ^ electra: generator (MLM at the masked positions) + discriminator (replaced-token detection on every
-    #   token), see model.ElectraPretrainModel; final/ = discriminator, final/generator/ = the masked LM
-    generator_ratio: float = 0.25            # electra: generator hidden size / discriminator's, in (0, 1]
-    rtd_weight: float = 50.0                 # electra: λ in loss = generator MLM + λ · RTD (Clark et al.: 50)
-    masking: MaskingConfig = field(default_factory=MaskingConfig)
-    # ^ flat keys: masking (strategy token|wwm|ngram|unigram-noise, "wwm"), mask_rate (0.15), mask_token_prob
-    #   (0.8), random_token_prob (0.1), max_ngram (3, 1..4); their meaning: zh_bert.masking.MaskingConfig
+    out_dir: str = option("runs/tiny-cpu", help="run directory: metrics.jsonl, curves.png, run.json, "
+                          "checkpoints/, final/ (a new folder, or a run dir of pretrain's own)")
+    data: Union[str, list[str]] = option(
+        "corpora/sample/zhwiki_sampled.txt",
+        help="a SHARDDIR (has meta.json), cleaned documents (a `zh-bert clean` OUTDIR, or a dir of only "
+             "*.jsonl / *.jsonl.gz parts of {\"text\", \"source\"} lines: vocab and shard, not cleaned again) or "
+             "raw text files/dirs (cleaned, a vocab built and sharded first); a list may not mix cleaned and raw. "
+             "Built data is cached under data_cache, keyed by the input bytes and settings")
+    tokenizer: Optional[str] = option(None, help="TOKDIR; null = init_from's tokenizer, or the one built from "
+                                      "the raw corpus (vocab_kind, vocab_size)")
+    model: str = option("tiny", help="preset tiny L2/H128 | mini L4/H256 | small L4/H512 | medium L8/H512 | "
+                        "base L12/H768 | large L24/H1024 (UER's names), or a BERT config.json path")
+    init_from: Optional[str] = option(None, help="checkpoint dir to continue pretraining from (its tokenizer, "
+                                      "fitted to `tokenizer` if set); null = from scratch")
+    attention_init: Literal["stock", "neighbour"] = option(
+        "stock", help="start of a from-scratch model: stock = BERT's N(0, 0.02); neighbour = layer-0 heads start "
+                      "on the previous/next token (still a stock BERT checkpoint; see model.neighbour_attention_init)")
+    # --- objective and masking (the masking keys are zh_bert.masking.MaskingConfig's fields)
+    objective: Literal["mlm", "mlm+nsp", "mlm+sop", "electra"] = option(
+        "mlm", help="mlm; mlm+nsp / mlm+sop also train next-sentence / sentence-order prediction on shards built "
+                    "with --pairs; electra = generator MLM + rtd_weight × the discriminator's replaced-token "
+                    "detection (final/ = discriminator, final/generator/ = the masked LM)")
+    generator_ratio: float = option(0.25, help="electra: generator hidden size / discriminator's, in (0, 1] "
+                                    "(same layers, intermediate size scaled alike, one head per 64 dims)")
+    rtd_weight: float = option(50.0, help="electra: λ in loss = generator MLM + λ · RTD, >= 0 (Clark et al.: 50)")
+    masking: MaskingConfig = option(default_factory=MaskingConfig,
+                                    help="the masking strategy and its settings (flat keys below)")
     # --- shape and batch
-    seq_len: int = 128                       # tokens per sequence (must match the SHARDDIR's)
-    global_batch: int = 32                   # sequences per optimizer step, all processes together
-    micro_batch: int = 32                    # sequences per forward pass per process; accumulation derived
+    seq_len: int = option(128, help="tokens per packed sequence, [CLS] ... [SEP] (must match the SHARDDIR's)")
+    global_batch: int = option(32, help="sequences per optimizer step, all processes together")
+    micro_batch: int = option(32, help="sequences per forward pass per process; accumulation = global_batch / "
+                              "(micro_batch × processes), which must divide exactly")
     # --- optimizer and schedule
-    lr: float = 1e-4                         # peak learning rate (AdamW)
-    weight_decay: float = 0.01               # AdamW decoupled weight decay (not on biases/LayerNorm)
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # AdamW betas
-    adam_eps: float = 1e-6                   # AdamW epsilon
-    grad_clip: float = 1.0                   # max global grad norm (0 = off)
-    warmup_steps: int = 100                  # linear warmup steps
-    max_steps: int = 1000                    # optimizer steps in the run
-    schedule: Literal["linear", "cosine", "constant"] = "linear"  # decay after warmup
-    dropout: float = 0.1                     # hidden dropout for models built from scratch
-    attention_dropout: float = 0.0           # attention-probability dropout; 0 lets SDPA use its fused kernel
-    # ^ (on CPU a nonzero value falls back to the math path, 4-6x slower attention; short pretraining runs
-    #    lose nothing from it, cf. Geiping & Goldstein 2022 "Cramming")
+    lr: float = option(1e-4, help="peak AdamW learning rate")
+    weight_decay: float = option(0.01, help="AdamW decoupled weight decay (not on biases and LayerNorm)")
+    betas: list[float] = option(default_factory=lambda: [0.9, 0.999], help="AdamW betas, two numbers in [0, 1)")
+    adam_eps: float = option(1e-6, help="AdamW epsilon")
+    grad_clip: float = option(1.0, help="max global gradient norm; 0 = no clipping")
+    warmup_steps: int = option(100, help="linear warmup steps")
+    max_steps: int = option(1000, help="optimizer steps in the run")
+    schedule: Literal["linear", "cosine", "constant"] = option("linear", help="lr decay after warmup")
+    dropout: float = option(0.1, help="hidden dropout of models built from scratch (saved in config.json, so "
+                            "fine-tuning the checkpoint uses it too)")
+    attention_dropout: float = option(0.0, help="attention-probability dropout; 0 keeps SDPA on its fused kernel "
+                                      "(on a CPU any other value takes the math path: 4-6x slower attention)")
     # --- precision and memory
-    precision: Literal["auto", "fp32", "fp16", "bf16"] = "auto"   # auto: bf16 where native, fp16 on older GPUs
-    grad_checkpointing: bool = False         # recompute activations in backward (less memory, ~30% slower)
-    max_nan_streak: int = 20                 # stop after this many skipped non-finite steps in a row
+    precision: Literal["auto", "fp32", "fp16", "bf16"] = option(
+        "auto", help="auto = bf16 where native (CPUs with avx512_bf16, Ampere+ GPUs), fp16 with loss scaling on "
+                     "older GPUs, fp32 on Kepler and other CPUs; the log states the precision in effect")
+    grad_checkpointing: bool = option(False, help="recompute activations in backward: less memory, ~30% slower")
+    max_nan_streak: int = option(20, help="stop after this many consecutive skipped steps (non-finite loss or "
+                                 "gradient norm)")
     # --- bookkeeping
-    save_every: int = 500                    # checkpoint every N steps (0 = only at the end / on signal)
-    keep_last: int = 2                       # keep the newest K checkpoints
-    log_every: int = 10                      # metrics.jsonl / TensorBoard line every N steps
-    eval_every: int = 200                    # validation every N steps (0 = only at the end)
-    eval_batches: int = 20                   # validation micro-batches (fixed masking: comparable over time)
-    seed: int = 42                           # model init, data order, masking, dropout
+    save_every: int = option(500, help="checkpoint every N steps (also at the end and on SIGINT/SIGTERM); "
+                             "0 = only then")
+    keep_last: int = option(2, help="keep the newest K checkpoints")
+    log_every: int = option(10, help="metrics.jsonl + TensorBoard line every N steps")
+    eval_every: int = option(200, help="validation MLM loss/accuracy every N steps (and at the end); 0 = only "
+                             "at the end")
+    eval_batches: int = option(20, help="validation micro-batches, fixed masks (comparable across evaluations)")
+    seed: int = option(42, help="model init, data order, masking, dropout; in [0, 2^32 - 1]")
     # --- raw-corpus path only (ignored when data is a SHARDDIR)
-    vocab_kind: Literal["char", "wordpiece", "sentencepiece", "word"] = "char"  # `zh-bert vocab --kind`
-    vocab_size: Optional[int] = None         # `zh-bert vocab --size` (null = the builder's default)
-    doc_sep: Literal["line", "blank"] = "line"   # `zh-bert clean --doc-sep`: one doc per line or blank-separated
-    valid_docs: int = 100                    # `zh-bert shard --valid-docs`: documents held out for validation
-    data_cache: Optional[str] = None         # cache dir for clean/vocab/shard outputs (null = out_dir/data)
+    vocab_kind: Literal["char", "wordpiece", "sentencepiece", "word"] = option(
+        "char", help="`zh-bert vocab --kind`")
+    vocab_size: Optional[int] = option(None, help="`zh-bert vocab --size`; null = the builder's default")
+    doc_sep: Literal["line", "blank"] = option("line", help="`zh-bert clean --doc-sep`: one document per line, "
+                                               "or blank-line separated")
+    valid_docs: int = option(100, help="`zh-bert shard --valid-docs`: documents held out for validation")
+    data_cache: Optional[str] = option(None, help="where the clean/vocab/shard outputs are cached; null = "
+                                       "out_dir/data")
 
     @property
     def data_paths(self) -> list[str]:
@@ -226,6 +263,101 @@ def _flat_keys(data: Mapping[str, Any], where: str) -> dict[str, Any]:
         else:
             raise unknown_key_error(key, KEYS, where, ALIASES)
     return out
+
+
+@dataclass(frozen=True)
+class KeyDoc:
+    """One recipe key as users see it: flat name, type as written in YAML, default and help."""
+    name: str
+    type: str
+    default: Any
+    help: str
+
+
+def _type_text(tp: Any) -> str:
+    """A field annotation as a recipe writer reads it: `int`, `str | null`, `token | wwm`, `list[float]`."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is Literal:
+        return " | ".join(map(str, args))
+    if origin is Union:
+        return " | ".join("null" if a is type(None) else _type_text(a) for a in args)
+    if origin is list:
+        return f"list[{_type_text(args[0])}]"
+    return tp.__name__
+
+
+def _default(f: dataclasses.Field) -> Any:
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
+def key_docs() -> list[KeyDoc]:
+    """Every recipe key in recipe order, the masking keys inline (their docs are MaskingConfig's options)."""
+    out = []
+    for cls, prefix in ((Recipe, None), (MaskingConfig, "masking")):
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if cls is Recipe and f.name == "masking":
+                out.append(None)   # the masking keys go here
+                continue
+            name = "masking" if (prefix and f.name == "strategy") else f.name
+            out.append(KeyDoc(name, _type_text(hints[f.name]), _default(f), f.metadata["cli"]["help"]))
+    slot = out.index(None)
+    masking = [d for d in out[slot + 1:] if d.name in MASKING_KEYS]
+    return [d for d in out[:slot] if d] + masking + [d for d in out[slot + 1:] if d.name not in MASKING_KEYS]
+
+
+def yaml_value(value: Any) -> str:
+    """`value` as one line of YAML (flow style), as recipes write it."""
+    import yaml
+
+    text = yaml.safe_dump(value, default_flow_style=True, allow_unicode=True, width=10**6).strip()
+    return text.removesuffix("\n...").removesuffix("...").strip()
+
+
+def render_recipe(recipe: Recipe, header: str = "", reasons: Mapping[str, str] | None = None) -> str:
+    """`recipe` as commented YAML: each key under its type, default and help (from the schema), with the
+    recipe's own one-line reason, if any, after the value. `header` (comment lines) comes first."""
+    values, reasons = recipe.to_dict(), reasons or {}
+    lines = [header.rstrip("\n")] if header.strip() else []
+    for doc in key_docs():
+        if doc.name in SECTIONS:
+            lines += ["", f"# --- {SECTIONS[doc.name]}"]
+        lines += textwrap.wrap(f"[{doc.type}, default {yaml_value(doc.default)}] {doc.help}", width=COMMENT_WIDTH,
+                               initial_indent="# ", subsequent_indent="#   ", break_on_hyphens=False)
+        line = f"{doc.name}: {yaml_value(values[doc.name])}"
+        lines.append(f"{line}  # {reasons[doc.name]}" if doc.name in reasons else line)
+    return "\n".join(lines) + "\n"
+
+
+COMMENT_WIDTH = 110
+
+
+def recipe_comments(text: str) -> tuple[str, dict[str, str]]:
+    """(the leading comment block, {key: the reason written after its value}) of a recipe's text: what
+    `render_recipe` needs, besides the values, to write the same file again."""
+    lines = text.splitlines()
+    head = []
+    for line in lines:
+        if not line.startswith("#") or line.startswith("# ---"):
+            break
+        head.append(line)
+    reasons = {}
+    for line in lines:
+        key, sep, rest = line.partition(": ")
+        if sep and not line.startswith((" ", "#")) and "  # " in rest:
+            reasons[key] = rest.split("  # ", 1)[1].strip()
+    return "\n".join(head), reasons
+
+
+def markdown_table() -> str:
+    """docs/pretrain.md's recipe-key table: one row per key, one bold row per section."""
+    cell = lambda text: str(text).replace("|", "\\|")  # noqa: E731
+    rows = ["| key | type | default | meaning |", "|---|---|---|---|"]
+    for doc in key_docs():
+        if doc.name in SECTIONS:
+            rows.append(f"| **{cell(SECTIONS[doc.name])}** | | | |")
+        rows.append(f"| `{doc.name}` | {cell(doc.type)} | `{cell(yaml_value(doc.default))}` | {cell(doc.help)} |")
+    return "\n".join(rows) + "\n"
 
 
 def load_recipe(path: str | Path | None, overrides: dict[str, Any] | list[str] | None = None) -> Recipe:

@@ -4,6 +4,8 @@ Both segment the same way (same dictionary and HMM); rjieba is ~20x faster. Meas
 bundled sample corpus is in README § shard (`bench/shard_throughput.py`), which is why rjieba is the
 default. A segmenter only answers "at which character positions do words start"; mapping that onto
 tokens is `token_word_starts`, so any tokenizer (char, WordPiece, SentencePiece, word) works the same.
+`word_units` turns those token word starts into the words that masking and the similar-word table
+see, with special tokens as words of their own.
 """
 
 from __future__ import annotations
@@ -108,3 +110,19 @@ def token_word_starts(char_start_mask: np.ndarray, tok_start: np.ndarray, tok_en
     out = cum[tok_start + 1] - cum[prev_end] > 0
     out[0] = True
     return out
+
+
+def special_cuts(special: np.ndarray) -> np.ndarray:
+    """(B, L) bool: where special tokens force a new masking unit, whatever the words: at the first token
+    of a row, at every special token and right after it, so that no unit ever contains one."""
+    cuts = special.astype(bool)
+    cuts[:, 1:] |= special[:, :-1]
+    cuts[:, 0] = True
+    return cuts
+
+
+def word_units(word_start: np.ndarray, special: np.ndarray) -> np.ndarray:
+    """(B, L) bool: where a word begins for whole-word masking (``wwm``, ``correction``) and for the
+    similar-word table, which must see the same words: the segmenter's word starts (`word_start`, from
+    `token_word_starts`) plus `special_cuts`, so special tokens are words of their own."""
+    return word_start.astype(bool) | special_cuts(special)

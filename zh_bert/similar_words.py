@@ -34,7 +34,8 @@ from pathlib import Path
 import numpy as np
 
 from zh_bert.errors import ZhBertError
-from zh_bert.masking import word_units
+from zh_bert.fileio import atomic_write
+from zh_bert.segment import word_units
 
 TABLE_FILE = "similar_words.npz"
 FORMAT_VERSION = 1
@@ -113,8 +114,7 @@ class SimilarWords:
         return float(self.counts[self.n_neighbours > 0].sum() / max(self.counts.sum(), 1))
 
     def save(self, path: Path) -> None:
-        from zh_bert.fileio import atomic_write
-
+        """Atomically: a killed build leaves no half table, a full disk is one line naming the file."""
         with atomic_write(path, "wb") as f:
             np.savez(f, keys=self.keys, tokens=self.tokens, lengths=self.lengths, counts=self.counts,
                      neighbours=self.neighbours, similarity=self.similarity, n_neighbours=self.n_neighbours,

@@ -4,9 +4,10 @@ With `--executor local|slurm|ray --tasks N` the same cleaning runs as datatrove 
 parts (on_executor.py); below is the in-process path, for inputs one machine cleans comfortably.
 
 Pipeline: the main process reads documents in input order (readers.py) and sends batches to worker
-processes, which normalise (normalize.py), filter (filters.py) and hash (dedup.py) them; results come back
-in submission order and the main process deduplicates and writes them, so the output is the same for any
-`--workers`. At most 2 batches per worker are in flight: memory stays flat on any corpus size.
+processes, whose `DocCleaner` (cleaner.py) normalises (normalize.py), filters (filters.py) and hashes
+(dedup.py) them; results come back in submission order and the main process deduplicates and writes them,
+so the output is the same for any `--workers`. At most 2 batches per worker are in flight: memory stays
+flat on any corpus size.
 
 Output: OUT.jsonl (one `{"text", "source"}` per line, paragraphs joined by "\\n") and OUT.report.json,
 both written under temporary names and renamed only when complete. The report records the size and
@@ -27,13 +28,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Literal, Optional
 
-from zh_bert.clean.dedup import DEDUP_MODES, DedupMode, Deduplicator, MinHashConfig, MinHasher, exact_key
-from zh_bert.clean.filters import FilterConfig, quality_reason, remove_boilerplate
-from zh_bert.clean.normalize import NormalizeConfig, Normalizer
+from zh_bert.clean.cleaner import BatchResult, CleanConfig, DocCleaner, batched
+from zh_bert.clean.dedup import Deduplicator, MinHashConfig
+from zh_bert.clean.filters import FilterConfig
+from zh_bert.clean.normalize import NormalizeConfig
 from zh_bert.clean.readers import ReadOptions, expand_inputs, read_input
 from zh_bert.clean.report import Tally, read_report, report_path, written_by_clean
 from zh_bert.clean.source import Problems, RawDoc
-from zh_bert.clean.wikitext import wikitext_to_text
 from zh_bert.config import build_parser as _build_parser
 from zh_bert.config import config_from_args, option
 from zh_bert.errors import ZhBertError
@@ -42,23 +43,6 @@ from zh_bert.fileio import atomic_write, recover, write_json
 
 __all__ = ["main", "clean", "build_parser", "report_path", "read_report", "CleanJob", "CleanConfig",
            "ReadOptions", "DocCleaner"]
-
-BATCH_CHARS = 1 << 18   # ~0.75 MB of Chinese per batch: large enough to amortise pickling
-BATCH_DOCS = 2048
-
-
-@dataclass
-class CleanConfig:
-    """What happens to each document (sent to every worker process)."""
-    normalize: NormalizeConfig = field(default_factory=NormalizeConfig)
-    filters: FilterConfig = field(default_factory=FilterConfig)
-    dedup: DedupMode = option("exact", help="exact: hash of the normalised text; minhash: exact + near duplicates "
-                              "(MinHash LSH over character n-grams)")
-    minhash: MinHashConfig = field(default_factory=MinHashConfig)
-
-    def __post_init__(self):
-        if self.dedup not in DEDUP_MODES:
-            raise ZhBertError(f"--dedup must be one of {', '.join(DEDUP_MODES)}, got '{self.dedup}'")
 
 
 @dataclass
@@ -85,58 +69,11 @@ class CleanJob:
 
 
 
-@dataclass
-class BatchResult:
-    kept: list            # (JSON line, characters, exact key, minhash signature or None); JSON encoded
-                          # in the worker, so the main process only deduplicates and writes
-    docs_in: int = 0
-    chars_in: int = 0
-    bytes_in: int = 0
-    rejected: collections.Counter = field(default_factory=collections.Counter)
-    pii: collections.Counter = field(default_factory=collections.Counter)
-    boilerplate_lines: int = 0
-
-
-class DocCleaner:
-    """Normalise → remove boilerplate lines → quality filters → hashes, for one batch of documents."""
-
-    def __init__(self, cfg: CleanConfig):
-        self.cfg = cfg
-        self.normalize = Normalizer(cfg.normalize)
-        self.minhasher = MinHasher(cfg.minhash) if cfg.dedup == "minhash" else None
-
-    def __call__(self, batch: list[RawDoc]) -> BatchResult:
-        res = BatchResult(kept=[])
-        for doc in batch:
-            text = doc.text
-            res.docs_in += 1
-            res.chars_in += len(text)
-            res.bytes_in += len(text.encode("utf-8"))
-            if doc.markup == "wikitext":
-                text = wikitext_to_text(text)
-            text = self.normalize(text, res.pii)
-            if self.cfg.filters.boilerplate:
-                text, n = remove_boilerplate(text)
-                res.boilerplate_lines += n
-                if n and not text:
-                    res.rejected["boilerplate"] += 1
-                    continue
-            reason = quality_reason(text, self.cfg.filters)
-            if reason:
-                res.rejected[reason] += 1
-                continue
-            key = exact_key(text) if self.cfg.dedup != "none" else b""
-            sig = self.minhasher.signature(text) if self.minhasher else None
-            line = json.dumps({"text": text, "source": doc.source}, ensure_ascii=False)
-            res.kept.append((line, len(text), key, sig))
-        return res
-
-
 # --- worker processes ----------------------------------------------------------------------------
 _worker_cleaner: DocCleaner | None = None  # one per worker process, built by the pool initializer
 
 
-def _init_worker(cfg: CleanConfig) -> None:
+def _start_cleaner(cfg: CleanConfig) -> None:
     global _worker_cleaner
     _worker_cleaner = DocCleaner(cfg)
 
@@ -153,7 +90,7 @@ def _map_ordered(cfg: CleanConfig, batches: Iterable[list[RawDoc]], workers: int
             yield cleaner(b)
         return
     ctx = mp.get_context(start_method())
-    with ctx.Pool(workers, initializer=_init_worker, initargs=(cfg,)) as pool:
+    with ctx.Pool(workers, initializer=_start_cleaner, initargs=(cfg,)) as pool:
         pending: collections.deque = collections.deque()
         for b in batches:
             pending.append(pool.apply_async(_clean_in_worker, (b,)))
@@ -161,18 +98,6 @@ def _map_ordered(cfg: CleanConfig, batches: Iterable[list[RawDoc]], workers: int
                 yield pending.popleft().get()
         while pending:
             yield pending.popleft().get()
-
-
-def batched(docs: Iterable[RawDoc]) -> Iterator[list[RawDoc]]:
-    batch, chars = [], 0
-    for d in docs:
-        batch.append(d)
-        chars += len(d.text)
-        if chars >= BATCH_CHARS or len(batch) >= BATCH_DOCS:
-            yield batch
-            batch, chars = [], 0
-    if batch:
-        yield batch
 
 
 # --- outputs -------------------------------------------------------------------------------------

@@ -19,15 +19,13 @@ Stages (each a datatrove job; finished tasks are skipped when the same command i
 
 "Earlier" is global input order (task rank, then position = file order, then offset), so the kept documents
 are those the in-process path keeps. report.json's `seconds` is the union of the finished tasks' spans.
+The work files and each task's bookkeeping are in work.py, the merged report in report.py.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import gzip
-import hashlib
-import json
 import os
 import shutil
 import time
@@ -39,102 +37,25 @@ import numpy as np
 from datatrove.pipeline.base import PipelineStep
 from datatrove.pipeline.dedup.minhash import MinhashDedupBuckets
 
+from zh_bert.clean.cleaner import DocCleaner, batched
 from zh_bert.clean.dedup import LSHIndex, lsh_params
-from zh_bert.clean.report import Tally, file_digest
-from zh_bert.clean.source import MAX_RECORDED, Problems
+from zh_bert.clean.readers import check_outdir_apart, expand_inputs, line_delimited, read_input
+from zh_bert.clean.report import Tally, file_digest, merge_report
+from zh_bert.clean.source import Problems
+from zh_bert.clean.work import (DISK_FULL, DiskFull, Work, running_task, task_spans, work_file, work_json,
+                                working_seconds)
 from zh_bert.corpus_io import CLEAN_REPORT, Segment, plan_shares
 from zh_bert.errors import ZhBertError
 from zh_bert.executors import JobMarker, Stage, check_engine, run_stages
-from zh_bert.fileio import atomic_write, recover, write_json
+from zh_bert.fileio import atomic_write, read_json, recover, write_json
 
 PART = "part-{:05d}.jsonl"
 _KEY_WORDS = 4   # a 16-byte exact key as 4 uint32 "hashes" of one datatrove bucket
 
 
-def _work_file(path: Path):
-    """Work files are written in place, not under temp names: a later stage reads them only after
-    datatrove marked the task that wrote them complete, and a rerun of that task rewrites them (temp
-    names would also land in the folders datatrove's bucket stage lists)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return open(path, "wb")
-
-
-def _work_json(path: Path, obj) -> None:
-    with _work_file(path) as f:
-        f.write(json.dumps(obj, ensure_ascii=False).encode("utf-8"))
-
-
-class Work:
-    """Paths under OUTDIR/.zh-bert/work: one place that knows the layout every stage reads and writes."""
-
-    def __init__(self, outdir: str):
-        self.outdir = Path(outdir)
-        self.root = self.outdir / ".zh-bert" / "work"
-
-    def docs(self, r): return self.root / "docs" / f"{r:05d}.jsonl"
-    def chars(self, r): return self.root / "chars" / f"{r:05d}.bin"
-    def sigs(self, r): return self.root / "sigs" / f"{r:05d}.bin"
-    def tally(self, r): return self.root / "tally" / f"{r:05d}.json"
-    def removed(self, r): return self.root / "removed" / f"{r:05d}.npy"
-    def written(self, r): return self.root / "written" / f"{r:05d}.json"
-    def keys(self, kind): return self.root / kind          # datatrove signature folder (bucket_XXX/)
-    def dups(self, kind): return self.root / f"{kind}-dups"
-    def dedup_summary(self): return self.root / "dedup.json"
-    def times(self): return self.root / "times"
-
-
-_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
-
-
-class DiskFull(ZhBertError):
-    """A task found no space for the job's files; the command then removes the job's work (see `_reset`)."""
-
-
-def _times(work: "Work") -> list[tuple[float, float]]:
-    """The (start, end) of every finished task of this job, over all its runs."""
-    spans = []
-    for p in sorted(work.times().glob("*.json")) if work.times().is_dir() else ():
-        with contextlib.suppress(OSError, ValueError):
-            spans.append(tuple(json.loads(p.read_text())))
-    return spans
-
-
-def working_seconds(spans: list[tuple[float, float]]) -> float:
-    """Seconds during which at least one task was working (the union of the task spans): the time between
-    a killed run and its rerun, when nothing ran, does not count; tasks running side by side count once."""
-    total, end = 0.0, float("-inf")
-    for a, b in sorted(spans):
-        if b > end:
-            total += b - max(a, end)
-            end = b
-    return total
-
-
-@contextlib.contextmanager
-def _task(outdir: str, stage: str, rank: int, cwd: str):
-    """One task of this job, run in the command's directory `cwd` (a forkserver, a Ray or Slurm worker
-    starts elsewhere; inputs and -o may be relative, and sources name inputs as the user gave them). Its
-    span is recorded once it finished (report.json's seconds), and a disk error is one line; on a full
-    disk the task first removes its own work files (its log line then fits)."""
-    with contextlib.suppress(OSError):   # a Ray node without that folder: absolute paths still work
-        if os.getcwd() != cwd:
-            os.chdir(cwd)
-    work, t0 = Work(outdir), time.time()
-    try:
-        yield work
-        if work.root.is_dir():   # not after the report task, which removes the work files
-            _work_json(work.times() / f"{stage}-{rank:05d}.json", [t0, time.time()])
-    except OSError as e:
-        if e.errno not in _DISK_FULL:
-            raise ZhBertError(f"{e.filename or '-o ' + outdir}: {e.strerror or e} (stage {stage}, task {rank})") from None
-        for p in list(work.root.rglob(f"{rank:05d}*")):
-            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
-        raise DiskFull(f"-o {outdir}: no space left on device (stage {stage}, task {rank}); the job's work files "
-                       f"were removed: free some space, or give -o on another disk, and rerun") from None
-
-
 class _JobStep(PipelineStep):
-    """A step of this job's stages: `task(work, rank)` runs inside `_task` (directory, timing, disk errors)."""
+    """A step of this job's stages: `task(work, rank)` runs inside `running_task` (directory, timing, disk
+    errors)."""
     stage = ""
 
     def __init__(self):
@@ -142,7 +63,7 @@ class _JobStep(PipelineStep):
         self.cwd = os.getcwd()
 
     def run(self, data=None, rank: int = 0, world_size: int = 1):
-        with _task(self.outdir, self.stage, rank, self.cwd) as work, self.track_time():
+        with running_task(self.outdir, self.stage, rank, self.cwd) as work, self.track_time():
             self.task(work, rank)
         yield from ()   # a datatrove step is a generator
 
@@ -155,7 +76,7 @@ class _BucketStep(MinhashDedupBuckets):
         self.outdir, self.stage, self.cwd = outdir, stage, os.getcwd()
 
     def run(self, data=None, rank: int = 0, world_size: int = 1):
-        with _task(self.outdir, self.stage, rank, self.cwd):
+        with running_task(self.outdir, self.stage, rank, self.cwd):
             super().run(data, rank, world_size)
         yield from ()
 
@@ -175,7 +96,7 @@ class KeyRecords:
             self.bands += [(f"band{b}", work.keys("minhash") / f"bucket_{b:03d}", slice(b * rows, (b + 1) * rows))
                            for b in range(bands)]
         self.tmp = work.root / "unsorted" / f"{rank:05d}"
-        self.files = {name: _work_file(self.tmp / f"{name}.bin") for name, _, _ in self.bands}
+        self.files = {name: work_file(self.tmp / f"{name}.bin") for name, _, _ in self.bands}
         self.n = 0
 
     def add(self, keys: list[bytes], sigs: list) -> None:
@@ -200,7 +121,7 @@ class KeyRecords:
         for name, folder, cols in self.bands:
             rec = np.fromfile(self.tmp / f"{name}.bin", dtype="<u4").reshape(self.n, cols.stop - cols.start + 1)
             order = np.lexsort([rec[:, j] for j in reversed(range(rec.shape[1]))])
-            with _work_file(folder / f"{self.rank:05d}.minhash.sig") as f:
+            with work_file(folder / f"{self.rank:05d}.minhash.sig") as f:
                 f.write(rec[order].tobytes())
         shutil.rmtree(self.tmp, ignore_errors=True)
 
@@ -216,9 +137,6 @@ class CleanTaskStep(_JobStep):
         self.shares, self.read, self.config, self.outdir = shares, read, config, outdir
 
     def task(self, work: "Work", rank: int) -> None:
-        from zh_bert.clean import DocCleaner, batched
-        from zh_bert.clean.readers import read_input
-
         cfg = self.config
         cleaner, tally, problems, per_file = DocCleaner(cfg), Tally(), Problems(), {}
 
@@ -231,8 +149,8 @@ class CleanTaskStep(_JobStep):
                 per_file[f] = per_file.get(f, 0) + n
 
         keys = KeyRecords(work, rank, cfg)
-        with contextlib.closing(keys), _work_file(work.docs(rank)) as fdocs, _work_file(work.sigs(rank)) as fsigs, \
-                _work_file(work.chars(rank)) as fchars:
+        with contextlib.closing(keys), work_file(work.docs(rank)) as fdocs, work_file(work.sigs(rank)) as fsigs, \
+                work_file(work.chars(rank)) as fchars:
             for batch in batched(docs()):
                 res = cleaner(batch)
                 tally.add_batch(res)
@@ -247,7 +165,7 @@ class CleanTaskStep(_JobStep):
                     keys.add(list(exact), list(sigs))
                 self.stat_update("kept", value=len(res.kept))
             keys.finish()
-        _work_json(work.tally(rank), {**{k: dict(v) if isinstance(v, dict) else v for k, v in vars(tally).items()},
+        work_json(work.tally(rank), {**{k: dict(v) if isinstance(v, dict) else v for k, v in vars(tally).items()},
                                       "problems": asdict(problems), "per_file": per_file})
 
 
@@ -278,7 +196,7 @@ def _components(edges: np.ndarray) -> dict[int, list[int]]:
     return {r: sorted(m) for r, m in comps.items()}
 
 
-def _ids(pairs: np.ndarray) -> np.ndarray:
+def _pair_ids(pairs: np.ndarray) -> np.ndarray:
     """(rank, doc) pairs → int64 ids ordered like the input: rank first, then position."""
     p = pairs.astype(np.int64)
     return np.stack([(p[:, 0] << 32) | p[:, 1], (p[:, 2] << 32) | p[:, 3]], axis=1)
@@ -298,7 +216,7 @@ class DedupStep(_JobStep):
     def task(self, work: "Work", rank: int) -> None:
         removed: dict[int, str] = {}
         exact = _pairs(work.dups("exact")) if self.config.dedup != "none" else np.zeros((0, 4), "<u4")
-        for members in _components(_ids(exact)).values():
+        for members in _components(_pair_ids(exact)).values():
             for x in members[1:]:
                 removed[x] = "exact"
         if self.config.dedup == "minhash":
@@ -307,13 +225,13 @@ class DedupStep(_JobStep):
         for x in removed:
             by_rank[x >> 32].append(x & 0xFFFFFFFF)
         for r, idx in by_rank.items():
-            with _work_file(work.removed(r)) as f:
+            with work_file(work.removed(r)) as f:
                 np.save(f, np.sort(np.asarray(idx, dtype=np.int64)))
         counts = {"exact": 0, "near": 0}
         for why in removed.values():
             counts[why] += 1
             self.stat_update(why)
-        _work_json(work.dedup_summary(), counts)
+        work_json(work.dedup_summary(), counts)
 
     def _near(self, work: Work, removed: dict[int, str]) -> None:
         """Near duplicates with the in-process code itself (`LSHIndex`, the one rule): datatrove's bucket
@@ -328,7 +246,7 @@ class DedupStep(_JobStep):
         def sig(x):   # read, not memory-mapped: touched pages would stay in this process's RSS
             return np.fromfile(work.sigs(x >> 32), dtype="<u4", count=mh.num_perm, offset=(x & 0xFFFFFFFF) * row_bytes)
 
-        for members in _components(_ids(_pairs(work.dups("minhash")))).values():
+        for members in _components(_pair_ids(_pairs(work.dups("minhash")))).values():
             index = LSHIndex(mh)
             for x in members:
                 if x not in removed and index.add_or_match(sig(x).astype(np.uint32)):
@@ -371,7 +289,7 @@ class WritePartStep(_JobStep):
             path.unlink()
         size, digest = file_digest(path) if docs else (0, None)
         self.stat_update("documents", value=docs)
-        _work_json(work.written(rank), {"name": name, "docs": docs, "chars": n_chars, "bytes": size,
+        work_json(work.written(rank), {"name": name, "docs": docs, "chars": n_chars, "bytes": size,
                                         "sha256": digest})
 
 
@@ -387,10 +305,10 @@ class ReportStep(_JobStep):
 
     def task(self, work: "Work", rank: int) -> None:
         outdir, t0 = Path(self.outdir), time.time()
-        seconds = working_seconds(_times(work) + [(t0, time.time())])
-        report = merge_report([json.loads(work.tally(r).read_text()) for r in range(self.tasks)],
-                              json.loads(work.dedup_summary().read_text()),
-                              [json.loads(work.written(r).read_text()) for r in range(self.tasks)],
+        seconds = working_seconds(task_spans(work) + [(t0, time.time())])
+        report = merge_report([read_json(work.tally(r)) for r in range(self.tasks)],
+                              read_json(work.dedup_summary()),
+                              [read_json(work.written(r)) for r in range(self.tasks)],
                               {**self.info, "seconds": seconds})
         if report["docs_out"] == 0:
             raise ZhBertError(f"no documents in {', '.join(self.info['input_names'][:3])}: {report['docs_in']} read, "
@@ -400,45 +318,8 @@ class ReportStep(_JobStep):
         shutil.rmtree(work.root, ignore_errors=True)
 
 
-def merge_report(tallies: list[dict], dups: dict, written: list[dict], info: dict) -> dict:
-    """report.json: the in-process report's keys, summed over tasks, plus the parts and the engine."""
-    tally, problems, per_file = Tally(), Problems(), {}
-    for t in tallies:
-        for k in ("docs_in", "chars_in", "bytes_in", "boilerplate_lines"):
-            setattr(tally, k, getattr(tally, k) + t[k])
-        tally.filtered.update(t["filtered"])
-        tally.pii.update(t["pii"])
-        for kind, n in t["problems"]["counts"].items():
-            problems.counts[kind] = problems.counts.get(kind, 0) + n
-        for kind, where in t["problems"]["where"].items():
-            problems.where.setdefault(kind, []).extend(where)
-        problems.encodings.update(t["problems"]["encodings"])
-        for f, n in t["per_file"].items():
-            docs, readers = per_file.get(f, (0, 0))
-            per_file[f] = (docs + n, readers + (n > 0))
-    problems.where = {kind: where[:MAX_RECORDED] for kind, where in problems.where.items()}
-    parts = [w for w in written if w["docs"]]
-    tally.docs_out = sum(w["docs"] for w in written)
-    tally.chars_out = sum(w["chars"] for w in written)
-    tally.duplicates = dict(dups)
-    seconds = info["seconds"]
-    default_enc = info["read_encoding"]
-    report = tally.to_report(
-        seconds=seconds, problems=problems, skipped=info["skipped"], workers=info["workers"],
-        output=info["outdir"], options=info["options"],
-        inputs=[{"path": f, "docs": per_file.get(f, (0, 0))[0], "encoding": problems.encodings.get(f, default_enc),
-                 "tasks": per_file.get(f, (0, 0))[1]} for f in info["input_names"]])
-    fingerprint = hashlib.sha256(json.dumps([[p["name"], p["sha256"]] for p in parts]).encode()).hexdigest()
-    report.update(output_bytes=sum(p["bytes"] for p in parts), output_sha256=fingerprint,
-                  tasks=info["tasks"], executor=info["executor"],
-                  parts=[{k: p[k] for k in ("name", "docs", "bytes", "sha256")} for p in parts])
-    return report
-
-
 def clean_on_executor(job) -> dict | None:
     """Run `job` on its executor; the report dict once OUTDIR is complete, None when Slurm jobs were submitted."""
-    from zh_bert.clean.readers import check_outdir_apart, expand_inputs
-
     opts, out = job.engine, Path(job.output)
     if out.name.endswith((".jsonl", ".json", ".gz")):
         raise ZhBertError(f"-o {out}: with --executor the output is a directory of parts; give a directory "
@@ -458,21 +339,21 @@ def clean_on_executor(job) -> dict | None:
     resumed = marker.claim(opts.force, logdir=logdir, done=CLEAN_REPORT,
                            owned=lambda p: p.name == CLEAN_REPORT or p.name.lstrip(".").startswith("part-"))
     if resumed and (out / CLEAN_REPORT).is_file():
-        return json.loads((out / CLEAN_REPORT).read_text(encoding="utf-8"))
-    stages = _stages(job, out, files, skipped, tasks, workers)
+        return read_json(out / CLEAN_REPORT)
+    stages = _clean_stages(job, out, files, skipped, tasks, workers)
     try:   # absolute folders: datatrove's file layer (fsspec) caches folder objects by the path given
         ran = run_stages(stages, opts, workers, logdir.absolute(), quiet=job.quiet)
         if not ran:
             return None
     except (DiskFull, OSError) as e:
-        if isinstance(e, OSError) and e.errno not in _DISK_FULL:
+        if isinstance(e, OSError) and e.errno not in DISK_FULL:
             raise ZhBertError(f"{e.filename or '-o ' + str(out)}: {e.strerror or e}") from None
         _reset(out, logdir, stages)
         if isinstance(e, DiskFull):
             raise
         raise DiskFull(f"-o {out}: no space left on device; the job's work files were removed: free some "
                        f"space, or give -o on another disk, and rerun") from None
-    return json.loads((out / CLEAN_REPORT).read_text(encoding="utf-8"))
+    return read_json(out / CLEAN_REPORT)
 
 
 def _reset(out: Path, logdir: Path, stages: list[Stage]) -> None:
@@ -485,11 +366,9 @@ def _reset(out: Path, logdir: Path, stages: list[Stage]) -> None:
         p.unlink(missing_ok=True)
 
 
-def _stages(job, out: Path, files: list[Path], skipped: list[str], tasks: int, workers: int) -> list[Stage]:
+def _clean_stages(job, out: Path, files: list[Path], skipped: list[str], tasks: int, workers: int) -> list[Stage]:
     from datatrove.pipeline.dedup.minhash import MinhashConfig
     from datatrove.utils.hashing import HashConfig
-
-    from zh_bert.clean.readers import line_delimited
 
     mh = job.config.minhash
     bands, rows = lsh_params(mh.threshold, mh.num_perm)

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import IO, Iterator, Literal, Optional
 
 from zh_bert.clean.report import REPORT_SUFFIX
-from zh_bert.clean.source import COMPRESSED, Problems, RawDoc, inner_name, open_binary
+from zh_bert.clean.source import COMPRESSED, Problems, RawDoc, inner_name
 from zh_bert.clean.wikitext import read_mediawiki
 from zh_bert.config import option
-from zh_bert.corpus_io import Segment, line_number, lone_surrogate, segment_raw_lines
+from zh_bert.corpus_io import Segment, line_number, lone_surrogate, open_binary, segment_raw_lines
 from zh_bert.errors import ZhBertError
 
 Format = Literal["auto", "text", "jsonl", "json", "wikiextractor", "mediawiki"]
@@ -220,7 +220,7 @@ def detect_format(path: Path, fmt: str) -> str:
 
 
 # --- readers -------------------------------------------------------------------------------------
-def read_text(path: Path, doc_sep: str, encoding: str, problems: Problems,
+def read_plain_docs(path: Path, doc_sep: str, encoding: str, problems: Problems,
               segment: Segment | None = None) -> Iterator[RawDoc]:
     """Plain text: one document per line ('line'), blank-line separated ('blank'), or the whole file ('file',
     e.g. THUCNews: title line, then paragraphs)."""
@@ -287,7 +287,7 @@ def _record_doc(obj, field_name: str, field_given: bool, path: Path, where: int,
     return RawDoc(text, source)
 
 
-def read_jsonl(path: Path, field_name: str, field_given: bool, encoding: str,
+def read_jsonl_docs(path: Path, field_name: str, field_given: bool, encoding: str,
                problems: Problems, segment: Segment | None = None) -> Iterator[RawDoc]:
     for i, line in read_lines(path, encoding, problems, segment):
         if not line.strip():
@@ -302,7 +302,7 @@ def read_jsonl(path: Path, field_name: str, field_given: bool, encoding: str,
             yield doc
 
 
-def read_json(path: Path, field_name: str, field_given: bool, encoding: str,
+def read_json_docs(path: Path, field_name: str, field_given: bool, encoding: str,
               problems: Problems) -> Iterator[RawDoc]:
     """CLUE-style `.json`: JSON lines (CLUECorpus2020, CLUE tasks), a JSON array of records, or a
     SQuAD-format document (CMRC 2018, DRCD: one document per article, its paragraphs joined by '\\n')."""
@@ -313,7 +313,7 @@ def read_json(path: Path, field_name: str, field_given: bool, encoding: str,
     except json.JSONDecodeError:
         first_obj = None
     if isinstance(first_obj, dict) and not isinstance(first_obj.get("data"), list):
-        yield from read_jsonl(path, field_name, field_given, encoding, problems)
+        yield from read_jsonl_docs(path, field_name, field_given, encoding, problems)
         return
     with open_binary(path) as f:
         raw = f.read()
@@ -389,11 +389,11 @@ def _read_format(path: Path, read: ReadOptions, problems: Problems, segment: Seg
     if segment is not None and not line_delimited(path, read):
         raise ValueError(f"{path}: only a line-delimited file is read by segments")
     if fmt == "text":
-        yield from read_text(path, read.doc_sep, read.encoding, problems, segment)
+        yield from read_plain_docs(path, read.doc_sep, read.encoding, problems, segment)
     elif fmt == "jsonl":
-        yield from read_jsonl(path, field_name, given, read.encoding, problems, segment)
+        yield from read_jsonl_docs(path, field_name, given, read.encoding, problems, segment)
     elif fmt == "json":
-        yield from read_json(path, field_name, given, read.encoding, problems)
+        yield from read_json_docs(path, field_name, given, read.encoding, problems)
     elif fmt == "wikiextractor":
         yield from read_wikiextractor(path, read.encoding, problems)
     else:

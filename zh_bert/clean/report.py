@@ -1,6 +1,6 @@
-"""The run's tally and `OUT.report.json`: what a model card needs to say how the corpus was cleaned
-(counts per filter reason, duplicates, chars and documents in/out, unreadable lines with file:line,
-inputs with their encodings, every option in effect, time)."""
+"""The run's tally and `OUT.report.json` (or, merged over the tasks of `--executor`, OUTDIR/report.json):
+what a model card needs to say how the corpus was cleaned (counts per filter reason, duplicates, chars and
+documents in/out, unreadable lines with file:line, inputs with their encodings, every option in effect, time)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from zh_bert.clean.source import MAX_RECORDED, Problems
+from zh_bert.fileio import read_json
 
 REPORT_SUFFIX = ".report.json"
 
@@ -25,10 +27,7 @@ def report_path(out: str | os.PathLike) -> Path:
 
 
 def _load(path: Path) -> dict | None:
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
-        return None
+    obj = read_json(path, default=None)
     return obj if isinstance(obj, dict) else None
 
 
@@ -115,3 +114,38 @@ class Tally:
             "options": options,
             "output": output,
         }
+
+
+def merge_report(tallies: list[dict], dups: dict, written: list[dict], info: dict) -> dict:
+    """report.json: the in-process report's keys, summed over tasks, plus the parts and the engine."""
+    tally, problems, per_file = Tally(), Problems(), {}
+    for t in tallies:
+        for k in ("docs_in", "chars_in", "bytes_in", "boilerplate_lines"):
+            setattr(tally, k, getattr(tally, k) + t[k])
+        tally.filtered.update(t["filtered"])
+        tally.pii.update(t["pii"])
+        for kind, n in t["problems"]["counts"].items():
+            problems.counts[kind] = problems.counts.get(kind, 0) + n
+        for kind, where in t["problems"]["where"].items():
+            problems.where.setdefault(kind, []).extend(where)
+        problems.encodings.update(t["problems"]["encodings"])
+        for f, n in t["per_file"].items():
+            docs, readers = per_file.get(f, (0, 0))
+            per_file[f] = (docs + n, readers + (n > 0))
+    problems.where = {kind: where[:MAX_RECORDED] for kind, where in problems.where.items()}
+    parts = [w for w in written if w["docs"]]
+    tally.docs_out = sum(w["docs"] for w in written)
+    tally.chars_out = sum(w["chars"] for w in written)
+    tally.duplicates = dict(dups)
+    seconds = info["seconds"]
+    default_enc = info["read_encoding"]
+    report = tally.to_report(
+        seconds=seconds, problems=problems, skipped=info["skipped"], workers=info["workers"],
+        output=info["outdir"], options=info["options"],
+        inputs=[{"path": f, "docs": per_file.get(f, (0, 0))[0], "encoding": problems.encodings.get(f, default_enc),
+                 "tasks": per_file.get(f, (0, 0))[1]} for f in info["input_names"]])
+    fingerprint = hashlib.sha256(json.dumps([[p["name"], p["sha256"]] for p in parts]).encode()).hexdigest()
+    report.update(output_bytes=sum(p["bytes"] for p in parts), output_sha256=fingerprint,
+                  tasks=info["tasks"], executor=info["executor"],
+                  parts=[{k: p[k] for k in ("name", "docs", "bytes", "sha256")} for p in parts])
+    return report

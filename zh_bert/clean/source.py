@@ -1,13 +1,11 @@
-"""What every input reader shares: the document record, the tally of unusable lines, and opening
-(possibly compressed) files. A module of its own so that the format readers (readers.py, wikitext.py)
-depend on it and not on each other."""
+"""What every input reader shares: the document record, the tally of unusable lines, and the names of
+compressed files (opened by `zh_bert.corpus_io.open_binary`). A module of its own so that the format readers
+(readers.py, wikitext.py) depend on it and not on each other."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from zh_bert.corpus_io import open_binary  # noqa: F401  (the readers' opener)
 
 MAX_RECORDED = 100  # file:line entries kept per problem kind in the report (counts are always exact)
 COMPRESSED = (".gz", ".bz2")

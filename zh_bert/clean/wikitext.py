@@ -14,7 +14,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Iterator
 
-from zh_bert.clean.source import RawDoc, open_binary
+from zh_bert.clean.source import RawDoc
+from zh_bert.corpus_io import open_binary
 from zh_bert.errors import ZhBertError
 
 # Namespaces whose links are not text: English names and their zhwiki aliases.

@@ -1,4 +1,4 @@
-"""`zh-bert shard`: cleaned documents + tokenizer -> packed, memory-mappable token shards (see data.py).
+"""`zh-bert shard`: cleaned documents + tokenizer -> packed, memory-mappable token shards (see sharddir.py).
 
 In one process pool by default; with `--executor local|slurm|ray --tasks N` as datatrove tasks, each
 writing one part of a multi-part SHARDDIR (`zh_bert.shard.parallel`). Text -> ids, packing and pairs live
@@ -12,11 +12,10 @@ import argparse
 from zh_bert.config import build_parser as _build_parser
 from zh_bert.config import config_from_args
 from zh_bert.executors import ExecutorOptions
-from zh_bert.shard.build import (SHARD_FILES, ShardConfig, build_shards as _build_in_process, file_sha256,
-                                 iter_chunks, parse_docs, process_chunk)
+from zh_bert.shard.build import (SHARD_FILES, ShardConfig, build_in_process, file_sha256, iter_chunks, parse_docs,
+                                 process_chunk)
 from zh_bert.shard.encode import (Encoded, Packer, Specials, TextEncoder, build_pairs, char_lut,
                                   pack_sequences)
-from zh_bert.shard.parallel import build_parts
 
 __all__ = ["SHARD_FILES", "Encoded", "ExecutorOptions", "Packer", "ShardConfig", "Specials", "TextEncoder",
            "build_pairs", "build_parser", "build_shards", "char_lut", "file_sha256", "iter_chunks", "main",
@@ -27,8 +26,10 @@ def build_shards(cfg: ShardConfig, executor: ExecutorOptions | None = None):
     """Write SHARDDIR `cfg.output`: in process, or as datatrove tasks when `executor` names an engine.
     Returns its path (with Slurm: once the jobs are submitted, before they run)."""
     if executor is not None and executor.enabled:
+        from zh_bert.shard.parallel import build_parts   # datatrove: imported only when it runs
+
         return build_parts(cfg, executor)
-    return _build_in_process(cfg)
+    return build_in_process(cfg)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -19,12 +19,13 @@ import numpy as np
 
 from zh_bert.clean.report import file_digest, read_report
 from zh_bert.config import option
-from zh_bert.corpus_io import JOB_MARKER, corpus_files, document_text, iter_lines, line_number  # noqa: F401
-from zh_bert.data import FORMAT_VERSION, ids_dtype
+from zh_bert.corpus_io import JOB_MARKER, corpus_files, document_text, iter_lines, line_number
 from zh_bert.errors import ZhBertError
-from zh_bert.fileio import atomic_dir, check_replaceable, recover
+from zh_bert.fileio import atomic_dir, check_replaceable, read_json, recover
 from zh_bert.segment import DEFAULT_SEGMENTER, SEGMENTERS, Segmenter, check_segmenter
 from zh_bert.shard.encode import Packer, Specials, TextEncoder, build_pairs
+from zh_bert.sharddir import (FORMAT_VERSION, META, SPLIT_FILES, SPLITS, UNIGRAM_COUNTS, ids_dtype, split_file,
+                              write_meta)
 from zh_bert.similar_words import TABLE_FILE as SIMILAR_WORDS_FILE
 from zh_bert.tokenizer_files import load_tokenizer, tokenizer_fingerprint
 
@@ -90,7 +91,7 @@ def valid_by_hash(texts: list[str], seed: int, fraction: float) -> np.ndarray:
 _WORK: dict = {}  # per worker process: the encoder and settings (set once by the pool initializer)
 
 
-def _init_worker(encoder: TextEncoder, settings: dict, valid: np.ndarray | None) -> None:
+def _set_worker_encoder(encoder: TextEncoder, settings: dict, valid: np.ndarray | None) -> None:
     _WORK.update(encoder=encoder, settings=settings, valid=valid)
 
 
@@ -129,11 +130,11 @@ def _map_chunks(chunks: Iterator[Chunk], workers: int, encoder: TextEncoder, set
                 valid: np.ndarray | None) -> Iterator[dict]:
     """`process_chunk` over every chunk, in order, in `workers` processes (fork: the encoder is shared)."""
     if workers == 1:
-        _init_worker(encoder, settings, valid)
+        _set_worker_encoder(encoder, settings, valid)
         yield from map(process_chunk, chunks)
         return
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    pool = mp.get_context("fork").Pool(workers, _init_worker, (encoder, settings, valid))
+    pool = mp.get_context("fork").Pool(workers, _set_worker_encoder, (encoder, settings, valid))
     try:
         yield from pool.imap(process_chunk, chunks)
     finally:
@@ -147,8 +148,8 @@ def _map_chunks(chunks: Iterator[Chunk], workers: int, encoder: TextEncoder, set
 class SplitWriter:
     def __init__(self, tmp: Path, split: str, seq_len: int, dtype: np.dtype, pairs: str | None, sp: Specials):
         self.tmp, self.split, self.seq_len, self.dtype, self.pairs = tmp, split, seq_len, dtype, pairs
-        self.f_ids = open(tmp / f"{split}.ids.bin", "wb")
-        self.f_ws = open(tmp / f"{split}.word_start.bin", "wb")
+        self.f_ids = open(tmp / split_file(split, "ids.bin"), "wb")
+        self.f_ws = open(tmp / split_file(split, "word_start.bin"), "wb")
         self.lengths, self.b_start, self.nsp, self.doc_starts = [], [], [], []
         self.rows = 0
         self.packer = None if pairs else Packer(seq_len, sp, self.write)
@@ -174,12 +175,12 @@ class SplitWriter:
         self.f_ids.close(), self.f_ws.close()
         cat = lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt)  # noqa: E731
         lengths = cat(self.lengths, np.int32)
-        save_npy(self.tmp / f"{self.split}.lengths.npy", lengths)
+        save_npy(self.tmp / split_file(self.split, "lengths.npy"), lengths)
         doc_starts = cat(self.doc_starts, np.int64)
-        save_npy(self.tmp / f"{self.split}.doc_starts.npy", doc_starts)
+        save_npy(self.tmp / split_file(self.split, "doc_starts.npy"), doc_starts)
         if self.pairs:
-            save_npy(self.tmp / f"{self.split}.b_start.npy", cat(self.b_start, np.int32))
-            save_npy(self.tmp / f"{self.split}.nsp.npy", cat(self.nsp, np.int8))
+            save_npy(self.tmp / split_file(self.split, "b_start.npy"), cat(self.b_start, np.int32))
+            save_npy(self.tmp / split_file(self.split, "nsp.npy"), cat(self.nsp, np.int8))
         return {"documents": int(len(doc_starts)), "sequences": int(self.rows), "tokens": int(lengths.sum())}
 
 
@@ -222,7 +223,7 @@ def file_sha256(path: Path) -> str:
 @dataclass
 class ShardConfig:
     """`zh-bert shard CORPUS... --tokenizer TOKDIR -o SHARDDIR [options]` as one value:
-    `build_shards(ShardConfig(...))`."""
+    `zh_bert.shard.build_shards(ShardConfig(...))`."""
     corpus: list[str] = option(positional=True, metavar="CORPUS", help="`zh-bert clean` output: .jsonl files "
                                "(.jsonl.gz too) or directories of such parts")
     tokenizer: str = option(metavar="TOKDIR", help="tokenizer dir from `zh-bert vocab`")
@@ -288,8 +289,7 @@ def tokenizer_info(tokdir: str):
         raise ZhBertError(f"{tokdir}: tokenizer has no {', '.join(m + '_token' for m in missing)}")
     kind_file = Path(tokdir) / "zh_bert_vocab.json"
     info = {"tokenizer": str(Path(tokdir).resolve()), "tokenizer_fingerprint": tokenizer_fingerprint(tok),
-            "tokenizer_kind": (json.loads(kind_file.read_text(encoding="utf-8")).get("kind")
-                               if kind_file.is_file() else None),
+            "tokenizer_kind": read_json(kind_file).get("kind") if kind_file.is_file() else None,
             "vocab_size": len(tok), "ids_dtype": ids_dtype(len(tok)).name,
             "pad_id": sp_ids["pad"], "cls_id": sp_ids["cls"], "sep_id": sp_ids["sep"], "mask_id": sp_ids["mask"],
             "unk_id": sp_ids["unk"], "special_ids": sorted(int(i) for i in tok.all_special_ids)}
@@ -312,11 +312,10 @@ def _cache_key(cfg: ShardConfig, hashes: list[str], fingerprint: str) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
 
 
-_SPLIT_FILES = ("ids.bin", "word_start.bin", "lengths.npy", "doc_starts.npy", "b_start.npy", "nsp.npy")
-# Every file `build_shards` writes (and the similar-word table `masking: correction` caches beside them): a
-# rebuild replaces a dir holding these and nothing else.
-SHARD_FILES = frozenset({"meta.json", "unigram_counts.npy", SIMILAR_WORDS_FILE}
-                        | {f"{s}.{f}" for s in ("train", "valid") for f in _SPLIT_FILES})
+# Every file `build_in_process` writes (and the similar-word table `masking: correction` caches beside them):
+# a rebuild replaces a dir holding these and nothing else.
+SHARD_FILES = frozenset({META, UNIGRAM_COUNTS, SIMILAR_WORDS_FILE}
+                        | {split_file(s, f) for s in SPLITS for f in SPLIT_FILES})
 
 
 # What `zh-bert shard --executor` writes at the top of a multi-part SHARDDIR (besides its `.zh-bert` state).
@@ -329,10 +328,8 @@ def owned_by_shard_job(p: Path) -> bool:
 
 def written_by_shard_job(out: Path) -> bool:
     """`out` is a multi-part SHARDDIR (or an unfinished one) that `zh-bert shard --executor` owns."""
-    try:
-        return json.loads((out / JOB_MARKER).read_text(encoding="utf-8")).get("command") == COMMAND
-    except (OSError, ValueError, AttributeError):
-        return False
+    marker = read_json(out / JOB_MARKER, default=None)
+    return isinstance(marker, dict) and marker.get("command") == COMMAND
 
 
 def _up_to_date(out: Path, cache_key: str) -> bool:
@@ -345,13 +342,10 @@ def _up_to_date(out: Path, cache_key: str) -> bool:
             raise ZhBertError(f"{out}: exists and is not a shard directory (it holds {', '.join(foreign[:3])}); "
                               f"refusing to overwrite it")
         return False
-    check_replaceable(out, "meta.json", SHARD_FILES.__contains__, "a shard directory")
-    if (out / "meta.json").is_file():
-        try:
-            old = json.loads((out / "meta.json").read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            old = {}
-        return old.get("cache_key") == cache_key
+    check_replaceable(out, META, SHARD_FILES.__contains__, "a shard directory")
+    if (out / META).is_file():
+        old = read_json(out / META, default={})
+        return isinstance(old, dict) and old.get("cache_key") == cache_key
     return False
 
 
@@ -380,14 +374,14 @@ def write_splits(tmp: Path, cfg: ShardConfig, info: dict, chunks: Iterator[Chunk
     settings = {"pairs": cfg.pairs, "seq_len": cfg.seq_len, "seed": cfg.seed, "vocab_size": vocab_size,
                 "specials": {"cls": sp.cls, "sep": sp.sep, "pad": sp.pad}, "valid_fraction": cfg.valid_fraction}
     dtype = ids_dtype(vocab_size)
-    writers = {s: SplitWriter(tmp, s, cfg.seq_len, dtype, cfg.pairs, sp) for s in ("train", "valid")}
+    writers = {s: SplitWriter(tmp, s, cfg.seq_len, dtype, cfg.pairs, sp) for s in SPLITS}
     totals = {"chars": 0, "bytes": 0, "docs": 0, "valid_docs": 0}
     unigram = np.zeros(vocab_size, dtype=np.int64)
     try:
         for res in _map_chunks(chunks, workers, encoder, settings, valid):
             if "error" in res:
                 raise ZhBertError(res["error"])
-            for s in ("train", "valid"):
+            for s in SPLITS:
                 writers[s].add(res[s])
             unigram += res["unigram"]
             for k in totals:
@@ -417,7 +411,7 @@ def shard_meta(cfg: ShardConfig, info: dict, cache_key: str, counts: dict, total
             "build": build}
 
 
-def build_shards(cfg: ShardConfig) -> Path:
+def build_in_process(cfg: ShardConfig) -> Path:
     """Write the shard dir `cfg.output` (atomically) unless it already holds these shards; returns its path."""
     t0 = time.perf_counter()
     paths = corpus_files(cfg.corpus)
@@ -439,13 +433,13 @@ def build_shards(cfg: ShardConfig) -> Path:
         counts, unigram, totals = write_splits(tmp, cfg, info, iter_chunks(paths), encoder, valid, cfg.workers)
         check_not_empty(counts, cfg, ", ".join(map(str, paths)))
         unigram[zero_ids] = 0
-        save_npy(tmp / "unigram_counts.npy", unigram)
+        save_npy(tmp / UNIGRAM_COUNTS, unigram)
         wall = time.perf_counter() - t0
         sources = [{"path": str(p), "sha256": h, "clean_report": read_report(p, h)} for p, h in zip(paths, hashes)]
         build = {"workers": cfg.workers, "wall_clock_s": round(wall, 3),
                  "mb_per_s": round(totals["bytes"] / 1e6 / max(wall, 1e-9), 2)}
         meta = shard_meta(cfg, info, cache_key, counts, totals, encoder.fast, sources, build)
-        (tmp / "meta.json").write_text(json.dumps(meta, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+        write_meta(tmp, meta)
     print(f"zh-bert shard: {out}: {summary(counts)}; {totals['bytes'] / 1e6:.1f} MB of text in {wall:.1f} s "
           f"({build['mb_per_s']} MB/s, {cfg.workers} workers, segmenter {cfg.segmenter})")
     return out

@@ -15,23 +15,23 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import shutil
 from pathlib import Path
 
 import numpy as np
 from datatrove.pipeline.base import PipelineStep
 
-from zh_bert.corpus_io import corpus_files, plan_shares, segment_raw_lines
-from zh_bert.data import FORMAT_VERSION, PART_META, part_name
+from zh_bert.corpus_io import corpus_files, iter_lines, line_number, plan_shares, segment_raw_lines
 from zh_bert.errors import ZhBertError
 from zh_bert.executors import ExecutorOptions, JobMarker, Stage, run_stages
-from zh_bert.fileio import atomic_dir, atomic_write, write_json
+from zh_bert.fileio import atomic_dir, atomic_write, read_json, write_json
 from zh_bert.segment import Segmenter
 from zh_bert.shard.build import (COMMAND, Lines, ShardConfig, check_files, check_not_empty, owned_by_shard_job,
-                                 chunk_lines, file_sha256, iter_lines, line_number, make_encoder, sample_texts,
-                                 save_npy, shard_meta, summary, tokenizer_info, write_npy, write_splits)
+                                 chunk_lines, file_sha256, make_encoder, sample_texts, save_npy, shard_meta,
+                                 summary, tokenizer_info, write_npy, write_splits)
 from zh_bert.shard.encode import TextEncoder
+from zh_bert.sharddir import (FORMAT_VERSION, META, PART_META, SPLITS, UNIGRAM_COUNTS, part_name, read_meta,
+                              write_meta)
 from zh_bert.tokenizer_files import load_tokenizer, tokenizer_fingerprint
 
 DEFAULT_VALID_FRACTION = 0.01
@@ -105,7 +105,7 @@ class WriteMeta(PipelineStep):
 
     def run(self, data=None, rank: int = 0, world_size: int = 1):
         with _reported(self.job, "meta"):
-            write_meta(self.job)
+            merge_parts(self.job)
         yield from ()
 
 
@@ -119,34 +119,35 @@ def write_part(job: dict, rank: int) -> tuple[dict, dict]:
     chunks = chunk_lines(((p, segment_lines(p, a, b)) for p, a, b in share), first_idx=rank << 32)
     with atomic_dir(Path(job["out"]) / part_name(rank), overwrite=True) as tmp:
         counts, unigram, totals = write_splits(tmp, cfg, info, chunks, encoder, None, 1)
-        save_npy(tmp / "unigram_counts.npy", unigram)
+        save_npy(tmp / UNIGRAM_COUNTS, unigram)
         write_json(tmp / PART_META, {"counts": counts, "text": totals, "segments": share})
     return counts, totals
 
 
-def write_meta(job: dict) -> None:
+def merge_parts(job: dict) -> None:
+    """The top of a multi-part SHARDDIR: the parts' counts and unigram counts summed, meta.json last."""
     cfg, out = job["cfg"], Path(job["out"])
     parts, unigram = [], np.zeros(job["info"]["vocab_size"], dtype=np.int64)
-    counts = {s: {"documents": 0, "sequences": 0, "tokens": 0} for s in ("train", "valid")}
+    counts = {s: {"documents": 0, "sequences": 0, "tokens": 0} for s in SPLITS}
     totals = {"chars": 0, "bytes": 0, "docs": 0, "valid_docs": 0}
     for rank in range(len(job["shares"])):
         name = part_name(rank)
-        part = json.loads((out / name / PART_META).read_text(encoding="utf-8"))
+        part = read_json(out / name / PART_META)
         parts.append({"name": name, "counts": part["counts"], "text": part["text"]})
         for s in counts:
             for k in counts[s]:
                 counts[s][k] += part["counts"][s][k]
         for k in totals:
             totals[k] += part["text"][k]
-        unigram += np.load(out / name / "unigram_counts.npy", allow_pickle=False)
+        unigram += np.load(out / name / UNIGRAM_COUNTS, allow_pickle=False)
     check_not_empty(counts, cfg, ", ".join(s["path"] for s in job["sources"]))
     unigram[job["zero_ids"]] = 0
-    with atomic_write(out / "unigram_counts.npy", "wb") as f:
+    with atomic_write(out / UNIGRAM_COUNTS, "wb") as f:
         write_npy(f, unigram)
     meta = shard_meta(cfg, job["info"], job["key"], counts, totals, job["char_lookup"], job["sources"],
                       job["build"])
     meta["parts"] = parts
-    write_json(out / "meta.json", meta)
+    write_meta(out, meta)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -162,7 +163,7 @@ def _job_settings(cfg: ShardConfig, paths: list[Path], fingerprint: str, tasks: 
             "valid_fraction": cfg.valid_fraction, "seed": cfg.seed, "slow": cfg.slow, "tasks": tasks}
 
 
-def _prepare(cfg: ShardConfig, opts: ExecutorOptions) -> tuple[ShardConfig, dict]:
+def _plan_job(cfg: ShardConfig, opts: ExecutorOptions) -> tuple[ShardConfig, dict]:
     """Every check that needs no pass over the corpus, before anything is written; the job's picklable state."""
     if cfg.valid_docs is not None:
         raise ZhBertError("--valid-docs needs a count of all documents first; with --executor use "
@@ -184,15 +185,15 @@ def _prepare(cfg: ShardConfig, opts: ExecutorOptions) -> tuple[ShardConfig, dict
     return cfg, job
 
 
-def _stages(job: dict) -> list[Stage]:
+def _shard_stages(job: dict) -> list[Stage]:
     return [Stage("shard-encode", [EncodePart(job)], len(job["shares"])), Stage("shard-meta", [WriteMeta(job)], 1)]
 
 
 def _task_error(out: Path) -> str | None:
     for p in sorted((out / ".zh-bert" / "errors").glob("*.json")):
         try:
-            return f"{json.loads(p.read_text(encoding='utf-8'))['error']} (task {p.stem})"
-        except (OSError, ValueError, KeyError):
+            return f"{read_json(p)['error']} (task {p.stem})"
+        except (ZhBertError, KeyError):
             continue
     return None
 
@@ -200,14 +201,14 @@ def _task_error(out: Path) -> str | None:
 def build_parts(cfg: ShardConfig, opts: ExecutorOptions) -> Path:
     """Write the multi-part SHARDDIR `cfg.output` on `opts.executor`; returns its path (for Slurm: once
     the jobs are submitted)."""
-    cfg, job = _prepare(cfg, opts)
+    cfg, job = _plan_job(cfg, opts)
     out = Path(cfg.output)
     marker = JobMarker(out, COMMAND, job["settings"])
     logdir = Path(opts.logging_dir) if opts.logging_dir else out / ".zh-bert" / "logs"
-    resumed = marker.claim(opts.force, owned_by_shard_job, logdir, done="meta.json")
+    resumed = marker.claim(opts.force, owned_by_shard_job, logdir, done=META)
     job["key"] = marker.job["key"]
-    stages = _stages(job)
-    if resumed and (out / "meta.json").is_file():
+    stages = _shard_stages(job)
+    if resumed and (out / META).is_file():
         print(f"zh-bert shard: {out} is up to date (same inputs and settings, job {job['key']})")
         return out
     shutil.rmtree(out / ".zh-bert" / "errors", ignore_errors=True)
@@ -222,7 +223,7 @@ def build_parts(cfg: ShardConfig, opts: ExecutorOptions) -> Path:
         print(f"zh-bert shard: submitted {len(job['shares'])} tasks and the meta.json task to Slurm; {out}/meta.json "
               f"appears when they finish (logs: {logdir}); rerun the same command to resubmit unfinished tasks")
         return out
-    meta = json.loads((out / "meta.json").read_text(encoding="utf-8"))
+    meta = read_meta(out)
     print(f"zh-bert shard: {out}: {summary(meta['counts'])}; {len(meta['parts'])} parts, "
           f"{meta['text']['bytes'] / 1e6:.1f} MB of text ({opts.executor} executor, {cfg.workers} workers)")
     return out

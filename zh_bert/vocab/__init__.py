@@ -13,14 +13,13 @@ functions, so `--help` stays fast.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from zh_bert.config import build_parser as _build_parser
 from zh_bert.config import config_from_args
 from zh_bert.errors import ZhBertError
-from zh_bert.fileio import write_json
-from zh_bert.vocab.build import KINDS, VocabConfig, VocabOptions, build_vocab
+from zh_bert.fileio import read_json, write_json
+from zh_bert.vocab.build import KINDS, META_FILE, VocabConfig, VocabOptions, build_vocab
 from zh_bert.vocab.report import ReportConfig, format_reports, vocab_report, vocab_reports
 
 __all__ = ["main", "build_vocab", "VocabConfig", "VocabOptions", "KINDS", "vocab_report", "vocab_reports",
@@ -63,7 +62,7 @@ def main(argv: list[str]) -> int:
     cfg.options = config_from_args(VocabOptions, args)
     out = build_vocab(cfg)
     if not cfg.quiet:
-        meta = json.loads((Path(out) / "zh_bert_vocab.json").read_text(encoding="utf-8"))
+        meta = read_json(Path(out) / META_FILE)
         extra = ", ".join(f"{k.replace('_', ' ')} {meta[k]:,}" for k in ("characters", "words", "added_to_base")
                           if meta.get(k) is not None)
         print(f"zh-bert vocab: wrote {out} (kind {meta['kind']}, {meta['vocab_size']:,} tokens"

@@ -4,7 +4,6 @@ GPU time is spent: vocab size, UNK rate, characters per token, character coverag
 from __future__ import annotations
 
 import collections
-import json
 from pathlib import Path
 
 from dataclasses import dataclass
@@ -13,6 +12,7 @@ from typing import Optional
 from zh_bert.config import option
 from zh_bert.corpus_io import read_documents
 from zh_bert.errors import ZhBertError
+from zh_bert.fileio import read_json
 from zh_bert.tokenizer_files import load_tokenizer
 
 
@@ -52,7 +52,7 @@ def vocab_report(tokdir: str | Path, texts: list[str], top_unk: int = 10) -> dic
     tokdir = Path(tokdir)
     tok = load_tokenizer(tokdir)
     meta_path = tokdir / "zh_bert_vocab.json"
-    meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
+    meta = read_json(meta_path) if meta_path.is_file() else {}
     unk_id = tok.unk_token_id
     n_tokens = n_unk = n_chars = n_unk_chars = 0
     chars: collections.Counter = collections.Counter()
