@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zh_bert.errors import ZhBertError
+from zh_bert.fileio import read_json
 
 FINAL = "final"
 GENERATOR = "generator"   # objective electra: FINAL/ (and each checkpoint) = discriminator, GENERATOR/ = masked LM
@@ -48,12 +49,7 @@ def written_by_pretrain(path: str | Path) -> bool:
 
 def _run_summary(path: Path) -> bool:
     """Whether `path` is the run.json pretrain writes (a JSON object with its 'status' and 'steps')."""
-    import json
-
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
+    obj = read_json(path, default=None)
     return isinstance(obj, dict) and {"status", "steps"} <= obj.keys()
 
 
