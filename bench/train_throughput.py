@@ -67,23 +67,36 @@ def _reset_accelerate():
     GradientState._reset_state()
 
 
-def bench_pair(cfg, batches, precision: str, warmup: int) -> tuple[float, float, float]:
-    """(Trainer tokens/s, zh-bert tokens/s, 2048² matmul FLOP/s), interleaved step by step so both see the same machine load.
+HALF = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def set_tf32(on: bool) -> None:
+    """fp32 matmuls in TF32 (on) or full fp32 (off) on CUDA, for both sides of a pair: the stable spelling,
+    which the newer per-backend flags of torch follow."""
+    torch.set_float32_matmul_precision("high" if on else "highest")
+
+
+def bench_pair(cfg, batches, precision: str, warmup: int, device: str = "cpu",
+               matmul_n: int = 2048) -> tuple[float, float, float]:
+    """(Trainer tokens/s, zh-bert tokens/s, n² matmul FLOP/s), interleaved step by step so both see the same
+    machine load. `precision`: fp32 | tf32 (fp32 with TF32 matmuls, CUDA) | fp16 | bf16; `device`: cpu | cuda.
 
     The Trainer trains on `batches`; after each of its steps a callback runs one zh-bert `train_step` (the
-    one `zh-bert pretrain` runs) on the same batch with its own model and optimizer. Each side's step time
-    is measured separately; medians over the steps after `warmup` are compared.
+    one `zh-bert pretrain` runs, with its own fp16 loss scaler) on the same batch with its own model and
+    optimizer. Each side's step time is measured separately (on CUDA between synchronisations, so queued
+    kernels count where they run); medians over the steps after `warmup` are compared.
     """
-    from accelerate import Accelerator
     from transformers import BertForMaskedLM, Trainer, TrainerCallback, TrainingArguments
 
     from zh_bert.model import PretrainModel
-    from zh_bert.training import StepStats, lr_lambda, make_optimizer, train_step
     from zh_bert.recipe import Recipe
+    from zh_bert.training import StepStats, lr_lambda, make_accelerator, make_optimizer, make_scaler, train_step
 
+    cuda = device == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    set_tf32(precision == "tf32")
     _reset_accelerate()
-    mp = "bf16" if precision == "bf16" else "no"
-    acc = Accelerator(mixed_precision=mp)
+    acc = make_accelerator("fp32" if precision == "tf32" else precision, cpu=not cuda)
     n = len(batches[0]["input_ids"])
     recipe = Recipe(lr=1e-4, warmup_steps=0, max_steps=len(batches), global_batch=n, micro_batch=n)
     torch.manual_seed(0)
@@ -92,37 +105,49 @@ def bench_pair(cfg, batches, precision: str, warmup: int) -> tuple[float, float,
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(recipe))
     ours, opt = acc.prepare(ours, opt)
     ours.train()
+    scaler = make_scaler(precision, acc.device, recipe)
     stats = StepStats()
     times = {"trainer": [], "zh-bert": [], "matmul": []}
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-    mm_a, mm_b = torch.randn(2048, 2048, dtype=dtype), torch.randn(2048, 2048, dtype=dtype)
+    dtype = HALF.get(precision, torch.float32)
+    mm_a = torch.randn(matmul_n, matmul_n, dtype=dtype, device=acc.device)
+    mm_b = torch.randn(matmul_n, matmul_n, dtype=dtype, device=acc.device)
 
     class Interleave(TrainerCallback):
         def on_step_begin(self, args, state, control, **kw):
+            sync()
             self.t = time.perf_counter()
 
         def on_step_end(self, args, state, control, **kw):
+            sync()
             times["trainer"].append(time.perf_counter() - self.t)
             t = time.perf_counter()
-            train_step(ours, opt, sched, acc, [batches[state.global_step - 1]], recipe, stats)
+            train_step(ours, opt, sched, acc, [batches[state.global_step - 1]], recipe, stats,
+                       state.global_step - 1, scaler)
             float(stats.loss)
+            sync()
             times["zh-bert"].append(time.perf_counter() - t)
             t = time.perf_counter()
             mm_a @ mm_b                       # the reference matmul, under the same load
+            sync()
             times["matmul"].append(time.perf_counter() - t)
 
     torch.manual_seed(0)
     model = BertForMaskedLM(cfg)
     rows = [{k: v[i] for k, v in b.items()} for b in batches for i in range(n)]
+    if precision == "fp16":   # Accelerate's one process-wide state: zh-bert's "no" (its own scaler) vs the
+        from accelerate.state import AcceleratorState   # Trainer's "fp16" would be refused; zh-bert's prepared
+        AcceleratorState._reset_state(reset_partial_state=False)   # model and its step need none of it
     args = TrainingArguments(output_dir=tempfile.mkdtemp(prefix="zh-bert-bench-trainer-"), per_device_train_batch_size=n,
                              max_steps=len(batches), learning_rate=1e-4, warmup_steps=0, weight_decay=0.01,
-                             use_cpu=True, bf16=precision == "bf16", report_to=[], logging_steps=10_000,
-                             save_strategy="no", dataloader_num_workers=0, disable_tqdm=True, seed=0)
+                             use_cpu=not cuda, bf16=precision == "bf16", fp16=precision == "fp16", report_to=[],
+                             logging_steps=10_000, save_strategy="no", dataloader_num_workers=0, disable_tqdm=True,
+                             seed=0)
     Trainer(model=model, args=args, train_dataset=rows, callbacks=[Interleave()]).train()
     shutil.rmtree(args.output_dir, ignore_errors=True)
+    set_tf32(False)
     tokens = batches[0]["input_ids"].numel()
     med = {k: float(np.median(v[warmup:])) for k, v in times.items()}
-    return tokens / med["trainer"], tokens / med["zh-bert"], 2 * 2048 ** 3 / med["matmul"]
+    return tokens / med["trainer"], tokens / med["zh-bert"], 2 * matmul_n ** 3 / med["matmul"]
 
 
 def main():

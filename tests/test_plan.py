@@ -78,13 +78,14 @@ def test_precision_rules_shared_by_planner_and_trainer():
     p, w = decide_precision("bf16", (6, 1), name="GeForce GTX 1080 Ti")
     assert p == "bf16" and "no native bf16" in w[0] and "fp32" in w[0]
     p, w = decide_precision("fp16", None, cpu_bf16=True)
-    assert p == "fp32" and "does nothing on a CPU" in w[0]
+    assert p == "fp16" and "meant for checking the GPU path" in w[0]   # real fp16 + loss scaling, with a warning
     assert decide_precision("auto", None, cpu_bf16=False) == ("fp32", [])
     with pytest.raises(ZhBertError, match="precision must be one of"):
         decide_precision("fp8", (8, 0))
     import torch
 
-    assert resolve_precision("fp16", torch.device("cpu"))[0] == "fp32"
+    assert resolve_precision("fp16", torch.device("cpu"))[0] == "fp16"
+    assert resolve_precision("auto", torch.device("cpu"))[0] in ("fp32", "bf16")   # never fp16 on a CPU
     for key in ("k80", "1080ti", "p100", "a100"):
         assert make_plan(PlanArgs(gpu=key, model="tiny"), GPUS[key]).precision == decide_precision("auto", GPUS[key].capability)[0]
 

@@ -104,7 +104,7 @@ def _together(accelerator, work) -> None:
 
 
 def save_checkpoint(ckpt_root: Path, step: int, *, accelerator, hf_model, optimizer, scheduler,
-                    trainer_state: dict, keep_last: int, generator=None) -> Path:
+                    trainer_state: dict, keep_last: int, generator=None, scaler=None) -> Path:
     """Every process calls this (each saves its RNG); returns the final dir.
 
     The temp dir has a fixed name (not `fileio.atomic_dir`'s random one) because every rank writes into it.
@@ -129,7 +129,6 @@ def save_checkpoint(ckpt_root: Path, step: int, *, accelerator, hf_model, optimi
             if generator is not None:
                 generator.save_pretrained(str(tmp / GENERATOR), safe_serialization=True)
             fault_point("after:model", step)
-            scaler = getattr(accelerator, "scaler", None)
             torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
                         "scaler": scaler.state_dict() if scaler is not None else None}, tmp / "optimizer.pt")
             fault_point("after:optimizer", step)
@@ -300,7 +299,8 @@ def find_resume(resume: str | None, ckpt_root: Path, warn=print) -> Path | None:
     return Path(resume)
 
 
-def load_checkpoint(path: Path, *, accelerator, hf_model, optimizer, scheduler, generator=None) -> dict:
+def load_checkpoint(path: Path, *, accelerator, hf_model, optimizer, scheduler, generator=None,
+                    scaler=None) -> dict:
     """Restore model (and the ELECTRA generator), optimizer, scheduler, scaler and this process's RNG; return
     the trainer state."""
     path = Path(path)
@@ -316,7 +316,6 @@ def load_checkpoint(path: Path, *, accelerator, hf_model, optimizer, scheduler, 
     opt = torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True)
     optimizer.load_state_dict(opt["optimizer"])
     scheduler.load_state_dict(opt["scheduler"])
-    scaler = getattr(accelerator, "scaler", None)
     if scaler is not None and opt.get("scaler"):
         scaler.load_state_dict(opt["scaler"])
     rng_file = path / f"rng-rank{accelerator.process_index}.pt"

@@ -225,7 +225,8 @@ class ShardLoader:
     """
 
     def __init__(self, dataset: ShardDataset, batch_size: int, masking: MaskingConfig, seed: int,
-                 rank: int = 0, world_size: int = 1, shuffle: bool = True):
+                 rank: int = 0, world_size: int = 1, shuffle: bool = True, pin_memory: bool = False):
+        """`pin_memory`: batches in page-locked host memory, so that copies to a GPU run asynchronously."""
         if len(dataset) == 0:
             raise ZhBertError(f"{dataset.dir}: split '{dataset.split}' has no sequences")
         if batch_size < 1:
@@ -234,7 +235,7 @@ class ShardLoader:
             raise ZhBertError(f"rank {rank} not in [0, {world_size})")
         self.dataset, self.batch_size, self.masking = dataset, int(batch_size), masking
         self.seed, self.rank, self.world_size, self.shuffle = int(seed), int(rank), int(world_size), shuffle
-        self.epoch, self.position = 0, 0
+        self.epoch, self.position, self.pin_memory = 0, 0, pin_memory
         self.last_indices = np.zeros(0, dtype=np.int64)
         self._perm_cache: dict[int, np.ndarray] = {}
         self._unigram = dataset.unigram_probs() if masking.strategy == "unigram-noise" else None
@@ -298,7 +299,11 @@ class ShardLoader:
         import torch
 
         while True:
-            yield {k: torch.from_numpy(v) for k, v in self.next_numpy().items()}
+            yield {k: self._tensor(torch, v) for k, v in self.next_numpy().items()}
+
+    def _tensor(self, torch, array):
+        t = torch.from_numpy(array)
+        return t.pin_memory() if self.pin_memory else t
 
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "position": self.position}
@@ -319,4 +324,4 @@ class ShardLoader:
         for k, start in enumerate(range(0, len(mine), self.batch_size)):
             rng = np.random.default_rng([seed, 2**31 - 1, k, self.rank])
             batch = self.make_batch(mine[start:start + self.batch_size], rng)
-            yield {key: torch.from_numpy(v) for key, v in batch.items()}
+            yield {key: self._tensor(torch, v) for key, v in batch.items()}

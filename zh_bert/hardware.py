@@ -152,9 +152,10 @@ def decide_precision(requested: str, capability: tuple[int, int] | None, *, cpu_
         if requested == "auto":
             return ("bf16" if cpu_bf16 else "fp32"), warnings
         if requested == "fp16":
-            warnings.append("precision fp16 was requested, but fp16 autocast does nothing on a CPU "
-                            "(Accelerate accepts it silently); running fp32")
-            return "fp32", warnings
+            warnings.append("precision fp16 on a CPU: real fp16 autocast with dynamic loss scaling, several times "
+                            "slower than fp32 here; it is meant for checking the GPU path (auto never picks it on "
+                            "a CPU)")
+            return "fp16", warnings
         if requested == "bf16" and not cpu_bf16:
             warnings.append("precision bf16 on a CPU without avx512_bf16/amx: emulated and slow")
         return requested, warnings
@@ -280,3 +281,60 @@ def keep_freed_memory() -> str:
     if not (mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX) and mallopt(_M_TRIM_THRESHOLD, 2**31 - 1)):
         return "unchanged: mallopt refused"
     return "glibc: mmap_threshold 32 MiB, no trim"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# kernel settings: set by pretrain before the first step, recorded in run.json
+
+
+def kernel_settings(recipe, device) -> dict:
+    """Apply what the recipe's `deterministic` and `tf32` ask for on `device` before the first kernel runs;
+    return what is in effect, for run.json. A CPU's kernels are deterministic already; on CUDA, deterministic
+    means torch.use_deterministic_algorithms (warn-only: an op without a deterministic kernel warns rather
+    than stops a run) and the cuBLAS workspace setting it needs, at some cost in speed."""
+    import torch
+
+    cuda = device.type == "cuda"
+    deterministic = (not cuda) if recipe.deterministic is None else bool(recipe.deterministic)
+    settings = {"deterministic": deterministic, "tf32": False, "pinned_memory": cuda, "compile": recipe.compile}
+    if not cuda:
+        return settings
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(deterministic, warn_only=True)
+    torch.backends.cudnn.benchmark = not deterministic
+    tf32 = recipe.tf32 and tuple(torch.cuda.get_device_capability(device)) >= (8, 0)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
+    settings["tf32"] = tf32
+    if deterministic:
+        settings["deterministic_cost"] = ("deterministic CUDA kernels (use_deterministic_algorithms, "
+                                          "CUBLAS_WORKSPACE_CONFIG=:4096:8): slower steps, exact resume")
+    return settings
+
+
+def check_compile(device) -> None:
+    """Refuse `compile: true` where torch.compile cannot generate kernels: Triton needs sm_70 or newer."""
+    import torch
+
+    from zh_bert.errors import ZhBertError
+
+    if device.type == "cuda" and tuple(torch.cuda.get_device_capability(device)) < (7, 0):
+        major, minor = torch.cuda.get_device_capability(device)
+        raise ZhBertError(f"compile: true needs Triton, which supports sm_70 and newer, but "
+                          f"{torch.cuda.get_device_name(device)} is sm_{major}{minor}; set compile: false")
+
+
+def sdpa_backend(config, device, precision: str, seq_len: int) -> str:
+    """The scaled-dot-product-attention kernel torch picks for this model's attention shape and precision
+    (packed rows: no mask): FLASH_ATTENTION, EFFICIENT_ATTENTION, CUDNN_ATTENTION or MATH."""
+    import torch
+    from torch.nn.attention import SDPBackend
+
+    heads = config.num_attention_heads
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    q = torch.zeros(1, heads, seq_len, config.hidden_size // heads, device=device, dtype=dtype)
+    dropout = float(getattr(config, "attention_probs_dropout_prob", 0.0) or 0.0)
+    try:   # torch's own choice function (private: a torch without it gets "unknown")
+        return SDPBackend(torch._fused_sdp_choice(q, q, q, None, dropout, False)).name
+    except (AttributeError, RuntimeError, ValueError):
+        return "unknown"

@@ -25,7 +25,7 @@ def measure(model: str, seq_len: int, micro_batch: int, precision: str, *, vocab
 
     from zh_bert.model import ElectraPretrainModel, PretrainModel, build_electra
     from zh_bert.recipe import Recipe
-    from zh_bert.training import StepStats, lr_lambda, make_accelerator, make_optimizer, train_step
+    from zh_bert.training import StepStats, lr_lambda, make_accelerator, make_optimizer, make_scaler, train_step
 
     acc = make_accelerator(precision, cpu=(device or ("cuda" if torch.cuda.is_available() else "cpu")) == "cpu")
     dev = acc.device
@@ -48,18 +48,19 @@ def measure(model: str, seq_len: int, micro_batch: int, precision: str, *, vocab
     batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids),
              "labels": labels}
     stats = StepStats()
+    scaler = make_scaler(precision, dev, recipe)
 
     def sync():
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
 
-    train_step(net, opt, sched, acc, [batch], recipe, stats)
+    train_step(net, opt, sched, acc, [batch], recipe, stats, 0, scaler)
     sync()
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
     t0 = time.perf_counter()
     for k in range(steps):
-        train_step(net, opt, sched, acc, [batch], recipe, stats, k + 1)
+        train_step(net, opt, sched, acc, [batch], recipe, stats, k + 1, scaler)
     sync()
     dt = time.perf_counter() - t0
     result = {"device": str(dev), "model": model, "micro_batch": micro_batch, "seq_len": seq_len,

@@ -23,7 +23,7 @@ from zh_bert.config import config_from_args, option
 from zh_bert.curves import plot_curves
 from zh_bert.errors import ZhBertError
 from zh_bert.fileio import atomic_dir, write_json, write_vocab_txt
-from zh_bert.hardware import keep_freed_memory, omp_wait_policy, resolve_precision
+from zh_bert.hardware import check_compile, kernel_settings, keep_freed_memory, omp_wait_policy, resolve_precision
 from zh_bert.recipe import Recipe, load_recipe, save_recipe
 from zh_bert.rundir import GENERATOR
 from zh_bert.training_run import (MetricsLog, TrainingRun, check_out_dir, claim_out_dir, release_out_dir,
@@ -139,6 +139,8 @@ def _hf_model(recipe: Recipe, tokenizer, train_ds):
     for net in (hf, generator):
         if recipe.grad_checkpointing and net is not None:
             net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if recipe.compile and net is not None:   # in place: the weights keep their names in every checkpoint
+            net.base_model.encoder.compile()
     return hf, generator
 
 
@@ -160,6 +162,8 @@ def build_run(recipe: Recipe, resume: str | None = None, log: Callable[[str], No
     warn = lambda m: accelerator.print(m, file=sys.stderr, flush=True)  # noqa: E731
     for w in warnings:
         warn(f"warning: {w}")
+    if recipe.compile:
+        check_compile(accelerator.device)
     if recipe.global_batch % (recipe.micro_batch * world):
         raise ZhBertError(f"global_batch {recipe.global_batch} is not divisible by micro_batch {recipe.micro_batch} "
                           f"× {world} processes = {recipe.micro_batch * world}")
@@ -174,8 +178,9 @@ def build_run(recipe: Recipe, resume: str | None = None, log: Callable[[str], No
     made = claim_out_dir(recipe) if accelerator.is_main_process else []
     accelerator.wait_for_everyone()
     try:
+        kernels = kernel_settings(recipe, accelerator.device)
         run = _assemble(recipe, accelerator, precision, warnings, say, warn)
-        run.t_start, run.malloc = t_start, malloc
+        run.t_start, run.malloc, run.kernels = t_start, malloc, kernels
         if resume_from is not None:
             run.resume_from(resume_from, changed)
             if {"lr", "warmup_steps", "max_steps", "schedule"} & set(changed):
@@ -202,7 +207,7 @@ def _assemble(recipe: Recipe, accelerator, precision: str, warnings: list[str], 
     from zh_bert.data import ShardLoader
     from zh_bert.model import ElectraPretrainModel, PretrainModel
     from zh_bert.pipeline import prepare_data
-    from zh_bert.training import lr_lambda, make_optimizer
+    from zh_bert.training import lr_lambda, make_optimizer, make_scaler
 
     world, rank = accelerator.num_processes, accelerator.process_index
     with accelerator.main_process_first():   # the main process builds the shards, the others find the cache
@@ -213,14 +218,16 @@ def _assemble(recipe: Recipe, accelerator, precision: str, warnings: list[str], 
     optimizer, adam_kind = make_optimizer(model, recipe)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(recipe))
     model, optimizer = accelerator.prepare(model, optimizer)
-    loader = ShardLoader(train_ds, recipe.micro_batch, recipe.masking, recipe.seed, rank=rank, world_size=world)
+    pin = accelerator.device.type == "cuda"
+    loader = ShardLoader(train_ds, recipe.micro_batch, recipe.masking, recipe.seed, rank=rank, world_size=world,
+                         pin_memory=pin)
     valid_loader = (ShardLoader(valid_ds, recipe.micro_batch, recipe.masking, recipe.seed, rank=rank,
-                                world_size=world) if valid_ds is not None else None)
+                                world_size=world, pin_memory=pin) if valid_ds is not None else None)
     return TrainingRun(recipe=recipe, accelerator=accelerator, precision=precision, warnings=warnings, prepared=prepared,
                tokdir=tokdir, tokenizer=tokenizer, train_ds=train_ds, loader=loader, valid_loader=valid_loader,
                model=model, hf=accelerator.unwrap_model(model).hf, optimizer=optimizer, scheduler=scheduler,
                adam_kind=adam_kind, accum=recipe.global_batch // (recipe.micro_batch * world), say=say, warn=warn,
-               generator=generator)
+               generator=generator, scaler=make_scaler(precision, accelerator.device, recipe))
 
 
 def _say_model(run: TrainingRun) -> None:

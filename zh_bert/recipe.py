@@ -120,6 +120,18 @@ class Recipe:
     precision: Literal["auto", "fp32", "fp16", "bf16"] = option(
         "auto", help="auto = bf16 where native (CPUs with avx512_bf16, Ampere+ GPUs), fp16 with loss scaling on "
                      "older GPUs, fp32 on Kepler and other CPUs; the log states the precision in effect")
+    loss_scale_init: float = option(65536.0, help="fp16: the dynamic loss scale at the start (2^16); an overflowed "
+                                    "step is skipped and halves it")
+    loss_scale_growth_interval: int = option(2000, help="fp16: the loss scale doubles after this many steps in a "
+                                             "row without overflow")
+    deterministic: Optional[bool] = option(None, help="deterministic kernels, so a resumed run repeats an "
+                                           "uninterrupted one exactly; null = true on a CPU (its kernels are), "
+                                           "false on CUDA, where true sets torch.use_deterministic_algorithms and "
+                                           "CUBLAS_WORKSPACE_CONFIG at some cost in speed (run.json says which)")
+    tf32: bool = option(True, help="fp32 on Ampere+ GPUs: matmuls and convolutions in TF32 (10-bit mantissa, "
+                        "several times faster); ignored elsewhere")
+    compile: bool = option(False, help="torch.compile the encoder (Inductor; on CUDA needs Triton, sm_70+): "
+                           "faster steps after a compile of a minute or more at the start")
     grad_checkpointing: bool = option(False, help="recompute activations in backward: less memory, ~30% slower")
     max_nan_streak: int = option(20, help="stop after this many consecutive skipped steps (non-finite loss or "
                                  "gradient norm)")
@@ -159,7 +171,7 @@ class Recipe:
         if not self.data_paths:
             raise ZhBertError("'data' is empty: give a SHARDDIR or raw corpus files")
         for key in ("seq_len", "global_batch", "micro_batch", "max_steps", "keep_last", "eval_batches",
-                    "max_nan_streak"):
+                    "max_nan_streak", "loss_scale_growth_interval"):
             if getattr(self, key) < 1:
                 raise ZhBertError(f"'{key}' must be at least 1, got {getattr(self, key)}")
         for key in ("warmup_steps", "save_every", "log_every", "eval_every", "valid_docs"):
@@ -167,8 +179,9 @@ class Recipe:
                 raise ZhBertError(f"'{key}' must be >= 0, got {getattr(self, key)}")
         if self.global_batch % self.micro_batch:
             raise ZhBertError(f"global_batch {self.global_batch} is not a multiple of micro_batch {self.micro_batch}")
-        if not self.lr > 0:
-            raise ZhBertError(f"'lr' must be positive, got {self.lr}")
+        for key in ("lr", "loss_scale_init"):
+            if not getattr(self, key) > 0:
+                raise ZhBertError(f"'{key}' must be positive, got {getattr(self, key)}")
         if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
             raise ZhBertError(f"'betas' must be two numbers in [0, 1), got {self.betas}")
         for key in ("dropout", "attention_dropout"):
@@ -223,6 +236,7 @@ CHANGEABLE_ON_RESUME = frozenset({
     "grad_clip", "max_nan_streak",                      # read at every step
     "save_every", "keep_last", "log_every", "eval_every", "eval_batches",   # bookkeeping
     "micro_batch", "precision", "grad_checkpointing",   # how a step is computed here, not what it computes
+    "deterministic", "tf32", "compile", "loss_scale_init", "loss_scale_growth_interval",
     "data_cache",                                       # where raw-corpus data is cached (rebuilt alike)
 })
 

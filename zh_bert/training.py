@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import signal
 import sys
 import time
@@ -84,7 +85,31 @@ def make_accelerator(precision: str, cpu: bool):
     """
     AcceleratorState._reset_state(reset_partial_state=False)
     GradientState._reset_state()
-    return Accelerator(mixed_precision={"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[precision], cpu=cpu)
+    return Accelerator(mixed_precision="bf16" if precision == "bf16" else "no", cpu=cpu)   # fp16: make_scaler
+
+
+MIN_LOSS_SCALE = 1.0   # below it, fp16 gradients overflow even unscaled: the run has diverged
+
+
+def make_scaler(precision: str, device, recipe):
+    """zh-bert's own dynamic loss scaler for fp16, one code path on CPU and CUDA (Accelerate makes none on a
+    CPU, and its autocast there ignores fp16); None for fp32 and bf16, which need none."""
+    if precision != "fp16":
+        return None
+    return torch.amp.GradScaler(device.type, init_scale=recipe.loss_scale_init, growth_factor=2.0,
+                                backoff_factor=0.5, growth_interval=recipe.loss_scale_growth_interval)
+
+
+def autocast(accelerator, fp16: bool):
+    """fp16: torch's fp16 autocast on this device (real fp16 matmuls on a CPU too); else Accelerate's (bf16 or
+    nothing)."""
+    return torch.autocast(accelerator.device.type, dtype=torch.float16) if fp16 else accelerator.autocast()
+
+
+def _inject_overflow(params: list, step: int) -> None:
+    """The test hook for an fp16 overflow: ZH_BERT_FAULT=inf-gradient@STEP makes that step's gradients inf."""
+    if params and os.environ.get("ZH_BERT_FAULT") == f"inf-gradient@{step}":
+        params[0].grad.fill_(float("inf"))
 
 
 class StepStats:
@@ -112,18 +137,20 @@ class StepStats:
 
 
 def train_step(model, optimizer, scheduler, accelerator, micro_batches: list[dict], recipe, stats: StepStats,
-               step: int = 0) -> dict:
+               step: int = 0, scaler=None) -> dict:
     """Optimizer step `step` (0-based) over `micro_batches` (this process's share of the global batch, host
     tensors).
 
-    Returns {'finite', 'grad_norm', 'loss' (device tensors: reading them syncs), 'skipped', 'tokens' (of all
-    processes)}. This is the whole training computation; `fit` runs it step by step.
+    Returns {'finite', 'loss_finite', 'grad_norm', 'loss' (device tensors: reading them syncs), 'skipped',
+    'tokens' (of all processes)}. This is the whole training computation; `fit` runs it step by step.
     ELECTRA adds the RTD loss, normalised by the global batch's real-token count as the MLM loss is by its
     masked-token count.
 
     `finite`: the loss that was backpropagated (weighted, as summed here: a huge rtd_weight overflows it or
-    only its gradient) and the gradient norm are both finite. A step that is not is never applied (fp16:
-    the GradScaler skips it and lowers its scale) and comes back `skipped`, which `fit`'s guard counts.
+    only its gradient) and the gradient norm are both finite. A step that is not is never applied and comes
+    back `skipped`, which `fit`'s guard counts. fp16 (`scaler`, from `make_scaler`): the loss is scaled for
+    backward and the gradients unscaled before clipping; a finite loss with overflowed gradients is the
+    scaler's business (it halves its scale, and doubles it after `loss_scale_growth_interval` good steps).
     """
     device = accelerator.device
     world = accelerator.num_processes
@@ -144,14 +171,14 @@ def train_step(model, optimizer, scheduler, accelerator, micro_batches: list[dic
                  if not (k == "attention_mask" and real[i] == v.numel())}
         last = i == len(micro_batches) - 1
         sync = contextlib.nullcontext() if last or world == 1 else accelerator.no_sync(model)
-        with sync, accelerator.autocast():
+        with sync, autocast(accelerator, scaler is not None):
             out = model(**batch)
             loss = out["mlm_loss_sum"] * (world / n_masked)
             if "nsp_loss_sum" in out:
                 loss = loss + out["nsp_loss_sum"] * (world / n_seqs)
             if "rtd_loss_sum" in out:
                 loss = loss + out["rtd_loss_sum"] * (recipe.rtd_weight * world / n_tokens)
-            accelerator.backward(loss)
+            accelerator.backward(loss if scaler is None else scaler.scale(loss))
         stats.add(out)
         step_loss = step_loss + loss.detach().float()   # what was backpropagated, weights included
     stats.masked += masked
@@ -159,24 +186,29 @@ def train_step(model, optimizer, scheduler, accelerator, micro_batches: list[dic
     stats.tokens += tokens
     stats.steps += 1
     params = [p for p in model.parameters() if p.grad is not None]
+    _inject_overflow(params, step)
+    if scaler is not None:
+        scaler.unscale_(optimizer)   # clipping and the finite check see the true gradients
     clip = recipe.grad_clip if recipe.grad_clip > 0 else float("inf")
     grad_norm = accelerator.clip_grad_norm_(params, clip)
     norm = torch.zeros(()) if grad_norm is None else torch.as_tensor(grad_norm)
-    finite = bool(torch.isfinite(step_loss + norm.to(step_loss.device).float()).item())  # the one sync per step
-    scaler = getattr(accelerator, "scaler", None)
-    if scaler is None and not finite:   # fp32/bf16: a NaN/inf step would poison the weights; skip it
-        skipped = True
-    else:                                    # fp16: the GradScaler skips overflowed steps itself
+    loss_finite, norm_finite = torch.isfinite(torch.stack([step_loss, norm.to(step_loss.device).float()])).tolist()
+    finite = loss_finite and norm_finite    # the one sync per step
+    skipped = not finite                    # a NaN/inf step would poison the weights: never applied
+    if finite and scaler is None:
         optimizer.step()
-        skipped = bool(accelerator.optimizer_step_was_skipped)
+    elif finite:
+        scaler.step(optimizer)
+    if scaler is not None:
+        scaler.update()             # an overflow halves the scale, growth_interval good steps double it
     with warnings.catch_warnings():   # a skipped step calls no optimizer.step(): torch's order warning is noise
         if skipped:
             warnings.simplefilter("ignore", UserWarning)
         scheduler.step()
     optimizer.zero_grad(set_to_none=True)
     stats.skipped += int(skipped)
-    return {"finite": finite, "grad_norm": grad_norm, "loss": step_loss, "skipped": skipped,
-            "tokens": int(counts[2].item())}
+    return {"finite": finite, "loss_finite": loss_finite, "grad_norm": grad_norm, "loss": step_loss,
+            "skipped": skipped, "tokens": int(counts[2].item())}
 
 
 @contextlib.contextmanager
@@ -202,7 +234,7 @@ def _stop_on_signals():
             signal.signal(s, h)
 
 
-def validation_metrics(model, loader, accelerator, max_batches: int) -> dict:
+def validation_metrics(model, loader, accelerator, max_batches: int, fp16: bool = False) -> dict:
     """Validation MLM loss/accuracy with fixed masks (same batches every call): comparable over time. ELECTRA:
     the generator's MLM figures, and the discriminator's RTD loss/accuracy on fixed generator samples."""
     inner = accelerator.unwrap_model(model)   # no DDP hooks: ranks may see different batch counts
@@ -213,7 +245,7 @@ def validation_metrics(model, loader, accelerator, max_batches: int) -> dict:
     if electra:
         keys += ("rtd_loss_sum", "rtd_correct", "rtd_count")
     sums = torch.zeros(len(keys), dtype=torch.float64, device=accelerator.device)
-    with torch.no_grad(), accelerator.autocast():
+    with torch.no_grad(), autocast(accelerator, fp16):
         for k, batch in enumerate(loader.one_pass()):
             if k >= max_batches:
                 break
@@ -239,7 +271,8 @@ def validation_metrics(model, loader, accelerator, max_batches: int) -> dict:
 
 def validate(run: TrainingRun) -> dict:
     """Validation on the fixed-mask batches, logged; also kept as `run.val` for run.json."""
-    run.val = validation_metrics(run.model, run.valid_loader, run.accelerator, run.recipe.eval_batches)
+    run.val = validation_metrics(run.model, run.valid_loader, run.accelerator, run.recipe.eval_batches,
+                                 fp16=run.scaler is not None)
     run.metrics.write({"step": run.step, **run.val})
     return run.val
 
@@ -263,12 +296,24 @@ def _train_row(run: TrainingRun, stats: StepStats, res: dict) -> dict:
            "grad_norm": float(res["grad_norm"]) if res["grad_norm"] is not None else None,
            "tokens_seen": run.tokens_seen, "epoch": run.loader.state_dict()["epoch"],
            "skipped_steps": run.skipped_steps, "elapsed_s": round(run.train_seconds, 3)}
+    if run.scaler is not None:
+        row["loss_scale"] = run.scaler.get_scale()
     if run.recipe.pairs:
         row.update(nsp_loss=nsp_l / max(seqs, 1), nsp_acc=nsp_c / max(seqs, 1))
     if run.recipe.objective == "electra":
         # per real token: a discriminator that calls every token original scores rtd_acc = 1 - replaced_frac
         row.update(rtd_loss=rtd_l / max(toks, 1), rtd_acc=rtd_c / max(toks, 1), replaced_frac=replaced / max(toks, 1))
     return row
+
+
+def progress_text(row: dict) -> str:
+    """The progress line of a metrics row (without a terminal, or every log_every steps)."""
+    text = f"loss {row['loss']:.4f} mlm_acc {row['mlm_acc']:.4f} "
+    if "rtd_acc" in row:
+        text += f"rtd_loss {row['rtd_loss']:.4f} rtd_acc {row['rtd_acc']:.4f} "
+    if "loss_scale" in row:
+        text += f"loss_scale {row['loss_scale']:g} skipped {row['skipped_steps']} "
+    return text + f"lr {row['lr']:.3e} tokens/s {row['tokens_per_s']:.0f}"
 
 
 def validation_text(val: dict) -> str:
@@ -290,10 +335,18 @@ def _stop_requested(run: TrainingRun, flag: dict) -> str | None:
 def _guard(run: TrainingRun, res: dict, streak: int) -> int:
     """The one guard against steps that cannot train, for every objective and precision: a step whose
     backpropagated loss or gradient norm is non-finite is skipped (`train_step`) and counted; the first one
-    of a streak is reported at once (fp32/bf16: never normal; fp16's loss scaler skips a few overflows by
-    design), and `max_nan_streak` of them in a row stop the run (status diverged). Returns the new streak."""
+    of a streak is reported at once, and `max_nan_streak` of them in a row stop the run (status diverged).
+    fp16: a finite loss with overflowed gradients is the loss scaler's normal business and not counted,
+    unless the scale has collapsed below MIN_LOSS_SCALE. Returns the new streak."""
     if not res["skipped"]:
         return 0
+    if run.scaler is not None and res["loss_finite"]:
+        scale = run.scaler.get_scale()
+        if scale < MIN_LOSS_SCALE:
+            run.status = "diverged"
+            run.warn(f"error: the fp16 loss scale fell to {scale:.3g} at step {run.step}: the gradients overflow "
+                     f"even unscaled; stopping. Lower lr, raise warmup_steps, or use precision: bf16/fp32.")
+        return streak
     r, streak = run.recipe, streak + 1
     hint = ("Lower lr" + (f" or rtd_weight ({r.rtd_weight:g})" if r.objective == "electra" else "")
             + (", raise warmup_steps, or use precision: bf16/fp32 instead of fp16." if run.precision == "fp16"
@@ -304,7 +357,7 @@ def _guard(run: TrainingRun, res: dict, streak: int) -> int:
         run.status = "diverged"
         run.warn(f"error: {streak} step(s) in a row skipped for a non-finite loss or gradient norm (step "
                  f"{run.step}: {what}); stopping. {hint}")
-    elif streak == 1 and run.precision != "fp16":
+    elif streak == 1:
         run.warn(f"warning: step {run.step} skipped, not applied: non-finite {what}; the run stops after "
                  f"{r.max_nan_streak} such steps in a row (max_nan_streak). {hint}")
     return streak
@@ -327,7 +380,8 @@ def fit(run: TrainingRun) -> None:
         while run.step < r.max_steps:
             t0 = time.perf_counter()
             micro = [next(batches) for _ in range(run.accum)]
-            res = train_step(run.model, run.optimizer, run.scheduler, run.accelerator, micro, r, stats, run.step)
+            res = train_step(run.model, run.optimizer, run.scheduler, run.accelerator, micro, r, stats, run.step,
+                             run.scaler)
             run.step += 1
             run.tokens_seen += res["tokens"]
             run.train_seconds += time.perf_counter() - t0
@@ -341,9 +395,7 @@ def fit(run: TrainingRun) -> None:
                 bar.set_postfix(loss=f"{row['loss']:.3f}", acc=f"{row['mlm_acc']:.3f}", lr=f"{row['lr']:.2e}",
                                 tok_s=f"{row['tokens_per_s']:.0f}")
                 if not tty:
-                    say(f"step {run.step}/{r.max_steps} loss {row['loss']:.4f} mlm_acc {row['mlm_acc']:.4f} "
-                        + (f"rtd_loss {row['rtd_loss']:.4f} rtd_acc {row['rtd_acc']:.4f} " if "rtd_acc" in row else "")
-                        + f"lr {row['lr']:.3e} tokens/s {row['tokens_per_s']:.0f}")
+                    say(f"step {run.step}/{r.max_steps} {progress_text(row)}")
                 stats.reset()
             bar.update(1)
             if run.valid_loader is not None and _due(r.eval_every, run.step, r.max_steps):

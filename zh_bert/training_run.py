@@ -27,6 +27,7 @@ from zh_bert import checkpoint as ckpt
 from zh_bert.curves import read_metrics
 from zh_bert.errors import ZhBertError
 from zh_bert.fileio import atomic_write, read_json
+from zh_bert.hardware import sdpa_backend
 from zh_bert.recipe import Recipe, changes_on_resume, save_recipe
 from zh_bert.rundir import GENERATOR, run_dir_entry, written_by_pretrain
 
@@ -55,6 +56,8 @@ class TrainingRun:
     say: Callable[[str], None]
     warn: Callable[[str], None] = print    # warnings and the guard's error: stderr, main process
     generator: Any = None           # electra: the generator (checkpoints' and final/'s generator/)
+    scaler: Any = None              # fp16: the dynamic loss scaler (training.make_scaler), in every checkpoint
+    kernels: dict = field(default_factory=dict)   # hardware.kernel_settings: deterministic, tf32, pinned, compile
     metrics: Optional[MetricsLog] = None   # opened by build_run once the resume step is known
     step: int = 0
     tokens_seen: int = 0            # all processes
@@ -80,13 +83,13 @@ class TrainingRun:
                  "recipe": self.recipe.to_dict(), "resumes": self.resumes, "train_sequences": len(self.train_ds)}
         return ckpt.save_checkpoint(self.ckpt_root, self.step, accelerator=self.accelerator, hf_model=self.hf,
                                     optimizer=self.optimizer, scheduler=self.scheduler, trainer_state=state,
-                                    keep_last=self.recipe.keep_last, generator=self.generator)
+                                    keep_last=self.recipe.keep_last, generator=self.generator, scaler=self.scaler)
 
     def resume_from(self, path: Path, changed: dict) -> None:
         """Restore the checkpoint at `path`; `changed` = the recipe keys this run changes (checked), recorded in
         `resumes` (a new lr schedule is applied by the caller: `training.reschedule`)."""
         st = ckpt.load_checkpoint(path, accelerator=self.accelerator, hf_model=self.hf, optimizer=self.optimizer,
-                                  scheduler=self.scheduler, generator=self.generator)
+                                  scheduler=self.scheduler, generator=self.generator, scaler=self.scaler)
         if st.get("train_sequences", len(self.train_ds)) != len(self.train_ds):
             raise ZhBertError(f"{path}: the training data changed since this checkpoint ({st['train_sequences']} "
                               f"sequences then, {len(self.train_ds)} now in {self.prepared.sharddir})")
@@ -274,6 +277,9 @@ def run_summary(run: TrainingRun) -> dict:
         "hardware": {"device": str(acc.device), "device_name": torch.cuda.get_device_name(acc.device) if on_cuda else "cpu",
                      "processes": acc.num_processes, "precision": run.precision,
                      "precision_requested": recipe.precision, "warnings": run.warnings,
+                     "loss_scaler": _scaler_summary(run),
+                     "kernels": {**run.kernels, "attention": getattr(c, "_attn_implementation", None),
+                                 "sdpa_backend": sdpa_backend(c, acc.device, run.precision, recipe.seq_len)},
                      "torch_threads": torch.get_num_threads(), "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
                      "malloc": run.malloc, "torch": torch.__version__, "adamw": run.adam_kind},
         "batch": {"global_batch": recipe.global_batch, "micro_batch": recipe.micro_batch,
@@ -304,3 +310,13 @@ def _generator_summary(run: TrainingRun) -> dict:
             "num_attention_heads": c.num_attention_heads, "intermediate_size": c.intermediate_size,
             "embedding_size": c.embedding_size, "parameters": count_params(run.generator),
             "parameters_not_shared": sum(p.numel() for p in run.generator.parameters() if id(p) not in shared)}
+
+
+def _scaler_summary(run: TrainingRun) -> dict | None:
+    """run.json's fp16 loss-scaler settings and its scale at the end (None without fp16)."""
+    scaler = run.scaler
+    if scaler is None:
+        return None
+    return {"init_scale": run.recipe.loss_scale_init, "growth_factor": scaler.get_growth_factor(),
+            "backoff_factor": scaler.get_backoff_factor(), "growth_interval": scaler.get_growth_interval(),
+            "final_scale": scaler.get_scale()}

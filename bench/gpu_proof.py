@@ -1,0 +1,314 @@
+"""One prepared command that measures what docs/hardware.md otherwise estimates, on one GPU in <= 8 minutes.
+
+Sections (each measured in this run, or marked skipped/failed with its reason): the device and its measured
+fp32/TF32/fp16/bf16 matmul peak; training tokens/s of `base` and `small` at seq 128 in every precision beside
+the transformers Trainer on the same model and batches (useful-FLOP utilisation against that peak, and against
+`zh-bert plan`'s datasheet figure); `zh-bert plan`'s memory model against torch.cuda.max_memory_allocated;
+fp16 + loss scaling against fp32 from the same init; kill -9 + `--resume auto` of a real pretrain process;
+and, as its own invocation (`--science`), the equal-FLOPs objective grid on real Chinese text, fine-tuned on
+ChnSentiCorp and TNEWS. Writes gpu_proof.json and gpu_proof.md under --out (a --science run into the same
+--out adds its section to them).
+
+    python bench/gpu_proof.py --prepare runs/gpu-proof-data                  # on a CPU machine, once
+    python bench/gpu_proof.py --data runs/gpu-proof-data --out OUT          # on the GPU: ~8 min
+    python bench/gpu_proof.py --science --data runs/gpu-proof-data --out OUT  # on the GPU, its own command
+    python bench/gpu_proof.py --device cpu --quick --out DIR     # every section at toy size (a smoke test)
+
+The GPU side needs only torch, transformers, accelerate, tokenizers, safetensors, numpy, scipy, pyyaml,
+matplotlib and tensorboard (no jieba, opencc, datatrove or gradio), no network, and runs from the repository
+root with PYTHONPATH=. ; --prepare builds everything that needs more (tokenizers, shards) into DIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(1, str(REPO))
+
+from _gpu_proof_data import SCIENCE_CORPUS, ProofError, prepare, read_manifest, unpack  # noqa: E402
+
+MAIN = ("device", "throughput", "memory", "fp16_vs_fp32", "resume")
+SECTIONS = MAIN + ("science",)
+NEEDS_S = {"device": 20, "throughput": 150, "memory": 90, "fp16_vs_fp32": 60, "resume": 90, "science": 60}
+BUDGET_S = {"main": 480, "science": 540}   # one GPU command may run 10 minutes: room to write the report
+WORK = REPO / "runs" / "gpu-proof-work"    # full runs: kept, so a rerun reuses unpacked data and finished runs
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):          # bad input is one line, exit 2
+        print(f"gpu_proof: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def build_parser() -> Parser:
+    p = Parser(prog="gpu_proof", description=__doc__.split("\n\n")[0])
+    p.add_argument("--prepare", metavar="DIR", help="build the inputs (tokenizers, packed shards) into a new DIR "
+                   "and exit; runs where zh-bert is fully installed")
+    p.add_argument("--corpus", metavar="PATH", help=f"--prepare: the science corpus (default {SCIENCE_CORPUS})")
+    p.add_argument("--data", metavar="DIR", help="a DIR built by --prepare (--quick without it prepares a toy one)")
+    p.add_argument("--out", metavar="DIR", help="where gpu_proof.json and gpu_proof.md go")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--science", action="store_true", help="run the objective grid alone (its own GPU command)")
+    p.add_argument("--sections", metavar="A,B", help=f"run only these ({','.join(SECTIONS)}), e.g. to rerun one "
+                   f"that failed; the report in --out keeps the others")
+    p.add_argument("--quick", action="store_true", help="every section at toy size (with --prepare: a toy DIR)")
+    p.add_argument("--work", metavar="DIR", help=f"scratch: unpacked shards, run dirs (default {WORK.relative_to(REPO)}; "
+                   f"--quick: a temp dir, removed)")
+    p.add_argument("--budget-s", type=float, help=f"time budget; sections that would overrun it are skipped "
+                   f"(default {BUDGET_S['main']} s, --science {BUDGET_S['science']} s, --quick none)")
+    p.add_argument("--science-tokens", type=float, default=100e6, help="tokens of the science run that sees the "
+                   "fewest (ELECTRA at equal FLOPs)")
+    p.add_argument("--science-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra `zh-bert ablate --set` for the grid (recipe or spec keys), repeatable")
+    return p
+
+
+@dataclass
+class Context:
+    """What every section reads: the device, the size (quick or not), the prepared data, the time left."""
+    device: object
+    quick: bool
+    work: Path
+    data: Path
+    manifest: dict
+    out: Path
+    report: dict
+    budget_s: float
+    science_tokens: float = 100e6
+    science_set: dict = field(default_factory=dict)
+    peaks: dict = field(default_factory=dict)
+    headline: str = ""
+    t0: float = field(default_factory=time.time)
+    _datasets: dict = field(default_factory=dict)
+
+    @property
+    def device_capability(self) -> tuple:
+        import torch
+
+        return tuple(torch.cuda.get_device_capability(self.device)) if self.device.type == "cuda" else (0, 0)
+
+    def has_time(self, need_s: float) -> bool:
+        return time.time() - self.t0 + need_s <= self.budget_s
+
+    def dataset(self, name: str) -> tuple[Path, Path]:
+        if name not in self._datasets:
+            self._datasets[name] = unpack(self.data, self.manifest, name, self.work)
+        return self._datasets[name]
+
+    def fresh_dir(self, name: str) -> Path:
+        path = self.work / name
+        shutil.rmtree(path, ignore_errors=True)
+        path.mkdir(parents=True)
+        return path
+
+    def log(self, msg: str) -> None:
+        """Progress on the console, also while a section redirects stdout into its own log."""
+        print(msg, file=sys.__stdout__ or sys.stdout, flush=True)
+
+    def quiet(self, msg: str) -> None:
+        with open(self.work / "gpu_proof.log", "a", encoding="utf-8") as f:
+            f.write(msg + "\n")
+
+    def save_partial(self, name: str, data: dict) -> None:
+        """A long section's results so far, in the report files: a command killed at its time limit still
+        leaves them."""
+        self.report["sections"][name] = {"status": "partial", "invocation": len(self.report["invocations"]) - 1,
+                                         **data}
+        write_report(self.report, self.out)
+
+
+def check_args(args) -> dict:
+    """Every refusal before anything is written; returns what the run needs."""
+    if args.prepare:
+        if args.data or args.science or args.out:
+            raise ProofError("--prepare only builds DIR; run the proof afterwards with --data DIR --out OUT")
+        if Path(args.prepare).exists():
+            raise ProofError(f"--prepare {args.prepare} exists; give a new directory")
+        if args.corpus and not (Path(args.corpus) / "SOURCE.md").is_file():
+            raise ProofError(f"--corpus {args.corpus}: not a zh_real_text-style corpus dir (no SOURCE.md)")
+        return {}
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise ProofError("--device cuda: this machine has no CUDA GPU (torch.cuda.is_available() is False); "
+                         "use --device cpu --quick here")
+    device = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+                          else "cpu")
+    if args.out is None and not args.quick:
+        raise ProofError("--out DIR is required (where gpu_proof.json and gpu_proof.md go)")
+    if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
+        raise ProofError(f"--out {args.out} exists and is not a directory")
+    if not args.science_tokens > 0:
+        raise ProofError(f"--science-tokens must be positive, got {args.science_tokens}")
+    unknown = [n for n in (args.sections or "").split(",") if n and n not in SECTIONS]
+    if unknown:
+        raise ProofError(f"--sections {unknown[0]}: not a section ({', '.join(SECTIONS)})")
+    bad = [s for s in args.science_set if "=" not in s]
+    if bad:
+        raise ProofError(f"--science-set {bad[0]}: expected KEY=VALUE")
+    manifest = None
+    if args.data:
+        manifest = read_manifest(Path(args.data))
+        if manifest["quick"] and not args.quick:
+            raise ProofError(f"--data {args.data} was prepared with --quick (toy size); prepare a full one for a "
+                             f"full run, or add --quick")
+        if "science" in chosen(args) and not manifest["datasets"].get("science"):
+            raise ProofError(f"--science: --data {args.data} holds no prepared science corpus "
+                             f"({manifest.get('note') or 'prepared without it'})")
+    elif not args.quick:
+        raise ProofError("--data DIR is required: build it on a CPU machine with --prepare DIR")
+    if device.type == "cpu" and not args.quick:
+        raise ProofError("the full proof is sized for one GPU (base and large models, 100M-token runs: hours on a "
+                         "CPU); add --quick for every section at toy size")
+    return {"device": device, "manifest": manifest}
+
+
+def chosen(args) -> tuple:
+    """The sections this invocation runs: --sections; else --science (with the device it ran on); else the
+    main ones, and with --quick all of them."""
+    if args.sections:
+        return tuple(n for n in SECTIONS if n in args.sections.split(","))
+    if args.science:
+        return ("device", "science")
+    return SECTIONS if args.quick else MAIN
+
+
+def run_section(ctx: Context, name: str) -> dict:
+    """One section: its figures, or the reason it has none (time budget, an error: the others still run)."""
+    from _gpu_proof_measure import device_section, memory_section, throughput_section
+    from _gpu_proof_train import fp16_section, resume_section, science_section
+
+    fn = {"device": device_section, "throughput": throughput_section, "memory": memory_section,
+          "fp16_vs_fp32": fp16_section, "resume": resume_section, "science": science_section}[name]
+    head = {"invocation": len(ctx.report["invocations"]) - 1}
+    if not ctx.quick and not ctx.has_time(NEEDS_S[name]):
+        left = ctx.budget_s - (time.time() - ctx.t0)
+        return {**head, "status": "skipped", "reason": f"time budget: {left:.0f} s left of {ctx.budget_s:.0f}, "
+                f"the section needs ~{NEEDS_S[name]} s"}
+    t0, ctx.headline = time.time(), ""
+    try:
+        data = fn(ctx)
+        status = "measured" if not (name == "science" and not data.get("complete")) else "partial"
+        out = {**head, "status": status, "headline": ctx.headline, **data}
+    except Exception as e:   # a failed section is a finding; the next ones still run
+        out = {**head, "status": "failed", "error": f"{type(e).__name__}: {str(e)[:1000]}",
+               "traceback": traceback.format_exc()[-3000:]}
+    finally:
+        _release(ctx)
+    out["seconds"] = round(time.time() - t0, 1)
+    return out
+
+
+def _release(ctx: Context) -> None:
+    gc.collect()
+    if ctx.device.type == "cuda":
+        import torch
+
+        torch.cuda.empty_cache()
+
+
+def new_report(out: Path, device_name: str, quick: bool) -> dict:
+    """The report to add to: OUT/gpu_proof.json of an earlier invocation on the same device and size (so
+    --science joins the main run), else a new one."""
+    path = out / "gpu_proof.json"
+    if path.is_file():
+        try:
+            old = json.loads(path.read_text(encoding="utf-8"))
+            if old.get("device_name") == device_name and old.get("quick") == quick:
+                return old
+        except ValueError:
+            pass
+    return {"gpu_proof": 1, "device_name": device_name, "quick": quick, "invocations": [],
+            "sections": {name: {"status": "not run", "reason": "not run yet: " + (
+                "its own invocation, --science" if name == "science" else "the main invocation (without --science)")}
+                for name in SECTIONS}}
+
+
+def write_report(report: dict, out: Path) -> None:
+    from _gpu_proof_report import render
+
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text in (("gpu_proof.json", json.dumps(report, indent=1, ensure_ascii=False, default=str)),
+                       ("gpu_proof.md", render(report))):
+        tmp = out / f".{name}.tmp"
+        tmp.write_text(text + "\n", encoding="utf-8")
+        tmp.replace(out / name)
+
+
+def main(argv=None) -> int:
+    import os
+
+    from zh_bert.hardware import omp_wait_policy
+
+    # before torch loads (OpenMP reads it once), as `zh-bert pretrain` does: spinning threads on a shared CPU
+    # made a tiny step 15x slower here; the subprocesses inherit it
+    os.environ.setdefault("OMP_WAIT_POLICY", omp_wait_policy())
+    args = build_parser().parse_args(argv)
+    try:
+        plan = check_args(args)
+    except ProofError as e:
+        print(f"gpu_proof: error: {e}", file=sys.stderr)
+        return 2
+    command = "python bench/gpu_proof.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    if args.prepare:
+        m = prepare(Path(args.prepare), args.quick, args.corpus, command)
+        print(f"prepared {args.prepare}: {m['bytes'] / 2**20:.1f} MiB in {m['seconds']:.0f} s; it travels beside the "
+              f"checkout to the GPU machine (--data {args.prepare})")
+        return 0
+    temp_work = args.work is None and args.quick
+    work = Path(tempfile.mkdtemp(prefix="gpu-proof-")) if temp_work else Path(args.work or WORK)
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        return _run(args, plan, work, command)
+    finally:
+        if temp_work:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _run(args, plan: dict, work: Path, command: str) -> int:
+    import torch
+
+    device, manifest, data = plan["device"], plan["manifest"], Path(args.data) if args.data else None
+    if data is None:   # --quick without --data: a toy DIR of its own
+        data = work / "prepared"
+        if not (data / "manifest.json").is_file():
+            prepare(data, True, None, command + " (its own toy --prepare)", log=lambda m: None)
+        manifest = read_manifest(data)
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="gpu-proof-out-"))
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    report = new_report(out, name, args.quick)
+    names = chosen(args)
+    budget = args.budget_s or (float("inf") if args.quick else BUDGET_S["science" if "science" in names else "main"])
+    report["invocations"].append({"command": command, "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                                  "device": name, "sections": list(names), "data": {k: manifest.get(k) for k in
+                                  ("created", "quick", "command", "bytes", "note")}})
+    ctx = Context(device, args.quick, work, data, manifest, out, report, budget, args.science_tokens,
+                  dict(s.split("=", 1) for s in args.science_set))
+    for section in names:
+        report["sections"][section] = run_section(ctx, section)
+        r = report["sections"][section]
+        print(f"section {section}: {r['status']} ({r['seconds']} s): "
+              f"{r.get('headline') or r.get('reason') or r.get('error', '')}", flush=True)
+        write_report(report, out)
+    report["invocations"][-1]["wall_s"] = round(time.time() - ctx.t0, 1)
+    write_report(report, out)
+    failed = [s for s in names if report["sections"][s]["status"] == "failed"]
+    print(f"wrote {out / 'gpu_proof.json'} and {out / 'gpu_proof.md'} in {time.time() - ctx.t0:.0f} s"
+          + (f"; failed: {', '.join(failed)}" if failed else ""), flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
