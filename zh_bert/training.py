@@ -26,7 +26,6 @@ import signal
 import sys
 import time
 import warnings
-
 from typing import TYPE_CHECKING
 
 import torch
