@@ -87,6 +87,27 @@ def tiny_model_dir(tmp_path_factory, google_tokdir) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_modernbert_dir(tmp_path_factory, google_tokdir) -> Path:
+    """A real (randomly initialised, seed 0) `tiny` ModernBertForMaskedLM as `pretrain` builds it (L2/H128, GeGLU
+    sized to BERT's parameters, config keys of both transformers majors) with Google's vocab + tokenizer files."""
+    import shutil
+
+    import torch
+    from transformers import ModernBertForMaskedLM
+
+    from zh_bert.modernbert import build_modernbert_config, write_portable_config
+
+    out = tmp_path_factory.mktemp("tiny_modernbert")
+    torch.manual_seed(0)
+    cfg = build_modernbert_config("tiny", 21128, special_ids={"pad": 0, "cls": 101, "sep": 102})
+    ModernBertForMaskedLM(cfg).save_pretrained(str(out))
+    write_portable_config(out)
+    for f in google_tokdir.iterdir():
+        shutil.copy(f, out / f.name)
+    return out
+
+
+@pytest.fixture(scope="session")
 def build_shards(tmp_path_factory):
     """`build_shards(corpus, tokdir, *flags)`: `zh-bert shard` with these arguments, built once per distinct
     argument list for the whole test run and shared by every test that asks for the same shards."""

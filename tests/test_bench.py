@@ -32,6 +32,7 @@ RESULT_LINES = {
     "main_recipe_length": [rf"^4 steps .* {NUM} ± {NUM}", rf"^random init +- +{NUM} ± {NUM}"],
     "masking_throughput": [rf'"per_sequence_vs_row_at_a_time": {NUM}', rf'"correction_vs_wwm_per_sequence": {NUM}',
                            rf'"build_s": {NUM}'],
+    "modernbert_head": [rf"^tiny: zh-bert / transformers sparse_prediction = {NUM}x$"],
     "plan_memory_check": [rf"^mini +4 +{NUM} +{NUM} +{NUM}$", r"^(?:NOT )?all within ±25%"],
     "scale": [rf"^\| 1 MB \| clean executor \| .*\| {NUM} / {NUM} \|",
               rf"^\| 1 MB \| shard executor \| .*\| {NUM} / {NUM} \|"],

@@ -362,6 +362,40 @@ def test_catalog():
     assert e.params == m.num_parameters()
     assert 37e6 < BY_ALIAS["rbt3"].params < 39e6  # HFL quotes 38M
     assert len({e.alias for e in CATALOG}) == len(CATALOG)
+    assert {e.architecture for e in CATALOG} <= {"bert", "modernbert"}
+    assert all(e.architecture == "bert" for e in CATALOG if e.paper in ("bert", "wwm", "macbert", "uer"))
+
+
+def test_catalog_modernbert_params_match_transformers():
+    """The ModernBERT formula is checked against a real ModernBertModel of the same shape, not a hand number."""
+    from transformers import ModernBertConfig, ModernBertModel
+
+    from zh_bert.catalog import CatalogEntry
+
+    e = CatalogEntry("tiny-modernbert", "test/tiny-modernbert", 2, 64, 2, 96, 500, "test vocab", "n/a",
+                     "modernbert", architecture="modernbert")
+    # special-token ids inside the tiny vocab (the defaults point into ModernBERT's English 50k vocab)
+    cfg = ModernBertConfig(vocab_size=e.vocab_size, hidden_size=e.hidden, num_hidden_layers=e.layers,
+                           num_attention_heads=e.heads, intermediate_size=e.intermediate,
+                           pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2)
+    assert e.params == sum(p.numel() for p in ModernBertModel(cfg).parameters())
+    bert_shaped = CatalogEntry("tiny-bert", "test/tiny-bert", 2, 64, 2, 96, 500, "test vocab", "n/a", "bert")
+    assert bert_shaped.architecture == "bert" and bert_shaped.params != e.params
+
+
+def test_catalog_architecture_in_table_json_and_checked():
+    import json
+
+    from zh_bert.catalog import CATALOG, CatalogEntry, _as_json, format_table
+    from zh_bert.errors import ZhBertError
+
+    header, _, first = format_table().splitlines()[:3]
+    assert header.split()[:3] == ["alias", "repo", "id"] and "arch" in header.split()
+    assert first.split()[:3] == ["bert-base-chinese", "google-bert/bert-base-chinese", "bert"]
+    assert [c["architecture"] for c in json.loads(_as_json(None))["catalog"]] == [e.architecture for e in CATALOG]
+    with pytest.raises(ZhBertError, match="^catalog entry x: architecture must be one of bert, modernbert, "
+                                          "got 'roberta'$"):
+        CatalogEntry("x", "a/x", 2, 64, 2, 96, 500, "v", "n/a", "bert", architecture="roberta")
 
 
 def test_models_cli_fast_and_offline():

@@ -3,9 +3,13 @@ checked against a real measurement on this CPU."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import shlex
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -14,7 +18,7 @@ from conftest import REPO
 
 from zh_bert.cli import main as cli
 from zh_bert.errors import ZhBertError
-from zh_bert.hardware import GPUS, KNOWN_DEVICES, build_supports, decide_precision, resolve_precision
+from zh_bert.hardware import GPUS, KNOWN_DEVICES, build_supports, decide_precision, get_spec, resolve_precision
 from zh_bert.config import config_from_args
 from zh_bert.memory_model import ModelShape, estimate_memory, model_config
 from zh_bert.plan import PlanArgs, build_parser, make_plan
@@ -110,6 +114,68 @@ def test_param_count_matches_the_real_model(model, objective):
     assert ModelShape.from_config(cfg, pairs=objective != "mlm").params == count_params(model_class(objective)(cfg))
 
 
+def _modernbert(model: str, vocab: int = 21128):
+    """The ModernBertForMaskedLM that pretrain builds for preset `model` (stock transformers, no zh-bert wrapper)."""
+    from transformers import ModernBertForMaskedLM
+
+    from zh_bert.modernbert import build_modernbert_config
+
+    cfg = build_modernbert_config(model, vocab, special_ids={"pad": 0, "cls": 101, "sep": 102})
+    return cfg, ModernBertForMaskedLM(cfg)
+
+
+@pytest.mark.parametrize("model", ["tiny", "mini"])
+def test_modernbert_param_count_matches_the_built_model(model, capsys):
+    cfg, net = _modernbert(model)
+    rc, out, _ = run_plan(capsys, "--gpu", "cpu", "--model", model, "--architecture", "modernbert", "--json")
+    assert rc == 0
+    p = json.loads(out)
+    assert p["architecture"] == "modernbert" and p["model_shape"].startswith("ModernBERT ")
+    assert p["params"] == sum(t.numel() for t in net.parameters())
+    bert = make_plan(PlanArgs(gpu="cpu", model=model), get_spec("cpu"))
+    assert abs(p["params"] / bert.params - 1) < 0.01      # sized to the BERT preset's parameter count
+
+
+@pytest.mark.parametrize("keys", [{}, {"global_attn_every_n_layers": 2, "local_attention": 64, "dropout": 0.0}])
+def test_modernbert_config_is_the_one_pretrain_builds(keys):
+    """plan may not import pretrain, so it rebuilds `_modernbert_config`'s config from the same recipe keys."""
+    from zh_bert.pretrain import _modernbert_config
+    from zh_bert.recipe import Recipe
+
+    recipe = Recipe(architecture="modernbert", model="mini", **keys)
+    mine = model_config("mini", 21128, recipe.dropout, architecture="modernbert",
+                        global_attn_every_n_layers=recipe.global_attn_every_n_layers,
+                        local_attention=recipe.local_attention)
+    assert mine.to_dict() == _modernbert_config(recipe, 21128).to_dict()
+
+
+def test_modernbert_flops_per_token():
+    from zh_bert.modernbert import modernbert_flops_per_token
+
+    args = PlanArgs(gpu="cpu", model="tiny", architecture="modernbert", seq_len=512)
+    plan = make_plan(args, get_spec("cpu"))
+    cfg, _ = _modernbert("tiny")
+    assert plan.flops_per_token > 0
+    assert plan.flops_per_token == modernbert_flops_per_token(cfg, 512, 0.15)
+    wider = make_plan(dataclasses.replace(args, local_attention=512), get_spec("cpu"))
+    assert wider.flops_per_token > plan.flops_per_token   # local layers attend over their window only
+    assert any("local layers over their 128-token window" in n for n in plan.notes)
+
+
+@pytest.mark.parametrize("objective, match", [("mlm+nsp", "needs token-type embeddings"),
+                                              ("mlm+sop", "needs token-type embeddings"),
+                                              ("electra", "builds ELECTRA's own BERT-style")])
+def test_modernbert_with_a_pair_or_electra_objective_is_one_line(objective, match, capsys):
+    rc, out, err = run_plan(capsys, "--architecture", "modernbert", "--objective", objective)
+    assert rc == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("zh-bert plan: error:") and match in lines[0], err
+    with pytest.raises(ZhBertError, match=match):
+        PlanArgs(architecture="modernbert", objective=objective)
+    rc, _, err = run_plan(capsys, "--architecture", "modernbert", "--local-attention", "7")
+    assert rc == 2 and "'local_attention' must be an even number" in err
+
+
 def _plan_from_recipe_header(path):
     first = path.read_text(encoding="utf-8").splitlines()[0]
     assert first.startswith("# zh-bert plan "), f"{path.name} must open with the plan line it was sized with"
@@ -155,6 +221,55 @@ def test_memory_model_matches_a_measured_cpu_step():
     assert 0.5 < bf16 / fp32 < 0.75          # AMP keeps LayerNorm inputs in fp32: not quite half
 
 
+def _modernbert_peak_child(model: str, micro_batch: int, seq_len: int = 128) -> int:
+    """bench/plan_memory_check.py's `child` with ModernBERT (runs in a fresh process: peak RSS above a warmed-up
+    baseline of two AdamW steps of two accumulated micro-batches, fp32)."""
+    import torch
+
+    sys.path.insert(0, str(REPO / "bench"))
+    from plan_memory_check import _status_kb
+
+    from zh_bert.model import PretrainModel, model_class
+
+    torch.set_num_threads(2)
+
+    def run(cfg, mb, steps, accumulation=2):
+        torch.manual_seed(0)
+        net = PretrainModel(model_class("mlm", "modernbert")(cfg)).train()
+        opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
+        g = torch.Generator().manual_seed(0)
+        for micro_step in range(1, steps * accumulation + 1):
+            ids = torch.randint(1000, cfg.vocab_size, (mb, seq_len), generator=g)
+            labels = torch.where(torch.rand(ids.shape, generator=g) < 0.15, ids, torch.full_like(ids, -100))
+            out = net(ids, attention_mask=torch.ones_like(ids), labels=labels)
+            (out["mlm_loss_sum"] / out["mlm_count"]).backward()
+            if micro_step % accumulation == 0:
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+
+    run(model_config("tiny", 2000, architecture="modernbert"), 2, 1)     # warm-up, then freed
+    baseline = _status_kb("VmRSS")
+    Path("/proc/self/clear_refs").write_text("5")                     # reset VmHWM to the current RSS
+    run(model_config(model, 21128, 0.1, architecture="modernbert"), micro_batch, 2)
+    return (_status_kb("VmHWM") - baseline) * 1024
+
+
+def test_modernbert_memory_model_matches_a_measured_cpu_step():
+    """The BERT case above for ModernBERT (tiny, micro-batch 16, seq 128, fp32), with the same ±25% bar."""
+    from zh_bert.memory_model import plan_config, shape_and_flops
+
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="0",
+               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    code = (f"import sys; sys.path[:0] = [{str(REPO / 'tests')!r}]; from test_plan import _modernbert_peak_child; "
+            f"print(_modernbert_peak_child('tiny', 16))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    measured = int(out.stdout.strip().splitlines()[-1])
+    args = PlanArgs(model="tiny", seq_len=128, architecture="modernbert")
+    shape, _ = shape_and_flops(args, plan_config(args))
+    planned = estimate_memory(shape, 128, 16, "fp32", device="cpu").total
+    assert abs(planned / measured - 1) <= 0.25, (planned / 2**20, measured / 2**20)
+
+
 def test_measure_on_this_cpu(capsys):
     rc, out, _ = run_plan(capsys, "--gpu", "cpu", "--model", "tiny", "--seq-len", "64", "--global-batch", "8",
                           "--measure", "--measure-steps", "1", "--json")
@@ -167,6 +282,11 @@ def test_measure_on_this_cpu(capsys):
     if not torch.cuda.is_available():
         rc, _, err = run_plan(capsys, "--gpu", "1080ti", "--measure")
         assert rc == 2 and "no CUDA GPU" in err
+    rc, out, _ = run_plan(capsys, "--gpu", "cpu", "--model", "tiny", "--seq-len", "64", "--global-batch", "8",
+                          "--architecture", "modernbert", "--measure", "--measure-steps", "1", "--json")
+    assert rc == 0
+    p = json.loads(out)
+    assert p["measured"]["architecture"] == "modernbert" and p["measured"]["tokens_per_s"] > 0
 
 
 @pytest.mark.parametrize("kw, match", [

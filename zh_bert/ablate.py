@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Optional
 
 from zh_bert.ablation_corpus import carve_corpus, carved_paths, check_carved, check_corpus_size, split_corpus
-from zh_bert.ablation_results import random_init_row, run_one, write_results
+from zh_bert.ablation_results import random_init_rows, run_one, write_results
 from zh_bert.ablation_spec import (FLAT, AblationRun, AblationSpec, check_same_recipe, load_spec, plan_runs,
                                    run_recipe, slug, spec_keys)
 from zh_bert.config import build_parser as derive_parser, config_from_args, load_yaml, option, parse_set
@@ -181,7 +181,7 @@ def main(argv: list[str]) -> int:
     rows = [run_one(spec, r, p.base_data, out, data_by_fraction.get(r.fraction), heldout, cli_set, log=log)
             for r in runs]
     if spec.finetune.tasks and spec.random_init_baseline and rows:
-        rows.append(random_init_row(spec, rows[0], out, log=log))
+        rows += random_init_rows(spec, rows, out, log=log)
     write_results(spec, rows, out, "zh-bert ablate " + " ".join(argv), time.time() - t0,
                   shared={**spec.set, **cli_set})
     print((out / "results.md").read_text(encoding="utf-8"), flush=True)

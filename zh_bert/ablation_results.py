@@ -103,9 +103,21 @@ def finetune_tasks(spec: AblationSpec, model_dir: Path, results: dict, save: Cal
         save()
 
 
-def random_init_row(spec: AblationSpec, first: dict, out: Path, log=print) -> dict:
-    """The first run's architecture fine-tuned from random weights on every task: what pretraining has to beat."""
-    path = out / "random_init_baseline.json"
+def random_init_rows(spec: AblationSpec, rows: list[dict], out: Path, log=print) -> list[dict]:
+    """A random-init row for the first run of each architecture (model_type of its final/config.json) in
+    `rows`: each architecture beside what its own pretraining has to beat."""
+    firsts: dict[str, dict] = {}
+    for row in rows:
+        kind = read_json(Path(row["run_dir"]) / FINAL / "config.json", default={}).get("model_type", "bert")
+        firsts.setdefault(kind, row)
+    names = ["random_init_baseline.json"] + [f"random_init_{kind}.json" for kind in list(firsts)[1:]]
+    return [random_init_row(spec, row, out, log=log, name=name) for row, name in zip(firsts.values(), names)]
+
+
+def random_init_row(spec: AblationSpec, first: dict, out: Path, log=print,
+                    name: str = "random_init_baseline.json") -> dict:
+    """The run's architecture fine-tuned from random weights on every task: what pretraining has to beat."""
+    path = out / name
     cached = read_json(path) if path.is_file() else {}
     results = cached.get("finetune") if isinstance(cached.get("finetune"), dict) else {}
     finetune_tasks(spec, Path(first["run_dir"]) / FINAL, results, lambda: write_json(path, {"finetune": results}),

@@ -210,8 +210,16 @@ def recipe_flops_per_token(recipe) -> float:
     from zh_bert.memory_model import model_config, shape_and_flops
     from zh_bert.plan import PlanArgs
 
-    args = PlanArgs(model=recipe.model, seq_len=recipe.seq_len, vocab_size=recipe.vocab_size or 21128,
-                    mask_rate=recipe.masking.mask_rate, objective=recipe.objective,
+    vocab = recipe.vocab_size or 21128
+    if recipe.architecture == "modernbert":
+        from zh_bert.modernbert import build_modernbert_config, modernbert_flops_per_token
+
+        cfg = build_modernbert_config(recipe.model, vocab, special_ids={"pad": 0, "cls": 0, "sep": 0},
+                                      global_attn_every_n_layers=recipe.global_attn_every_n_layers,
+                                      local_attention=recipe.local_attention)
+        return modernbert_flops_per_token(cfg, recipe.seq_len, recipe.mean_mask_rate())
+    args = PlanArgs(model=recipe.model, seq_len=recipe.seq_len, vocab_size=vocab,
+                    mask_rate=recipe.mean_mask_rate(), objective=recipe.objective,
                     generator_ratio=recipe.generator_ratio)
     return shape_and_flops(args, model_config(args.model, args.vocab_size, 0.1, 0.0))[1]
 

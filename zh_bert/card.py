@@ -105,15 +105,23 @@ def _name_of(src) -> str | None:
     return src  # ORG/NAME: a Hub dataset id
 
 
-def _dataset_names(run: dict, run_dir: Path | None) -> list[str]:
+def read_recipe(run_dir: Path | None) -> dict:
+    """The run's resolved recipe (RUN/recipe.yaml, beside final/), or {} when there is none or it is unreadable:
+    the card then leaves out what only the recipe says."""
+    if not run_dir or not (run_dir / "recipe.yaml").is_file():
+        return {}
+    try:
+        recipe = yaml.safe_load((run_dir / "recipe.yaml").read_text(encoding="utf-8")) or {}
+    except (yaml.YAMLError, OSError, UnicodeDecodeError):
+        return {}
+    return recipe if isinstance(recipe, dict) else {}
+
+
+def _dataset_names(run: dict, recipe: dict) -> list[str]:
     """Corpus names for the card's `datasets`: run.json's, else the recipe's `data` inputs, else shard sources."""
     found = _find(run, "datasets")
-    if not found and run_dir and (run_dir / "recipe.yaml").is_file():
-        try:
-            recipe = yaml.safe_load((run_dir / "recipe.yaml").read_text(encoding="utf-8")) or {}
-        except (yaml.YAMLError, OSError):
-            recipe = {}
-        found = recipe.get("data") if isinstance(recipe, dict) else None
+    if not found:
+        found = recipe.get("data")
     if not found:
         found = _find(run, "sources", "corpora")
     if isinstance(found, (str, dict)):
@@ -167,6 +175,7 @@ class _Facts:
     datasets: list[str]
     evals: list[dict]
     generator: dict     # objective electra: generator/config.json (the top-level model is the discriminator)
+    recipe: dict        # RUN/recipe.yaml ({} for a bare model folder)
 
     @classmethod
     def gather(cls, model_dir: Path, run_dir: Path | None) -> "_Facts":
@@ -176,19 +185,31 @@ class _Facts:
         tok_cfg = read_json(model_dir / "tokenizer_config.json", {}) or {}
         vocab_meta = read_json(model_dir / "zh_bert_vocab.json", {}) or {}
         params = _find(run, "parameters", "n_params", "num_parameters", "param_count", "params")
+        recipe = read_recipe(run_dir)
         vocab_kind = vocab_meta.get("kind") or _find(run, "vocab_kind") or (
             _find(run.get("vocab", {}), "kind") if isinstance(run.get("vocab"), dict) else None) or "unknown"
         return cls(run=run, config=config,
                    mask=tok_cfg.get("mask_token") if isinstance(tok_cfg.get("mask_token"), str) else "[MASK]",
                    params=params if isinstance(params, int) else count_parameters(model_dir),
                    vocab_kind=vocab_kind, vocab_size=config.get("vocab_size") or vocab_meta.get("vocab_size"),
-                   datasets=_dataset_names(run, run_dir),
+                   datasets=_dataset_names(run, recipe),
                    evals=latest_eval_results(eval_results.load(run_dir) if run_dir else []),
-                   generator=read_json(model_dir / GENERATOR / "config.json", {}) or {})
+                   generator=read_json(model_dir / GENERATOR / "config.json", {}) or {}, recipe=recipe)
 
     @property
     def electra(self) -> bool:
         return bool(self.generator)
+
+    @property
+    def modernbert(self) -> bool:
+        return self.config.get("model_type") == "modernbert"
+
+    @property
+    def model_class(self) -> str:
+        archs = self.config.get("architectures")
+        if isinstance(archs, list) and archs and isinstance(archs[0], str):
+            return archs[0]
+        return "ModernBertForMaskedLM" if self.modernbert else "BertForMaskedLM"
 
     @property
     def widget_text(self) -> str:
@@ -204,11 +225,12 @@ def _metadata(facts: _Facts, name: str, license: str):
                                metric_type=e["metric_type"], metric_name=e.get("metric_name"),
                                metric_value=e["metric_value"]) for e in facts.evals]
     kind_tag = [f"vocab-{facts.vocab_kind}"] if facts.vocab_kind != "unknown" else []
+    arch_tag = "modernbert" if facts.modernbert else "bert"
     # an ELECTRA discriminator fills no blanks: no fill-mask widget at the top level (the generator has one)
     return ModelCardData(
         language="zh", license=license, library_name="transformers",
         pipeline_tag=None if facts.electra else "fill-mask",
-        tags=(["zh-bert", "electra", "chinese"] if facts.electra else ["zh-bert", "bert", "fill-mask", "chinese"])
+        tags=(["zh-bert", "electra", "chinese"] if facts.electra else ["zh-bert", arch_tag, "fill-mask", "chinese"])
         + kind_tag,
         datasets=facts.datasets or None, model_name=name, eval_results=eval_results or None,
         widget=None if facts.electra else [{"text": facts.widget_text}, {"text": f"今天天气很{facts.mask}。"}],
@@ -216,8 +238,61 @@ def _metadata(facts: _Facts, name: str, license: str):
 
 
 def _arch(config: dict) -> str:
+    ffn = "GeGLU width" if config.get("model_type") == "modernbert" else "FFN"
     return (f"{config.get('num_hidden_layers', '?')} layers, hidden {config.get('hidden_size', '?')}, "
-            f"{config.get('num_attention_heads', '?')} heads, FFN {config.get('intermediate_size', '?')}")
+            f"{config.get('num_attention_heads', '?')} heads, {ffn} {config.get('intermediate_size', '?')}")
+
+
+def modernbert_attention(config: dict) -> dict:
+    """A ModernBERT config.json's attention layout, read from the keys of either transformers major:
+    global_every, window, theta_global, theta_local (a value the config lacks is '?')."""
+    every = config.get("global_attn_every_n_layers")
+    types = config.get("layer_types")
+    if not isinstance(every, int) and isinstance(types, list) and types:
+        full = [i for i, t in enumerate(types) if t == "full_attention"]
+        every = full[1] - full[0] if len(full) > 1 else len(types)
+    rope = config.get("rope_parameters") if isinstance(config.get("rope_parameters"), dict) else {}
+    theta_global = (rope.get("full_attention") or {}).get("rope_theta", config.get("global_rope_theta"))
+    theta_local = (rope.get("sliding_attention") or {}).get("rope_theta", config.get("local_rope_theta"))
+    return {"global_every": every if every is not None else "?", "window": config.get("local_attention", "?"),
+            "theta_global": theta_global if theta_global is not None else "?",
+            "theta_local": theta_local if theta_local is not None else "?"}
+
+
+def _modernbert_rows(config: dict) -> list[str]:
+    """The rows that say what makes it a ModernBERT, not a BERT (Warner et al. 2024)."""
+    a = modernbert_attention(config)
+    a = {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in a.items()}
+    return [f"| position encoding | RoPE, θ {_fmt_int(a['theta_global'])} in global layers, "
+            f"{_fmt_int(a['theta_local'])} in local ones (no position table) |",
+            f"| attention | {_global_layers(config, a['global_every'])}, a sliding window of {a['window']} tokens "
+            f"in the others |",
+            f"| block | pre-norm, GeGLU MLP of width {config.get('intermediate_size', '?')}, no biases, "
+            f"tied embeddings; no token types |"]
+
+
+def _global_layers(config: dict, every) -> str:
+    """Which layers attend globally, in words: 'every N layers' would mislead when N >= the layer count."""
+    layers = config.get("num_hidden_layers")
+    if isinstance(every, int) and isinstance(layers, int) and every >= layers:
+        return f"global attention in layer 0 only (of {layers})"
+    return f"global attention every {every} layers (from layer 0)"
+
+
+def _plain(value):
+    return int(value) if isinstance(value, float) and value.is_integer() and abs(value) >= 1 else value
+
+
+#: recipe keys the card shows (those the recipe has); the full file is published beside the card
+RECIPE_KEYS = ("architecture", "model", "objective", "seq_len", "global_batch", "lr", "max_steps", "precision")
+
+
+def _recipe_row(recipe: dict) -> list[str]:
+    shown = [f"{k}: {_plain(recipe[k])}" for k in RECIPE_KEYS if isinstance(recipe.get(k), (str, int, float))]
+    if recipe.get("architecture") == "modernbert":
+        shown += [f"{k}: {_plain(recipe[k])}" for k in ("global_attn_every_n_layers", "local_attention", "global_rope_theta",
+                                                 "local_rope_theta") if isinstance(recipe.get(k), (int, float))]
+    return [f"| recipe | `recipe.yaml`: {', '.join(shown)} |"] if shown else []
 
 
 def _model_section(facts: _Facts, name: str) -> list[str]:
@@ -227,18 +302,21 @@ def _model_section(facts: _Facts, name: str) -> list[str]:
     masking = _find(run, "masking")
     masking = ", ".join(f"{k}={v}" for k, v in masking.items()) if isinstance(masking, dict) else masking
     arch = _arch(config)
+    family = "ModernBERT" if facts.modernbert else "BERT"
     what = (f"A Chinese ELECTRA discriminator (replaced-token detection) pretrained from scratch with zh-bert "
             f"({'preset `' + str(preset) + '`, ' if preset else ''}{arch}); its generator, a small masked LM, is "
             f"in `{GENERATOR}/`." if facts.electra else
-            f"A Chinese BERT masked language model pretrained from scratch with "
+            f"A Chinese {family} masked language model pretrained from scratch with "
             f"zh-bert ({'preset `' + str(preset) + '`, ' if preset else ''}{arch}).")
     lines = [f"# {name}", "", what, "",
              "## Model", "",
              "| | |", "|---|---|",
-             f"| architecture | {config.get('architectures', ['BertForMaskedLM'])[0]} ({arch}) |",
-             f"| parameters | {_fmt_int(facts.params) if facts.params else 'unknown'} |",
-             f"| vocabulary | {facts.vocab_kind}, {_fmt_int(facts.vocab_size)} entries |",
-             f"| max sequence length | {config.get('max_position_embeddings', '?')} |"]
+             f"| architecture | {facts.model_class} ({arch}) |"]
+    lines += _modernbert_rows(config) if facts.modernbert else []
+    lines += [f"| parameters | {_fmt_int(facts.params) if facts.params else 'unknown'} |",
+              f"| vocabulary | {facts.vocab_kind}, {_fmt_int(facts.vocab_size)} entries |",
+              f"| max sequence length | {config.get('max_position_embeddings', '?')} |"]
+    lines += _recipe_row(facts.recipe)
     if facts.electra:
         gen = facts.generator
         lines += [f"| this folder | the discriminator: {config.get('architectures', ['?'])[0]}, the model to "
@@ -324,6 +402,8 @@ def _usage_and_limits(facts: _Facts, repo_id: str) -> list[str]:
     small = (facts.params or 0) < 50_000_000
     if facts.electra:
         return _electra_usage(facts, repo_id) + _limits(small, electra=True)
+    if facts.modernbert:
+        return _modernbert_usage(facts, repo_id) + _limits(small)
     return ["", "## How to use", "", "```python",
             "from transformers import pipeline", "",
             f'fill = pipeline("fill-mask", model="{repo_id}")',
@@ -332,6 +412,24 @@ def _usage_and_limits(facts: _Facts, repo_id: str) -> list[str]:
             "`AutoModelForMaskedLM`, `AutoTokenizer` and `BertTokenizer` load it in transformers 4.x and 5.x. "
             "Fine-tune it like any BERT checkpoint, continue pretraining it with zh-bert, or try it in the "
             f"browser with `zh-bert demo {repo_id}`.", ""] + _limits(small)
+
+
+def _modernbert_usage(facts: _Facts, repo_id: str) -> list[str]:
+    both = all(k in facts.config for k in ("layer_types", "global_attn_every_n_layers"))   # write_portable_config's
+    portable = ("config.json carries the attention layout in the keys of both transformers 4.x and 5.x, so "
+                "`AutoModelForMaskedLM` and `AutoTokenizer` load the same model in either" if both else
+                "`AutoModelForMaskedLM` and `AutoTokenizer` load it")
+    return ["", "## How to use", "", "Needs transformers >= 4.48 (the first release with ModernBERT).", "",
+            "```python",
+            "from transformers import AutoModelForMaskedLM, AutoTokenizer, pipeline", "",
+            f'model = AutoModelForMaskedLM.from_pretrained("{repo_id}")',
+            f'tokenizer = AutoTokenizer.from_pretrained("{repo_id}")',
+            'fill = pipeline("fill-mask", model=model, tokenizer=tokenizer)',
+            f'print(fill("{facts.widget_text}"))', "```", "",
+            f"It is a stock `{facts.model_class}` folder (safetensors, `tokenizer.json` and `vocab.txt`); "
+            f"{portable}. The model takes no token_type_ids. Fine-tune it with `AutoModelForSequenceClassification`, continue pretraining it "
+            f"with zh-bert (`architecture: modernbert`), or try it in the browser with `zh-bert demo {repo_id}`.",
+            ""]
 
 
 def _limits(small: bool, electra: bool = False) -> list[str]:

@@ -1,9 +1,10 @@
 """`zh-bert models`: a built-in catalog of released Chinese masked-LM checkpoints.
 
-Every entry is a stock BERT architecture (BertForMaskedLM loads it), so `zh-bert download ALIAS`,
+Every entry is stock BERT or ModernBERT (AutoModelForMaskedLM loads it), so `zh-bert download ALIAS`,
 `zh-bert demo ALIAS`, `eval` and continued pretraining all accept the alias. Parameter counts are computed
-from the architecture numbers (BertModel incl. pooler), not copied from marketing pages, so they stay
-consistent. Facts (repo ids, licences, papers) were checked against the models' Hub cards.
+from the architecture numbers (BertModel incl. pooler; ModernBertModel, which has neither position
+embeddings nor pooler), not copied from marketing pages, so they stay consistent. Facts (repo ids,
+licences, papers) were checked against the models' Hub cards.
 """
 
 from __future__ import annotations
@@ -22,7 +23,29 @@ PAPERS = {
     "macbert": "Cui et al. 2020, Revisiting Pre-Trained Models for Chinese NLP (arXiv:2004.13922)",
     "uer": "Zhao et al. 2019, UER: An Open-Source Toolkit for Pre-training Models (arXiv:1909.05658); "
            "sizes after Turc et al. 2019 (arXiv:1908.08962)",
+    "modernbert": "Warner et al. 2024, Smarter, Better, Faster, Longer: A Modern Bidirectional Encoder "
+                  "(ModernBERT, arXiv:2412.13663)",
 }
+
+ARCHITECTURES = ("bert", "modernbert")
+
+
+def bert_params(layers: int, hidden: int, intermediate: int, vocab_size: int) -> int:
+    """Parameters of BertModel (embeddings + encoder + pooler), the figure BERT model cards quote."""
+    h, i, v = hidden, intermediate, vocab_size
+    emb = (v + 512 + 2) * h + 2 * h
+    layer = 4 * (h * h + h) + 2 * h + (h * i + i) + (i * h + h) + 2 * h
+    return emb + layers * layer + (h * h + h)
+
+
+def modernbert_params(layers: int, hidden: int, intermediate: int, vocab_size: int) -> int:
+    """Parameters of ModernBertModel: no biases, norms without bias, RoPE (no position table), no pooler.
+
+    Token embeddings + embedding norm; per layer Wqkv 3h² + Wo h², attn_norm h (layer 0 has none: its
+    input is already normed), mlp_norm h, GeGLU Wi h·2i + Wo i·h; then final_norm h."""
+    h, i = hidden, intermediate
+    layer = 4 * h * h + 2 * h + 3 * h * i
+    return vocab_size * h + h + layers * layer - (h if layers else 0) + h
 
 
 @dataclass(frozen=True)
@@ -39,14 +62,18 @@ class CatalogEntry:
     paper: str          # key of PAPERS
     note: str = ""
     modelscope_id: str | None = None  # only where verified to exist
+    architecture: str = "bert"        # one of ARCHITECTURES; decides the parameter formula
+
+    def __post_init__(self):
+        if self.architecture not in ARCHITECTURES:
+            raise ZhBertError(f"catalog entry {self.alias}: architecture must be one of "
+                              f"{', '.join(ARCHITECTURES)}, got {self.architecture!r}")
 
     @property
     def params(self) -> int:
-        """Parameters of BertModel (embeddings + encoder + pooler), the figure model cards quote."""
-        h, i, v = self.hidden, self.intermediate, self.vocab_size
-        emb = (v + 512 + 2) * h + 2 * h
-        layer = 4 * (h * h + h) + 2 * h + (h * i + i) + (i * h + h) + 2 * h
-        return emb + self.layers * layer + (h * h + h)
+        """Parameters of the base model (BertModel or ModernBertModel), computed from the shape."""
+        count = modernbert_params if self.architecture == "modernbert" else bert_params
+        return count(self.layers, self.hidden, self.intermediate, self.vocab_size)
 
     @property
     def size(self) -> str:
@@ -109,8 +136,9 @@ def resolve(name: str) -> tuple[str, CatalogEntry | None]:
 
 
 def format_table(entries=CATALOG) -> str:
-    rows = [("alias", "repo id", "size", "vocab", "licence", "paper")]
-    rows += [(e.alias, e.repo_id, e.size, e.vocab, e.licence, PAPERS[e.paper].split(",")[0]) for e in entries]
+    rows = [("alias", "repo id", "arch", "size", "vocab", "licence", "paper")]
+    rows += [(e.alias, e.repo_id, e.architecture, e.size, e.vocab, e.licence, PAPERS[e.paper].split(",")[0])
+             for e in entries]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -142,7 +170,8 @@ def build_parser():
 
 
 def _as_json(community: list[dict] | None) -> str:
-    out: dict = {"catalog": [{"alias": e.alias, "repo_id": e.repo_id, "params": e.params, "layers": e.layers,
+    out: dict = {"catalog": [{"alias": e.alias, "repo_id": e.repo_id, "architecture": e.architecture,
+                              "params": e.params, "layers": e.layers,
                               "hidden": e.hidden, "vocab": e.vocab, "licence": e.licence,
                               "paper": PAPERS[e.paper], "note": e.note} for e in CATALOG]}
     if community is not None:

@@ -36,6 +36,7 @@ import torch
 
 from zh_bert.errors import ZhBertError
 from zh_bert.fileio import fault_point, read_json, write_json
+from zh_bert.modernbert import write_portable_config
 from zh_bert.rundir import GENERATOR
 
 STATE = "trainer_state.json"
@@ -43,7 +44,8 @@ MANIFEST = "manifest.json"
 HASH_LIMIT = 16 << 20        # files up to this size also get a sha256 in the manifest
 FAULT_POINTS = ("tmp-dir", "rng-rank0", "model", "optimizer", "trainer-state", "manifest", "renamed", "trashed")
 _STEP_DIR = re.compile(r"^step-(\d+)$")
-_LEFTOVER = re.compile(r"^\.step-\d+\.(tmp|trash.*)$")
+_LEFTOVER = re.compile(r"^\.(step-\d+|nodecay)\.(tmp|trash.*)$")
+NODECAY = "nodecay"   # wsd: the weights at the start of the lr decay (training.decay_start), kept apart
 
 
 def step_dir_name(step: int) -> str:
@@ -104,15 +106,16 @@ def _together(accelerator, work) -> None:
 
 
 def save_checkpoint(ckpt_root: Path, step: int, *, accelerator, hf_model, optimizer, scheduler,
-                    trainer_state: dict, keep_last: int, generator=None, scaler=None) -> Path:
-    """Every process calls this (each saves its RNG); returns the final dir.
+                    trainer_state: dict, keep_last: int, generator=None, scaler=None, name: str | None = None) -> Path:
+    """Every process calls this (each saves its RNG); returns the final dir: `step-N`, or `name` (NODECAY), a
+    complete checkpoint like the others that `keep_last` never removes.
 
     The temp dir has a fixed name (not `fileio.atomic_dir`'s random one) because every rank writes into it.
     A failed write (a full disk) on any process is one ZhBertError on every process; the temp dir is removed
     and the earlier checkpoints are not touched.
     """
     ckpt_root = Path(ckpt_root)
-    final = ckpt_root / step_dir_name(step)
+    final = ckpt_root / (name or step_dir_name(step))
     tmp = ckpt_root / f".{final.name}.tmp"
     main, rank = accelerator.is_main_process, accelerator.process_index
 
@@ -126,6 +129,7 @@ def save_checkpoint(ckpt_root: Path, step: int, *, accelerator, hf_model, optimi
         fault_point(f"after:rng-rank{rank}", step)
         if main:
             hf_model.save_pretrained(str(tmp), safe_serialization=True)
+            write_portable_config(tmp)
             if generator is not None:
                 generator.save_pretrained(str(tmp / GENERATOR), safe_serialization=True)
             fault_point("after:model", step)
@@ -351,6 +355,7 @@ def _tied_names(model) -> set[str]:
     """Parameter names that safetensors stores once because they are tied (the decoder weight)."""
     names = set()
     for k in model.state_dict():
-        if k.endswith(("predictions.decoder.weight", "predictions.decoder.bias", "generator_lm_head.weight")):
+        if k == "decoder.weight" or k.endswith(("predictions.decoder.weight", "predictions.decoder.bias",
+                                                "generator_lm_head.weight")):
             names.add(k)
     return names

@@ -10,6 +10,7 @@ truncated copy fails with a clear message instead of a crash mid-training.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -236,6 +237,7 @@ class ShardLoader:
         self.dataset, self.batch_size, self.masking = dataset, int(batch_size), masking
         self.seed, self.rank, self.world_size, self.shuffle = int(seed), int(rank), int(world_size), shuffle
         self.epoch, self.position, self.pin_memory = 0, 0, pin_memory
+        self.mask_rate = masking.mask_rate   # training batches; the trainer sets it per step (mask_rate_schedule)
         self.last_indices = np.zeros(0, dtype=np.int64)
         self._perm_cache: dict[int, np.ndarray] = {}
         self._unigram = dataset.unigram_probs() if masking.strategy == "unigram-noise" else None
@@ -273,14 +275,16 @@ class ShardLoader:
 
     def _mask_per_sequence(self, idx: np.ndarray, keys: np.ndarray) -> dict:
         """Mask each row with its own RNG from (seed, epoch, position): independent of ranks and batching."""
-        return self.make_batch(idx, [np.random.default_rng([self.seed, int(e), int(p)]) for e, p in keys])
+        masking = self.masking if self.mask_rate == self.masking.mask_rate else dataclasses.replace(
+            self.masking, mask_rate=self.mask_rate)
+        return self.make_batch(idx, [np.random.default_rng([self.seed, int(e), int(p)]) for e, p in keys], masking)
 
-    def make_batch(self, idx: np.ndarray, rng) -> dict:
+    def make_batch(self, idx: np.ndarray, rng, masking: MaskingConfig | None = None) -> dict:
         """Masked numpy batch for dataset rows `idx` (also used for fixed-mask evaluation); `rng` is one
-        generator or one per row (`mask_batch`)."""
+        generator or one per row (`mask_batch`); `masking` defaults to the loader's."""
         ds = self.dataset
         b = ds.batch(idx)
-        ids, labels = mask_batch(b["input_ids"], b["word_start"], self.masking, rng, mask_id=ds.mask_id,
+        ids, labels = mask_batch(b["input_ids"], b["word_start"], masking or self.masking, rng, mask_id=ds.mask_id,
                                  special_ids=ds.special_ids, vocab_size=ds.vocab_size,
                                  unigram_probs=self._unigram, similar=self._similar)
         out = {"input_ids": ids, "attention_mask": b["attention_mask"], "token_type_ids": b["token_type_ids"],

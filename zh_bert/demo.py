@@ -1,4 +1,4 @@
-"""`zh-bert demo [MODEL ...]`: a Gradio fill-in-the-blank (cloze) page for any BERT masked LM.
+"""`zh-bert demo [MODEL ...]`: a Gradio fill-in-the-blank (cloze) page for any BERT or ModernBERT masked LM.
 
 The fill logic is pure functions over a model and tokenizer (`parse_blanks`, `fill`), testable without
 Gradio; Gradio is imported only when the page is built (it costs ~2.5 s). A blank is `[MASK]`, a run of
@@ -128,16 +128,16 @@ def fill(model, tokenizer, text: str, top_k: int = 5, max_chars: int = MAX_CHARS
         raise FillError(f"文本太长：{len(ids)} 个词元，模型最多 {limit}。Text too long for this model ({len(ids)} tokens).")
     banned = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
     top_k = max(1, min(int(top_k), 20))
-    base_model, head = getattr(model, "base_model", None), getattr(model, "cls", None)
+    split = sparse_head(model)
 
     def probs(batch: torch.Tensor, at: list[int]) -> torch.Tensor:
-        """(B, len(at), V) probabilities at positions `at`. With a BERT MLM head, project only those
+        """(B, len(at), V) probabilities at positions `at`. With a known MLM head, project only those
         positions onto the vocabulary (the 21k-way projection dominates a small model's cost)."""
         with torch.inference_mode():
             mask = torch.ones_like(batch)
-            if base_model is not None and head is not None and base_model is not model:
-                hidden = base_model(input_ids=batch, attention_mask=mask).last_hidden_state
-                logits = head(hidden[:, at]).float()
+            if split is not None:
+                encoder, head = split
+                logits = head(encoder(input_ids=batch, attention_mask=mask)[0][:, at]).float()
             else:
                 logits = model(input_ids=batch, attention_mask=mask).logits[:, at].float()
             logits[..., banned] = -math.inf
@@ -156,6 +156,21 @@ def fill(model, tokenizer, text: str, top_k: int = 5, max_chars: int = MAX_CHARS
         results.append({"blank": bi, "length": len(pos),
                         "candidates": [{"text": t, "prob": float(f"{p:.4g}")} for t, p in cands]})
     return results
+
+
+def sparse_head(model):
+    """(encoder, head) of a stock masked LM whose head can run on chosen positions only, else None (dense
+    logits). BERT: `bert` then `cls`; ModernBERT: `model` then `decoder(head(.))`. Neither is given
+    token_type_ids: ModernBERT has none, and BERT's default (all zeros) is what a single sentence gets."""
+    if getattr(getattr(model, "config", None), "model_type", None) == "modernbert":
+        encoder, dense, decoder = (getattr(model, n, None) for n in ("model", "head", "decoder"))
+        if encoder is not None and dense is not None and decoder is not None:
+            return encoder, lambda hidden: decoder(dense(hidden))
+        return None
+    base_model, head = getattr(model, "base_model", None), getattr(model, "cls", None)
+    if base_model is not None and head is not None and base_model is not model:
+        return base_model, head
+    return None
 
 
 def _joint(probs, base, p0: dict, pos: list[int], top_k: int, tokenizer) -> list[tuple[str, float]]:

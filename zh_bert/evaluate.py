@@ -66,7 +66,21 @@ def masked_logits(model, batch: dict, positions):
         if hasattr(model, "bert") and hasattr(model, "cls"):
             hidden = model.bert(**batch).last_hidden_state
             return model.cls(hidden[positions]).float()
+        if getattr(model.config, "model_type", None) == "modernbert":   # no token types; head on the rows only
+            hidden = model.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])[0]
+            return model.decoder(model.head(hidden[positions])).float()
         return model(**batch).logits[positions].float()
+
+
+def model_batch(model, input_ids, attention_mask) -> dict:
+    """The inputs of one forward pass: token_type_ids (all segment A) only for a model that has token types
+    (BERT, ELECTRA). ModernBERT has no token types: its forward would pass them on unread in **kwargs."""
+    import torch
+
+    batch = {"input_ids": input_ids, "attention_mask": attention_mask}
+    if getattr(model.config, "type_vocab_size", None) and getattr(model.config, "model_type", None) != "modernbert":
+        batch["token_type_ids"] = torch.zeros_like(input_ids)
+    return batch
 
 
 # --------------------------------------------------------------------------- options shared by the commands
@@ -168,8 +182,7 @@ def _score(model, tok, masked: np.ndarray, labels: np.ndarray, ids: np.ndarray, 
         if not (lab != -100).any():
             continue
         inp = torch.from_numpy(masked[s:s + batch_size])
-        batch = {"input_ids": inp, "attention_mask": (torch.from_numpy(ids[s:s + batch_size]) != tok.pad_token_id).long(),
-                 "token_type_ids": torch.zeros_like(inp)}
+        batch = model_batch(model, inp, (torch.from_numpy(ids[s:s + batch_size]) != tok.pad_token_id).long())
         pos = lab != -100
         logits = masked_logits(model, batch, pos).cpu()
         gold = lab[pos]
@@ -280,7 +293,7 @@ def candidate_logprobs(model, tok, items: list[ClozeItem], seq_len: int = 256, b
         for r, (_, k, ids, start) in enumerate(chunk):
             inp[r, :len(ids)] = torch.tensor(ids)
             pos[r, start:start + k] = True
-        batch = {"input_ids": inp, "attention_mask": (inp != tok.pad_token_id).long(), "token_type_ids": torch.zeros_like(inp)}
+        batch = model_batch(model, inp, (inp != tok.pad_token_id).long())
         logp = torch.log_softmax(masked_logits(model, batch, pos), dim=-1).cpu()  # rows in (job, position) order
         row = 0
         for i, k, _, _ in chunk:

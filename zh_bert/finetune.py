@@ -25,6 +25,7 @@ import numpy as np
 from zh_bert.config import at_least, build_parser as derive_parser, check_choices, check_finite, config_from_args, option
 from zh_bert.errors import ZhBertError
 from zh_bert.eval_results import entry, record_for_checkpoint
+from zh_bert.fileio import read_json
 from zh_bert.recipe import check_seed
 from zh_bert.rundir import model_dir
 from zh_bert.evaluate import CheckpointArgs
@@ -135,7 +136,10 @@ def batches(data: dict, order: np.ndarray, batch_size: int, pad_id: int):
 
 def logits(model, batch: dict, pooling: str):
     """Class logits. `mean` pools the last layer over real tokens instead of using [CLS] through the pooler:
-    an MLM-only checkpoint never trained [CLS] or the pooler (no NSP), but every token's representation."""
+    an MLM-only checkpoint never trained [CLS] or the pooler (no NSP), but every token's representation.
+    ModernBERT has no token types and pools by its config (`load_classifier` set it to `pooling`)."""
+    if getattr(model.config, "model_type", None) == "modernbert":
+        return model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
     if pooling == "cls":
         return model(**batch).logits
     hidden = model.base_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
@@ -168,11 +172,15 @@ def scores(model, data, cfg, pad_id) -> tuple[float, float]:
 
 # --------------------------------------------------------------------------- training
 
-def load_classifier(ckpt_dir: Path, num_labels: int, random_init: bool, labels: list[str]):
+def load_classifier(ckpt_dir: Path, num_labels: int, random_init: bool, labels: list[str], pooling: str = "cls"):
+    """The stock *ForSequenceClassification of the checkpoint's architecture; a ModernBERT pools with its own
+    `classifier_pooling` (= `pooling`), saved in its config so the fine-tuned model predicts the same way."""
     from transformers import AutoModelForSequenceClassification
 
     id2label = dict(enumerate(labels))
     kw = dict(num_labels=num_labels, id2label=id2label, label2id={v: k for k, v in id2label.items()})
+    if read_json(Path(ckpt_dir) / "config.json", default={}).get("model_type") == "modernbert":
+        kw["classifier_pooling"] = pooling
     if random_init:
         return init_from_config(AutoModelForSequenceClassification, ckpt_dir, "a classifier", **kw)
     return load_pretrained(AutoModelForSequenceClassification, ckpt_dir, "a classifier", **kw)
@@ -214,7 +222,7 @@ def train_one(ckpt_dir: Path, task: TaskData, cfg: FinetuneConfig, seed: int, to
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
 
     torch.manual_seed(seed)
-    model = load_classifier(ckpt_dir, len(task.labels), cfg.random_init, task.labels)
+    model = load_classifier(ckpt_dir, len(task.labels), cfg.random_init, task.labels, cfg.pooling)
     if model.config.vocab_size < len(tok):
         raise ZhBertError(f"{ckpt_dir}: tokenizer has {len(tok)} tokens but the model's vocab_size is "
                           f"{model.config.vocab_size}")

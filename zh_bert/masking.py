@@ -89,6 +89,17 @@ class MaskingConfig:
         return p / p.sum()
 
 
+def scheduled_mask_rate(kind: str, base: float, peak: float, warmup: int, total: int, step: int) -> float:
+    """The mask rate at optimizer step `step` (0-based): `base` (kind constant), or rise-decay's linear rise to
+    `peak` over `warmup` steps and linear fall back to `base` at `total` (Chinese ModernBERT, arXiv 2510.12285).
+    A function of the step alone, so a resumed run, and any number of processes, masks as an uninterrupted one."""
+    if kind == "constant":
+        return base
+    if step < warmup:
+        return base + (peak - base) * (step + 1) / warmup
+    return peak - (peak - base) * min(1.0, (step - warmup) / max(1, total - warmup))
+
+
 def _draw(rng: Rng, counts: np.ndarray, draw) -> np.ndarray:
     """`counts[b]` random values for each row b, concatenated in row order: `draw(generator, n)` called once
     on the one generator, or once per row on that row's own generator. Either way each generator sees the

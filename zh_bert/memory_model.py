@@ -1,5 +1,5 @@
-"""What a training step holds in memory and computes, counted from a BertConfig, never from a built model:
-parameters, bytes per device by what holds them, training FLOPs per token.
+"""What a training step holds in memory and computes, counted from a BertConfig (or ModernBertConfig), never
+from a built model: parameters, bytes per device by what holds them, training FLOPs per token.
 
 Activation bytes per token per encoder layer (post-LN BERT, tensors autograd saves for backward):
 fp32: QKV input 4h, Q/K/V 12h, attention output 4h, LayerNorm inputs 2×4h, FFN input 4h, FFN hidden
@@ -15,6 +15,17 @@ and sparse head, the discriminator's encoder and per-token RTD head); activation
 its width (its embeddings E = the discriminator's hidden size, plus the projection input) and sparse head with
 E in place of h, plus the discriminator's encoder and RTD head (3 h-sized inputs per token: 12h bytes fp32, 6h
 under AMP).
+
+`--architecture modernbert` (`ModelShape.from_modernbert`, stock ModernBertForMaskedLM; measured tensor by
+tensor with saved-tensor hooks, transformers 5.24): per layer the residual stream before the MLP norm and the
+layer output (2×4h, fp32 even under AMP), the two matmul inputs after the bias-free pre-norms (2·x·h, x = 4
+bytes fp32 / 2 under AMP), the fused QKV output (3·x·h: SDPA's V is a view that keeps all of it), RoPE-rotated
+Q and K (2·x·h), the attention output (x·h), the GeGLU's 2·i up-projection + GELU output + gated product
+(4·x·i) = 40h + 16i fp32, 24h + 8i AMP. Dropout masks: bool (1 byte) on CUDA, the input's dtype on a CPU.
+Each sliding-window layer on a fused kernel keeps its own s×s mask in the query's dtype (x·s bytes per token);
+the SDPA math path keeps copies of Q, K, V (3·x·h) and the probabilities instead. Embeddings: the token
+embedding output (4h; no position or token-type tables) and its dropout mask; RoPE cos/sin: 16·s·head_dim
+bytes per micro-batch. The MLM head is BERT's (dense, GELU, LayerNorm, tied decoder, masked rows only).
 """
 
 from __future__ import annotations
@@ -31,7 +42,7 @@ RECOMPUTE = 4 / 3                    # compute with gradient checkpointing: one 
 
 @dataclass
 class ModelShape:
-    """The numbers the memory and FLOP models need, from a BertConfig."""
+    """The numbers the memory and FLOP models need, from a BertConfig (or ModernBertConfig)."""
     layers: int
     hidden: int
     heads: int
@@ -45,6 +56,9 @@ class ModelShape:
     #   tests/test_plan.py checks it equals model.count_params of the built model
     generator: Optional["ModelShape"] = None   # electra: the generator (its params: only what it adds)
     embedding: int = 0                         # electra: the generator's embedding width (= hidden here)
+    architecture: str = "bert"                 # "modernbert": `from_modernbert`, `modernbert_activation_bytes`
+    sliding_layers: int = 0                    # modernbert: layers attending in a window (each keeps its mask)
+    window: int = 0                            # modernbert: local_attention, in tokens
 
     @classmethod
     def from_config(cls, cfg, pairs: bool = False) -> "ModelShape":
@@ -71,7 +85,22 @@ class ModelShape:
         return cls(l, h, disc.num_attention_heads, i, v, disc.max_position_embeddings, disc.hidden_dropout_prob,
                    disc.attention_probs_dropout_prob, d_params + g_params, generator=g, embedding=e)
 
+    @classmethod
+    def from_modernbert(cls, cfg) -> "ModelShape":
+        """A ModernBertConfig (`modernbert.build_modernbert_config`): `params` = `modernbert_mlm_params`, the
+        GeGLU width as `intermediate`, and the layers that attend in a sliding window."""
+        from zh_bert.modernbert import global_every, layer_types, modernbert_mlm_params
+
+        h, i, v, l = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size, cfg.num_hidden_layers
+        types = getattr(cfg, "layer_types", None) or layer_types(l, global_every(cfg))
+        return cls(l, h, cfg.num_attention_heads, i, v, cfg.max_position_embeddings, cfg.mlp_dropout,
+                   cfg.attention_dropout, modernbert_mlm_params(l, h, i, v), architecture="modernbert",
+                   sliding_layers=sum(t == "sliding_attention" for t in types), window=cfg.local_attention)
+
     def label(self) -> str:
+        if self.architecture == "modernbert":
+            return (f"ModernBERT L{self.layers}/H{self.hidden}/A{self.heads}/GeGLU {self.intermediate}, "
+                    f"{self.sliding_layers}/{self.layers} layers local ({self.window})")
         own = f"L{self.layers}/H{self.hidden}/A{self.heads}"
         return own if self.generator is None else f"{own} + generator {self.generator.label()}"
 
@@ -81,11 +110,42 @@ def _layer_params(h: int, i: int) -> int:
     return (4 * h * h + 4 * h) + (2 * h * i + i + h) + 2 * 2 * h
 
 
-def model_config(model: str, vocab_size: int, dropout: float = 0.1, attention_dropout: float = 0.0):
-    """The BertConfig a run of preset/config `model` trains (`model.build_config`, imported lazily: torch)."""
+def model_config(model: str, vocab_size: int, dropout: float = 0.1, attention_dropout: float = 0.0, *,
+                 architecture: str = "bert", global_attn_every_n_layers: int = 3, local_attention: int = 128):
+    """The config a run of preset/config `model` trains: the BertConfig of `model.build_config`, or with
+    architecture modernbert the ModernBertConfig that pretrain's `_modernbert_config` builds from the same recipe
+    keys (placeholder special ids: they change no count; tests/test_plan.py checks the two agree; plan may not
+    import pretrain). Imported lazily: torch."""
+    if architecture == "modernbert":
+        from zh_bert.modernbert import build_modernbert_config
+
+        r = modernbert_recipe(model, dropout, attention_dropout, global_attn_every_n_layers, local_attention)
+        return build_modernbert_config(
+            r.model, vocab_size, special_ids={"pad": 0, "cls": 0, "sep": 0}, dropout=r.dropout,
+            attention_dropout=r.attention_dropout, global_attn_every_n_layers=r.global_attn_every_n_layers,
+            local_attention=r.local_attention, global_rope_theta=r.global_rope_theta,
+            local_rope_theta=r.local_rope_theta)
     from zh_bert.model import build_config
 
     return build_config(model, vocab_size, dropout=dropout, attention_dropout=attention_dropout)
+
+
+def modernbert_recipe(model: str, dropout: float, attention_dropout: float, global_attn_every_n_layers: int,
+                      local_attention: int, objective: str = "mlm"):
+    """The `Recipe` of a modernbert run with these keys: building it applies the recipe's own one-line checks
+    (objective, window, global period), so plan refuses what pretrain would."""
+    from zh_bert.recipe import Recipe
+
+    return Recipe(architecture="modernbert", model=model, objective=objective, dropout=dropout,
+                  attention_dropout=attention_dropout, global_attn_every_n_layers=global_attn_every_n_layers,
+                  local_attention=local_attention)
+
+
+def plan_config(args, dropout: float = 0.1):
+    """`model_config` of a `zh_bert.plan.PlanArgs` (its model, vocab, attention dropout and architecture keys)."""
+    return model_config(args.model, args.vocab_size, dropout, args.attention_dropout, architecture=args.architecture,
+                        global_attn_every_n_layers=args.global_attn_every_n_layers,
+                        local_attention=args.local_attention)
 
 
 @dataclass
@@ -106,8 +166,13 @@ class Memory:
 
 def activation_bytes(shape: ModelShape, seq_len: int, micro_batch: int, precision: str, *,
                      mask_rate: float = 0.15, fused_attention: bool = True,
-                     grad_checkpointing: bool = False) -> float:
-    """Bytes autograd keeps for backward in one micro-batch (see module docstring for the derivation)."""
+                     grad_checkpointing: bool = False, device: str = "cuda") -> float:
+    """Bytes autograd keeps for backward in one micro-batch (see module docstring for the derivation);
+    `device` ('cpu' | 'cuda') only changes ModernBERT's dropout masks."""
+    if shape.architecture == "modernbert":
+        return modernbert_activation_bytes(shape, seq_len, micro_batch, precision, mask_rate=mask_rate,
+                                           fused_attention=fused_attention, grad_checkpointing=grad_checkpointing,
+                                           device=device)
     if shape.generator is not None:
         kw = dict(fused_attention=fused_attention, grad_checkpointing=grad_checkpointing)
         half, tokens, h = precision in ("fp16", "bf16"), micro_batch * seq_len, shape.hidden
@@ -135,6 +200,36 @@ def activation_bytes(shape: ModelShape, seq_len: int, micro_batch: int, precisio
     return encoder + embeddings + head
 
 
+def modernbert_activation_bytes(shape: ModelShape, seq_len: int, micro_batch: int, precision: str, *,
+                                mask_rate: float = 0.15, fused_attention: bool = True,
+                                grad_checkpointing: bool = False, device: str = "cuda") -> float:
+    """`activation_bytes` of a ModernBERT block (module docstring): pre-norm, fused QKV + RoPE, GeGLU."""
+    h, i, a, s, v = shape.hidden, shape.intermediate, shape.heads, seq_len, shape.vocab
+    half = precision in ("fp16", "bf16")
+    x = 2 if half else 4                                    # bytes of a matmul input/output element
+    mask = x if device == "cpu" else 1                      # a dropout mask element (CPU: the input's dtype)
+    per_layer = 8 * h + 2 * x * h + x * h + 4 * x * i       # residual ×2, norm outputs, attention out, GeGLU
+    if shape.dropout > 0:
+        per_layer += mask * i                               # dropout on the gated product
+    if shape.attention_dropout > 0:
+        per_layer += mask * h                               # out_drop after Wo
+    if fused_attention:
+        per_layer += 5 * x * h + 4 * a                      # QKV buffer + rotated Q, K; log-sum-exp per head
+        window_mask = x * s                                 # each sliding layer's s×s mask, query dtype
+    else:                                                   # math path: Q, K, V copies and the probabilities
+        per_layer += 3 * x * h + (x + mask + x if shape.attention_dropout > 0 else x) * a * s
+        window_mask = 0
+    tokens = micro_batch * s
+    if grad_checkpointing:                                  # layer inputs kept; one layer recomputed at a time
+        encoder = tokens * (shape.layers * 4 * h + per_layer + (window_mask if shape.sliding_layers else 0))
+    else:
+        encoder = tokens * (shape.layers * per_layer + shape.sliding_layers * window_mask)
+    embeddings = tokens * (4 * h + ((4 if device == "cpu" else 1) * h if shape.dropout > 0 else 0))
+    rope = 16 * s * (h // a)                                # cos, sin of both layer types, fp32
+    head = tokens * mask_rate * ((10 * h + 18 * v) if half else (16 * h + 16 * v))
+    return encoder + embeddings + rope + head
+
+
 def estimate_memory(shape: ModelShape, seq_len: int, micro_batch: int, precision: str, *,
                     device: str = "cuda", mask_rate: float = 0.15, fused_attention: bool = True,
                     grad_checkpointing: bool = False) -> Memory:
@@ -145,7 +240,7 @@ def estimate_memory(shape: ModelShape, seq_len: int, micro_batch: int, precision
     """
     p = shape.params
     acts = activation_bytes(shape, seq_len, micro_batch, precision, mask_rate=mask_rate,
-                            fused_attention=fused_attention, grad_checkpointing=grad_checkpointing)
+                            fused_attention=fused_attention, grad_checkpointing=grad_checkpointing, device=device)
     cache = 2 * p if precision in ("fp16", "bf16") else 0   # autocast's half copies of the weights
     dynamic = 4 * p + 4 * p + 8 * p + cache + acts
     overhead = 0.0 if device == "cpu" else CUDA_CONTEXT_BYTES + ALLOCATOR_SLACK * dynamic
@@ -157,10 +252,14 @@ def divisors(n: int) -> list[int]:
 
 
 def shape_and_flops(args, cfg) -> tuple[ModelShape, float]:
-    """(what trains, its training FLOPs per token) for `args.objective` on the BertConfig `cfg`; `args` is a
-    `zh_bert.plan.PlanArgs` (its objective, generator_ratio, seq_len and mask_rate)."""
+    """(what trains, its training FLOPs per token) for `args.objective` on `cfg` (`plan_config(args)`); `args` is
+    a `zh_bert.plan.PlanArgs` (its architecture, objective, generator_ratio, seq_len and mask_rate)."""
     from zh_bert.model import electra_configs, electra_flops_per_token, flops_per_token
 
+    if getattr(args, "architecture", "bert") == "modernbert":   # GeGLU, windowed attention in local layers
+        from zh_bert.modernbert import modernbert_flops_per_token
+
+        return ModelShape.from_modernbert(cfg), modernbert_flops_per_token(cfg, args.seq_len, args.mask_rate)
     if args.objective == "electra":
         disc, gen = electra_configs(cfg, args.generator_ratio)
         return ModelShape.from_electra(disc, gen), electra_flops_per_token(disc, gen, args.seq_len, args.mask_rate)

@@ -126,9 +126,11 @@ def neighbour_attention_init(hf, amplitude: float = 0.05, sharpness: float = 2.0
             attn.key.weight[rows, :d] = sharpness * torch.eye(d)
 
 
-def model_class(objective: str):
-    from transformers import BertForMaskedLM, BertForPreTraining
+def model_class(objective: str, architecture: str = "bert"):
+    from transformers import BertForMaskedLM, BertForPreTraining, ModernBertForMaskedLM
 
+    if architecture == "modernbert":
+        return ModernBertForMaskedLM
     return BertForMaskedLM if objective == "mlm" else BertForPreTraining
 
 
@@ -159,7 +161,7 @@ def _checkpoint_vocab(ckpt: Path) -> list[str] | None:
     return None
 
 
-def load_init(init_from: str | Path, tokenizer, objective: str, seq_len: int):
+def load_init(init_from: str | Path, tokenizer, objective: str, seq_len: int, architecture: str = "bert"):
     """A stock model from checkpoint dir `init_from`, fitted to `tokenizer`.
 
     Same vocab size: loaded as is. Tokenizer larger and its first N tokens equal to the checkpoint's N:
@@ -191,7 +193,7 @@ def load_init(init_from: str | Path, tokenizer, objective: str, seq_len: int):
                               f"has {new_n} tokens ({why}); use the checkpoint's tokenizer or one that extends it")
     from zh_bert.weights import load_pretrained
 
-    model = load_pretrained(model_class(objective), ckpt, "init_from")
+    model = load_pretrained(model_class(objective, architecture), ckpt, "init_from")
     if new_n > old_n:
         extend_vocab(model, new_tokens, old_n, tokenizer)
     return model
@@ -217,34 +219,48 @@ def extend_vocab(model, tokens: list[str], old_n: int, tokenizer=None) -> None:
         emb[i] = emb[parts].mean(0) if parts and len(parts) == len(text) else mean
     head = getattr(model, "cls", None)
     bias = getattr(getattr(head, "predictions", None), "bias", None)
+    if bias is None and getattr(model, "decoder", None) is not None:   # ModernBertForMaskedLM
+        bias = model.decoder.bias
     if bias is not None and bias.shape[0] == len(tokens):
         bias[old_n:] = bias[:old_n].mean()
     model.config.vocab_size = len(tokens)
 
 
 class PretrainModel(nn.Module):
-    """Wraps a stock BertForMaskedLM/BertForPreTraining; forward computes the losses sparsely.
+    """Wraps a stock BertForMaskedLM/BertForPreTraining/ModernBertForMaskedLM; forward computes the losses
+    sparsely.
 
     The 21k-way projection is most of a small BERT's FLOPs; running it on the ~15% masked positions only
-    (UER-py does the same) is the main speed-up. Returns sums, not means, so the caller can normalise by
-    the masked-token count of the whole accumulated/distributed batch: 4×8 then equals 1×32 exactly.
+    (UER-py does the same; ModernBERT's `sparse_prediction` too) is the main speed-up. Returns sums, not means,
+    so the caller can normalise by the masked-token count of the whole accumulated/distributed batch: 4×8 then
+    equals 1×32 exactly.
     """
 
     def __init__(self, hf_model):
         super().__init__()
         self.hf = hf_model
-        self.pairs = hasattr(hf_model.cls, "seq_relationship")
+        self.modern = hf_model.config.model_type == "modernbert"
+        self.pairs = not self.modern and hasattr(hf_model.cls, "seq_relationship")
+
+    def encode(self, input_ids, attention_mask, token_type_ids):
+        """(hidden states, pooled output or None) of the stock encoder; ModernBERT has no token types."""
+        if self.modern:
+            return self.hf.model(input_ids=input_ids, attention_mask=attention_mask)[0], None
+        out = self.hf.bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        return out[0], (out[1] if len(out) > 1 else None)
+
+    def mlm_logits(self, h):
+        """The stock MLM head on the rows `h` (masked positions only)."""
+        return self.hf.decoder(self.hf.head(h)) if self.modern else self.hf.cls.predictions(h)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
                 next_sentence_label=None) -> dict[str, torch.Tensor]:
-        bert = self.hf.bert
-        out = bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
-        hidden = out[0]
+        hidden, pooled = self.encode(input_ids, attention_mask, token_type_ids)
         flat = labels.reshape(-1)
         pos = (flat != -100).nonzero(as_tuple=True)[0]
         target = flat.index_select(0, pos)
         h = hidden.reshape(-1, hidden.shape[-1]).index_select(0, pos)
-        logits = self.hf.cls.predictions(h).float()
+        logits = self.mlm_logits(h).float()
         result = {
             "mlm_loss_sum": F.cross_entropy(logits, target, reduction="sum"),
             "mlm_correct": top1_correct(logits, target),
@@ -252,7 +268,7 @@ class PretrainModel(nn.Module):
             "mlm_count": torch.full((), target.numel(), device=logits.device),
         }
         if self.pairs and next_sentence_label is not None:
-            nsp = self.hf.cls.seq_relationship(out[1]).float()
+            nsp = self.hf.cls.seq_relationship(pooled).float()
             result["nsp_loss_sum"] = F.cross_entropy(nsp, next_sentence_label, reduction="sum")
             result["nsp_correct"] = (nsp.argmax(-1) == next_sentence_label).sum()
         return result

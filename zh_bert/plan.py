@@ -9,7 +9,8 @@ Answered before the run starts, from first principles:
   (micro-batch × devices), so every device count trains with the same global batch;
 - precision = `zh_bert.hardware.decide_precision`, the same rule `pretrain` applies to its torch.device;
 - time = training FLOPs (`zh_bert.model.flops_per_token`: 6 × matmul params per token + attention, MLM
-  head only at masked positions) ÷ (peak × assumed utilisation) + gradient all-reduce per step.
+  head only at masked positions; `--architecture modernbert`: `zh_bert.modernbert.modernbert_flops_per_token`,
+  GeGLU and windowed local layers) ÷ (peak × assumed utilisation) + gradient all-reduce per step.
   `--measure` runs real steps on this machine and replaces the assumed utilisation by the measured one.
 
 Parameters, memory and FLOPs are counted in `zh_bert.memory_model`; `--measure`'s timed steps run in
@@ -29,7 +30,8 @@ from zh_bert.config import build_parser as derive_parser
 from zh_bert.config import check_finite, config_from_args, option
 from zh_bert.errors import ZhBertError
 from zh_bert.hardware import KNOWN_DEVICES, GPUSpec, decide_precision, device_key, get_spec
-from zh_bert.memory_model import GiB, RECOMPUTE, divisors, estimate_memory, model_config, shape_and_flops
+from zh_bert.memory_model import (GiB, RECOMPUTE, divisors, estimate_memory, modernbert_recipe, plan_config,
+                                  shape_and_flops)
 from zh_bert.plan_measure import measure_utilisation
 
 BERT_PHASE1_STEPS = 900_000          # BERT's 128-token phase: 900k steps × 256 × 128 tokens
@@ -42,6 +44,11 @@ class PlanArgs:
     gpu: str = option("cpu", help=f"device: {', '.join(KNOWN_DEVICES)}")
     gpus: int = option(1, help="devices (a K80 board counts as 2)")
     model: str = option("base", help="preset (tiny, mini, small, medium, base, large) or config.json")
+    architecture: Literal["bert", "modernbert"] = option("bert", help="recipe key architecture: bert = "
+                                                         "BertForMaskedLM; modernbert = ModernBertForMaskedLM "
+                                                         "at the preset's size")
+    global_attn_every_n_layers: int = option(3, help="modernbert: layers 0, N, 2N, ... attend globally")
+    local_attention: int = option(128, help="modernbert: sliding-window size of the other layers, in tokens")
     seq_len: int = option(128)
     global_batch: int = option(256, help="sequences per optimizer step (all devices)")
     tokens: Optional[float] = option(None, help="training tokens (default: BERT's 128-token phase, 900k steps "
@@ -83,6 +90,9 @@ class PlanArgs:
             raise ZhBertError(f"--generator-ratio must be in (0, 1], got {self.generator_ratio}")
         if self.measure_steps < 1:
             raise ZhBertError(f"--measure-steps must be at least 1, got {self.measure_steps}")
+        if self.architecture == "modernbert":     # the recipe's own checks: what pretrain would refuse
+            modernbert_recipe(self.model, 0.1, self.attention_dropout, self.global_attn_every_n_layers,
+                              self.local_attention, self.objective)
 
     @property
     def device(self) -> str:
@@ -124,6 +134,7 @@ class Plan:
     gpu_hours: float
     install: str
     notes: list = field(default_factory=list)
+    architecture: str = "bert"
 
 
 def make_plan(args: PlanArgs, spec: GPUSpec, utilisation: float | None = None,
@@ -133,7 +144,7 @@ def make_plan(args: PlanArgs, spec: GPUSpec, utilisation: float | None = None,
     model, gpus, seq_len, global_batch = args.model, args.gpus, args.seq_len, args.global_batch
     precision, mask_rate, attention_dropout = args.precision, args.mask_rate, args.attention_dropout
     utilisation = args.utilisation if utilisation is None else utilisation
-    cfg = model_config(model, args.vocab_size, attention_dropout=attention_dropout)
+    cfg = plan_config(args)
     if seq_len > cfg.max_position_embeddings:
         raise ZhBertError(f"--seq-len {seq_len} exceeds the model's {cfg.max_position_embeddings} positions")
     shape, fpt = shape_and_flops(args, cfg)
@@ -177,6 +188,9 @@ def make_plan(args: PlanArgs, spec: GPUSpec, utilisation: float | None = None,
         notes.append(f"does not fit: even micro-batch 1 needs {m.total / GiB:.1f} GB of {spec.memory_gb} GB")
     if not fused:
         notes.append("no fused SDPA kernel here: the s×s attention matrix is stored (counted above)")
+    if args.architecture == "modernbert" and shape.sliding_layers and seq_len > args.local_attention:
+        notes.append(f"FLOPs count {shape.sliding_layers} local layers over their {args.local_attention}-token "
+                     f"window (an exact kernel); SDPA with a mask computes all {seq_len} keys and discards")
     return Plan(
         device=args.device, device_name=spec.name, arch=f"{spec.arch} sm_{spec.capability[0]}{spec.capability[1]}"
         if not is_cpu else "CPU", gpus=gpus, model=model, model_shape=shape.label(), params=shape.params,
@@ -188,7 +202,7 @@ def make_plan(args: PlanArgs, spec: GPUSpec, utilisation: float | None = None,
         flops_per_token=fpt, peak_tflops=spec.peak_tflops(prec), utilisation=util,
         utilisation_source="assumed" if utilisation is None else utilisation_source,
         allreduce_s_per_step=allreduce_s, tokens_per_s=tps, step_s=step_s, days=days,
-        gpu_hours=days * 24 * gpus, install=spec.torch_wheel, notes=notes)
+        gpu_hours=days * 24 * gpus, install=spec.torch_wheel, notes=notes, architecture=args.architecture)
 
 
 def largest_within(args: PlanArgs, spec: GPUSpec, utilisation: float | None = None,
@@ -239,7 +253,7 @@ def render_plan(p: Plan, best: Plan | None, budget_days: float) -> str:
 
 def build_parser():
     return derive_parser("zh-bert plan", "Memory, micro-batch, accumulation, precision and time of a BERT "
-                         "pretraining run on a GPU.", PlanArgs)
+                         "or ModernBERT pretraining run on a GPU.", PlanArgs)
 
 
 def main(argv: list[str]) -> int:

@@ -3,17 +3,22 @@ device's peak that they imply."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from zh_bert.errors import ZhBertError
 from zh_bert.hardware import GPUSpec
-from zh_bert.memory_model import GiB, RECOMPUTE, estimate_memory, model_config, shape_and_flops
+from zh_bert.memory_model import GiB, RECOMPUTE, estimate_memory, model_config, plan_config, shape_and_flops
 
 
 def measure(model: str, seq_len: int, micro_batch: int, precision: str, *, vocab_size: int = 21128,
             steps: int = 3, mask_rate: float = 0.15, dropout: float = 0.1, attention_dropout: float = 0.0,
             device: str | None = None, grad_checkpointing: bool = False, objective: str = "mlm",
-            generator_ratio: float = 0.25) -> dict:
+            generator_ratio: float = 0.25, architecture: str = "bert", global_attn_every_n_layers: int = 3,
+            local_attention: int = 128) -> dict:
     """Time real training steps (`training.train_step` with its model, optimizer and precision handling) on
-    the local device ('cpu' or 'cuda'; None = the GPU if there is one).
+    the local device ('cpu' or 'cuda'; None = the GPU if there is one). `architecture` modernbert builds
+    the ModernBertForMaskedLM pretrain builds (`memory_model.model_config`, the config of pretrain's
+    `_modernbert_config`).
 
     Returns tokens/s and, on CUDA, the peak allocated memory; the first step (allocations, kernel
     selection) is not timed.
@@ -21,9 +26,7 @@ def measure(model: str, seq_len: int, micro_batch: int, precision: str, *, vocab
     import time
 
     import torch
-    from transformers import BertForMaskedLM
-
-    from zh_bert.model import ElectraPretrainModel, PretrainModel, build_electra
+    from zh_bert.model import ElectraPretrainModel, PretrainModel, build_electra, model_class
     from zh_bert.recipe import Recipe
     from zh_bert.training import StepStats, lr_lambda, make_accelerator, make_optimizer, make_scaler, train_step
 
@@ -32,9 +35,10 @@ def measure(model: str, seq_len: int, micro_batch: int, precision: str, *, vocab
     recipe = Recipe(lr=1e-4, warmup_steps=0, max_steps=steps + 1, global_batch=micro_batch, micro_batch=micro_batch,
                     objective=objective, generator_ratio=generator_ratio)
     torch.manual_seed(0)
-    cfg = model_config(model, vocab_size, dropout, attention_dropout)
+    cfg = model_config(model, vocab_size, dropout, attention_dropout, architecture=architecture,
+                       global_attn_every_n_layers=global_attn_every_n_layers, local_attention=local_attention)
     net = (ElectraPretrainModel(*build_electra(cfg, generator_ratio)) if objective == "electra"
-           else PretrainModel(BertForMaskedLM(cfg)))
+           else PretrainModel(model_class("mlm", architecture)(cfg)))
     for hf in (net.hf, getattr(net, "generator", None)):
         if grad_checkpointing and hf is not None:
             hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -63,8 +67,8 @@ def measure(model: str, seq_len: int, micro_batch: int, precision: str, *, vocab
         train_step(net, opt, sched, acc, [batch], recipe, stats, k + 1, scaler)
     sync()
     dt = time.perf_counter() - t0
-    result = {"device": str(dev), "model": model, "micro_batch": micro_batch, "seq_len": seq_len,
-              "precision": precision, "steps": steps, "seconds": dt,
+    result = {"device": str(dev), "model": model, "architecture": architecture, "micro_batch": micro_batch,
+              "seq_len": seq_len, "precision": precision, "steps": steps, "seconds": dt,
               "tokens_per_s": steps * micro_batch * seq_len / dt}
     if dev.type == "cuda":
         result["peak_allocated_gb"] = torch.cuda.max_memory_allocated(dev) / GiB
@@ -97,12 +101,15 @@ def measure_utilisation(args, spec: GPUSpec, plan) -> dict:
                        steps=args.measure_steps, mask_rate=args.mask_rate, device=dev,
                        attention_dropout=args.attention_dropout, grad_checkpointing=plan.grad_checkpointing,
                        objective="electra" if args.objective == "electra" else "mlm",
-                       generator_ratio=args.generator_ratio)
+                       generator_ratio=args.generator_ratio, architecture=args.architecture,
+                       global_attn_every_n_layers=args.global_attn_every_n_layers,
+                       local_attention=args.local_attention)
     recompute = RECOMPUTE if plan.grad_checkpointing else 1.0
     measured["utilisation"] = measured["tokens_per_s"] * plan.flops_per_token * recompute / (plan.peak_tflops * 1e12)
     if dev == "cuda":
-        shape, _ = shape_and_flops(args, model_config(args.model, args.vocab_size, 0.1, args.attention_dropout))
-        est = estimate_memory(shape, args.seq_len, mb, plan.precision, device="cpu", mask_rate=args.mask_rate,
-                              fused_attention=spec.sdpa_fused)
+        shape, _ = shape_and_flops(args, plan_config(args))
+        est = estimate_memory(shape, args.seq_len, mb, plan.precision, device="cuda", mask_rate=args.mask_rate,
+                              fused_attention=spec.sdpa_fused)   # CUDA's bool dropout masks (modernbert) ...
+        est = dataclasses.replace(est, overhead=0.0)              # ... but allocated bytes only: no context, slack
         measured["estimated_allocated_gb"] = est.total / GiB
     return measured

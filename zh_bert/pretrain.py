@@ -120,15 +120,16 @@ def _hf_model(recipe: Recipe, tokenizer, train_ds):
     set_seed(recipe.seed)
     generator = None
     if recipe.init_from:
-        hf = load_init(recipe.init_from, tokenizer, recipe.objective, recipe.seq_len)
+        hf = load_init(recipe.init_from, tokenizer, recipe.objective, recipe.seq_len, recipe.architecture)
     else:
-        cfg = build_config(recipe.model, len(tokenizer), pad_token_id=train_ds.pad_id, dropout=recipe.dropout,
-                           attention_dropout=recipe.attention_dropout, max_positions=max(512, recipe.seq_len))
+        cfg = (_modernbert_config(recipe, len(tokenizer), train_ds) if recipe.architecture == "modernbert" else
+               build_config(recipe.model, len(tokenizer), pad_token_id=train_ds.pad_id, dropout=recipe.dropout,
+                            attention_dropout=recipe.attention_dropout, max_positions=max(512, recipe.seq_len)))
         try:
             if recipe.objective == "electra":
                 hf, generator = build_electra(cfg, recipe.generator_ratio)
             else:
-                hf = model_class(recipe.objective)(cfg)
+                hf = model_class(recipe.objective, recipe.architecture)(cfg)
         except (ValueError, TypeError, KeyError, AttributeError) as e:   # a config.json build_config cannot vet
             raise ZhBertError(f"model {recipe.model}: cannot build the model: {str(e).splitlines()[0][:300]}") from None
         if recipe.attention_init == "neighbour":
@@ -140,8 +141,20 @@ def _hf_model(recipe: Recipe, tokenizer, train_ds):
         if recipe.grad_checkpointing and net is not None:
             net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if recipe.compile and net is not None:   # in place: the weights keep their names in every checkpoint
-            net.base_model.encoder.compile()
+            getattr(net.base_model, "encoder", net.base_model).compile()
     return hf, generator
+
+
+def _modernbert_config(recipe: Recipe, vocab_size: int, train_ds=None):
+    """The ModernBertConfig of `recipe` (special ids from the shards; placeholders when only checking)."""
+    from zh_bert.modernbert import build_modernbert_config
+
+    ids = ({"pad": train_ds.pad_id, "cls": train_ds.cls_id, "sep": train_ds.sep_id} if train_ds is not None else
+           {"pad": 0, "cls": 0, "sep": 0})
+    return build_modernbert_config(
+        recipe.model, vocab_size, special_ids=ids, dropout=recipe.dropout, attention_dropout=recipe.attention_dropout,
+        global_attn_every_n_layers=recipe.global_attn_every_n_layers, local_attention=recipe.local_attention,
+        global_rope_theta=recipe.global_rope_theta, local_rope_theta=recipe.local_rope_theta)
 
 
 def build_run(recipe: Recipe, resume: str | None = None, log: Callable[[str], None] | None = None) -> TrainingRun:
@@ -252,7 +265,15 @@ def check_recipe(recipe: Recipe) -> None:
     from zh_bert.sharddir import read_meta
     from zh_bert.pipeline import is_sharddir
 
-    if not recipe.init_from:   # a bad model config.json is one line before any data work
+    if recipe.init_from:   # a checkpoint of the other architecture is one line before any data work
+        from zh_bert.modernbert import check_init_architecture
+        check_init_architecture(recipe.init_from, recipe.architecture)
+    elif recipe.architecture == "modernbert":   # a bad shape or config.json, likewise
+        cfg = _modernbert_config(recipe, 1)
+        if recipe.seq_len > cfg.max_position_embeddings:
+            raise ZhBertError(f"seq_len {recipe.seq_len} exceeds model {recipe.model}'s max_position_embeddings "
+                              f"{cfg.max_position_embeddings}")
+    else:
         from zh_bert.model import build_config
         build_config(recipe.model, 1)
     check_objective_data(recipe)
@@ -297,8 +318,11 @@ def _write_final(out: Path, hf_model, tokenizer, tokdir: Path | None, generator=
 
 
 def _write_model_dir(folder: Path, hf_model, tokenizer, tokdir: Path | None) -> None:
-    """One loadable model folder: weights, config, tokenizer files, vocab.txt."""
+    """One loadable model folder: weights, config (in both transformers majors' keys), tokenizer files, vocab.txt."""
+    from zh_bert.modernbert import write_portable_config
+
     hf_model.save_pretrained(str(folder), safe_serialization=True)
+    write_portable_config(folder)
     tokenizer.save_pretrained(str(folder))
     for name in ("vocab.txt", "zh_bert_vocab.json", "spiece.model"):
         if tokdir is not None and (tokdir / name).is_file():

@@ -31,7 +31,7 @@ from zh_bert.rundir import FINAL, GENERATOR, Checkpoint, is_model_dir, locate
 from zh_bert.tokenizer_files import TOKENIZER_FILES
 from zh_bert.weights import check_weights
 
-#: from the model folder (out_dir/final or a checkpoint or any stock BERT folder)
+#: from the model folder (out_dir/final or a checkpoint or any stock BERT / ModernBERT folder)
 MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors",
                "model.safetensors.index.json") + TOKENIZER_FILES
 MODEL_PATTERNS = ("model-*-of-*.safetensors",)

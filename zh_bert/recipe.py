@@ -20,7 +20,7 @@ from typing import Any, Literal, Mapping, Optional, Union
 
 from zh_bert.config import check_finite, from_dict, load_yaml, option, parse_set
 from zh_bert.errors import ZhBertError, unknown_key_error
-from zh_bert.masking import MaskingConfig
+from zh_bert.masking import MaskingConfig, scheduled_mask_rate
 
 # accepted alternative spellings -> key; they also feed "did you mean" (`lerning_rate` -> `lr`)
 ALIASES = {
@@ -82,12 +82,24 @@ class Recipe:
     tokenizer: Optional[str] = option(None, help="TOKDIR; null = init_from's tokenizer, or the one built from "
                                       "the raw corpus (vocab_kind, vocab_size)")
     model: str = option("tiny", help="preset tiny L2/H128 | mini L4/H256 | small L4/H512 | medium L8/H512 | "
-                        "base L12/H768 | large L24/H1024 (UER's names), or a BERT config.json path")
+                        "base L12/H768 | large L24/H1024 (UER's names), or a config.json path (model_type bert, "
+                        "or modernbert with architecture: modernbert)")
+    architecture: Literal["bert", "modernbert"] = option(
+        "bert", help="bert = stock BertForMaskedLM (2018); modernbert = stock ModernBertForMaskedLM (RoPE, pre-norm, "
+                     "GeGLU sized to the BERT preset's parameter count, no biases, local/global attention): the "
+                     "preset's layers/hidden/heads either way")
     init_from: Optional[str] = option(None, help="checkpoint dir to continue pretraining from (its tokenizer, "
                                       "fitted to `tokenizer` if set); null = from scratch")
     attention_init: Literal["stock", "neighbour"] = option(
         "stock", help="start of a from-scratch model: stock = BERT's N(0, 0.02); neighbour = layer-0 heads start "
-                      "on the previous/next token (still a stock BERT checkpoint; see model.neighbour_attention_init)")
+                      "on the previous/next token (still a stock BERT checkpoint; see model.neighbour_attention_init; "
+                      "bert only)")
+    global_attn_every_n_layers: int = option(3, help="modernbert: layer i attends globally when i mod N = 0, the "
+                                             "others in a sliding window (ModernBERT: 3)")
+    local_attention: int = option(128, help="modernbert: sliding-window size in tokens, even (local_attention / 2 to "
+                                  "each side; ModernBERT: 128)")
+    global_rope_theta: float = option(160000.0, help="modernbert: RoPE base of the global layers (ModernBERT: 160,000)")
+    local_rope_theta: float = option(10000.0, help="modernbert: RoPE base of the sliding-window layers (10,000)")
     # --- objective and masking (the masking keys are zh_bert.masking.MaskingConfig's fields)
     objective: Literal["mlm", "mlm+nsp", "mlm+sop", "electra"] = option(
         "mlm", help="mlm; mlm+nsp / mlm+sop also train next-sentence / sentence-order prediction on shards built "
@@ -98,6 +110,11 @@ class Recipe:
     rtd_weight: float = option(50.0, help="electra: λ in loss = generator MLM + λ · RTD, >= 0 (Clark et al.: 50)")
     masking: MaskingConfig = option(default_factory=MaskingConfig,
                                     help="the masking strategy and its settings (flat keys below)")
+    mask_rate_schedule: Literal["constant", "rise-decay"] = option(
+        "constant", help="constant = mask_rate at every step; rise-decay = Chinese ModernBERT's (arXiv 2510.12285): "
+                         "mask_rate rising linearly to mask_rate_peak over warmup_steps, then falling linearly back to "
+                         "mask_rate at max_steps (validation keeps mask_rate, so its figures stay comparable)")
+    mask_rate_peak: float = option(0.3, help="rise-decay: the mask rate at the end of warmup, in (mask_rate, 1)")
     # --- shape and batch
     seq_len: int = option(128, help="tokens per packed sequence, [CLS] ... [SEP] (must match the SHARDDIR's)")
     global_batch: int = option(32, help="sequences per optimizer step, all processes together")
@@ -111,7 +128,11 @@ class Recipe:
     grad_clip: float = option(1.0, help="max global gradient norm; 0 = no clipping")
     warmup_steps: int = option(100, help="linear warmup steps")
     max_steps: int = option(1000, help="optimizer steps in the run")
-    schedule: Literal["linear", "cosine", "constant"] = option("linear", help="lr decay after warmup")
+    schedule: Literal["linear", "cosine", "constant", "wsd"] = option(
+        "linear", help="lr after warmup: linear or cosine decay to 0, constant, or wsd = warmup-stable-decay (peak lr "
+                       "until the last decay_fraction of max_steps, then linear to 0; the weights at the start of the "
+                       "decay are kept as checkpoints/nodecay/, to continue pretraining from)")
+    decay_fraction: float = option(0.1, help="wsd: fraction of max_steps spent decaying, in (0, 1]")
     dropout: float = option(0.1, help="hidden dropout of models built from scratch (saved in config.json, so "
                             "fine-tuning the checkpoint uses it too)")
     attention_dropout: float = option(0.0, help="attention-probability dropout; 0 keeps SDPA on its fused kernel "
@@ -187,8 +208,9 @@ class Recipe:
         for key in ("dropout", "attention_dropout"):
             if not 0 <= getattr(self, key) < 1:
                 raise ZhBertError(f"'{key}' must be in [0, 1), got {getattr(self, key)}")
-        if self.seq_len > 512 and self.init_from is None and not self.model.endswith(".json"):
-            raise ZhBertError(f"seq_len {self.seq_len} exceeds the presets' 512 positions")
+        positions = 8192 if self.architecture == "modernbert" else 512
+        if self.seq_len > positions and self.init_from is None and not self.model.endswith(".json"):
+            raise ZhBertError(f"seq_len {self.seq_len} exceeds the {self.architecture} presets' {positions} positions")
         if self.seq_len < 8:
             raise ZhBertError(f"seq_len {self.seq_len} is too short (at least 8)")
         if not 0 < self.generator_ratio <= 1:
@@ -197,9 +219,53 @@ class Recipe:
         check_seed("'seed'", self.seed)
         if self.rtd_weight < 0:
             raise ZhBertError(f"'rtd_weight' must be >= 0, got {self.rtd_weight}")
+        self._check_architecture()
+        self._check_schedules()
         if self.objective == "electra" and self.init_from:
             raise ZhBertError("objective electra trains a generator and a discriminator from scratch; init_from "
                               "is not supported with it (set init_from: null)")
+
+    def mask_rate_at(self, step: int) -> float:
+        """The mask rate of training step `step` (`mask_rate_schedule`)."""
+        m = self.masking
+        return scheduled_mask_rate(self.mask_rate_schedule, m.mask_rate, self.mask_rate_peak, self.warmup_steps,
+                                   self.max_steps, step)
+
+    def mean_mask_rate(self) -> float:
+        """The mask rate averaged over the run's steps: what its MLM head costs per token on average."""
+        if self.mask_rate_schedule == "constant":
+            return self.masking.mask_rate
+        return sum(self.mask_rate_at(s) for s in range(self.max_steps)) / self.max_steps
+
+    def _check_architecture(self) -> None:
+        """What `architecture: modernbert` cannot do, named before any data work."""
+        if self.architecture != "modernbert":
+            return
+        if self.objective in ("mlm+nsp", "mlm+sop"):
+            raise ZhBertError(f"objective {self.objective} needs token-type embeddings and a pooler, which ModernBERT "
+                              f"does not have: use objective mlm with architecture modernbert")
+        if self.objective == "electra":
+            raise ZhBertError("objective electra builds ELECTRA's own BERT-style generator and discriminator: use "
+                              "architecture bert with it, or objective mlm with modernbert")
+        if self.attention_init == "neighbour":
+            raise ZhBertError("attention_init neighbour writes BERT's learned position embeddings; ModernBERT has "
+                              "RoPE instead: set attention_init: stock with architecture modernbert")
+        if self.global_attn_every_n_layers < 1:
+            raise ZhBertError(f"'global_attn_every_n_layers' must be at least 1, got {self.global_attn_every_n_layers}")
+        if self.local_attention < 2 or self.local_attention % 2:
+            raise ZhBertError(f"'local_attention' must be an even number of tokens >= 2 (half to each side), got "
+                              f"{self.local_attention}")
+        for key in ("global_rope_theta", "local_rope_theta"):
+            if not getattr(self, key) > 1:
+                raise ZhBertError(f"'{key}' must be > 1, got {getattr(self, key)}")
+
+    def _check_schedules(self) -> None:
+        """wsd's decay and the rise-decay mask rate must fit the run."""
+        if not 0 < self.decay_fraction <= 1:
+            raise ZhBertError(f"'decay_fraction' must be in (0, 1], got {self.decay_fraction}")
+        if self.mask_rate_schedule == "rise-decay" and not self.masking.mask_rate < self.mask_rate_peak < 1:
+            raise ZhBertError(f"'mask_rate_peak' must be in (mask_rate {self.masking.mask_rate}, 1) for "
+                              f"mask_rate_schedule rise-decay, got {self.mask_rate_peak}")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = "recipe") -> "Recipe":
@@ -233,6 +299,7 @@ KEYS = tuple(Recipe().to_dict())
 CHANGEABLE_ON_RESUME = frozenset({
     "out_dir",                                          # continue in a new run dir (a branch)
     "max_steps", "warmup_steps", "schedule", "lr",      # the lr schedule, recomputed from the resumed step on
+    "decay_fraction",
     "grad_clip", "max_nan_streak",                      # read at every step
     "save_every", "keep_last", "log_every", "eval_every", "eval_batches",   # bookkeeping
     "micro_batch", "precision", "grad_checkpointing",   # how a step is computed here, not what it computes

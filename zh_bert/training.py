@@ -29,6 +29,8 @@ import warnings
 from typing import TYPE_CHECKING
 
 import torch
+
+from zh_bert.checkpoint import NODECAY
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState, GradientState
 
@@ -39,18 +41,27 @@ if TYPE_CHECKING:
 
 
 def lr_lambda(recipe):
-    """Multiplier of the peak lr at optimizer step s (0-based): linear warmup, then linear/cosine/constant."""
+    """Multiplier of the peak lr at optimizer step s (0-based): linear warmup, then linear/cosine/constant, or
+    wsd's peak until `decay_start` and a linear decay to 0 from there."""
     warm, total, kind = recipe.warmup_steps, recipe.max_steps, recipe.schedule
+    start = decay_start(recipe) if kind == "wsd" else warm
 
     def f(s: int) -> float:
         if s < warm:
             return (s + 1) / warm
-        if kind == "constant":
+        if kind == "constant" or s < start:
             return 1.0
-        progress = min(1.0, (s - warm) / max(1, total - warm))
-        return 1.0 - progress if kind == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
+        progress = min(1.0, (s - start) / max(1, total - start))
+        return 0.5 * (1.0 + math.cos(math.pi * progress)) if kind == "cosine" else 1.0 - progress
 
     return f
+
+
+def decay_start(recipe) -> int:
+    """wsd: the step at which the decay begins (never inside warmup); checkpoints/nodecay/ holds the weights
+    after this many steps: the end of the stable phase, from which a longer run can continue at peak lr."""
+    decay = max(1, round(recipe.decay_fraction * recipe.max_steps))
+    return max(recipe.warmup_steps, recipe.max_steps - decay)
 
 
 def reschedule(optimizer, scheduler, recipe) -> None:
@@ -297,6 +308,8 @@ def _train_row(run: TrainingRun, stats: StepStats, res: dict) -> dict:
            "skipped_steps": run.skipped_steps, "elapsed_s": round(run.train_seconds, 3)}
     if run.scaler is not None:
         row["loss_scale"] = run.scaler.get_scale()
+    if run.recipe.mask_rate_schedule != "constant":
+        row["mask_rate"] = run.loader.mask_rate
     if run.recipe.pairs:
         row.update(nsp_loss=nsp_l / max(seqs, 1), nsp_acc=nsp_c / max(seqs, 1))
     if run.recipe.objective == "electra":
@@ -378,6 +391,7 @@ def fit(run: TrainingRun) -> None:
     with _stop_on_signals() as flag:
         while run.step < r.max_steps:
             t0 = time.perf_counter()
+            run.loader.mask_rate = r.mask_rate_at(run.step)
             micro = [next(batches) for _ in range(run.accum)]
             res = train_step(run.model, run.optimizer, run.scheduler, run.accelerator, micro, r, stats, run.step,
                              run.scaler)
@@ -407,4 +421,6 @@ def fit(run: TrainingRun) -> None:
                 break
             if _due(r.save_every, run.step, r.max_steps):
                 run.save_checkpoint()
+            if r.schedule == "wsd" and run.step == decay_start(r) and 0 < run.step < r.max_steps:
+                say(f"step {run.step}: lr decay starts; kept {run.save_checkpoint(NODECAY)} to continue from")
     bar.close()

@@ -77,13 +77,15 @@ class TrainingRun:
     def ckpt_root(self) -> Path:
         return self.out / "checkpoints"
 
-    def save_checkpoint(self) -> Path:
+    def save_checkpoint(self, name: str | None = None) -> Path:
+        """checkpoints/step-N (pruned to keep_last), or checkpoints/`name` (kept)."""
         state = {"loader": self.loader.state_dict(), "tokens_seen": self.tokens_seen,
                  "skipped_steps": self.skipped_steps, "train_seconds": self.train_seconds,
                  "recipe": self.recipe.to_dict(), "resumes": self.resumes, "train_sequences": len(self.train_ds)}
         return ckpt.save_checkpoint(self.ckpt_root, self.step, accelerator=self.accelerator, hf_model=self.hf,
                                     optimizer=self.optimizer, scheduler=self.scheduler, trainer_state=state,
-                                    keep_last=self.recipe.keep_last, generator=self.generator, scaler=self.scaler)
+                                    keep_last=self.recipe.keep_last, generator=self.generator, scaler=self.scaler,
+                                    name=name)
 
     def resume_from(self, path: Path, changed: dict) -> None:
         """Restore the checkpoint at `path`; `changed` = the recipe keys this run changes (checked), recorded in
@@ -260,7 +262,8 @@ def run_summary(run: TrainingRun) -> dict:
     on_cuda = acc.device.type == "cuda"
     return {
         "status": run.status,
-        "model": {"preset": recipe.model, "class": type(run.hf).__name__, "init_from": recipe.init_from,
+        "model": {"preset": recipe.model, "class": type(run.hf).__name__, "architecture": recipe.architecture,
+                  "init_from": recipe.init_from,
                   "attention_init": None if recipe.init_from else recipe.attention_init,
                   "num_hidden_layers": c.num_hidden_layers, "hidden_size": c.hidden_size,
                   "num_attention_heads": c.num_attention_heads, "intermediate_size": c.intermediate_size,

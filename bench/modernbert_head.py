@@ -1,0 +1,101 @@
+"""Which masked-position head trains a ModernBERT faster: zh-bert's (`model.PretrainModel`: the stock head run on
+the masked rows, loss as a sum) or transformers' own `sparse_prediction=True` (`ModernBertForMaskedLM(labels=)`),
+with the dense head (`sparse_prediction=False`, what `run_mlm` computes) as the baseline. Forward + backward +
+AdamW step of the same model on the same masked batch, the three interleaved in each repeat.
+
+    python bench/modernbert_head.py [--models tiny mini] [--batch 16] [--seq-len 128] [--repeat 30] [--quick]
+
+Prints tokens/s per head and the ratios against the dense head in the same run. `--quick`: tiny, 3 repeats
+(a smoke test, tests/test_bench.py; its figures mean nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import torch  # noqa: E402
+
+from _timing import machine  # noqa: E402
+from zh_bert.model import PretrainModel  # noqa: E402
+from zh_bert.modernbert import build_modernbert_config  # noqa: E402
+
+VOCAB = 8000   # the main command's char vocab
+
+
+def batch(rows: int, seq_len: int, rate: float = 0.25) -> dict:
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(200, VOCAB, (rows, seq_len), generator=g)
+    chosen = torch.rand(rows, seq_len, generator=g) < rate
+    labels = torch.where(chosen, ids, torch.full_like(ids, -100))
+    return {"input_ids": torch.where(chosen, torch.full_like(ids, 103), ids), "attention_mask": torch.ones_like(ids),
+            "labels": labels}
+
+
+def steps(name: str, model, b: dict):
+    """One training step of head `name` on `model` (a fresh copy per head, its own optimizer)."""
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    wrapped = PretrainModel(model) if name == "zh-bert" else None
+
+    def step():
+        if wrapped is not None:
+            out = wrapped(**b)
+            loss = out["mlm_loss_sum"] / out["mlm_count"]
+        else:
+            loss = model(**b).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+def measure(preset: str, rows: int, seq_len: int, repeat: int) -> dict[str, float]:
+    from transformers import ModernBertForMaskedLM
+
+    b = batch(rows, seq_len)
+    runs = {}
+    for name, sparse in (("dense", False), ("transformers sparse_prediction", True), ("zh-bert", False)):
+        torch.manual_seed(0)
+        cfg = build_modernbert_config(preset, VOCAB, special_ids={"pad": 0, "cls": 101, "sep": 102})
+        cfg.sparse_prediction = sparse
+        runs[name] = steps(name, ModernBertForMaskedLM(cfg).train(), b)
+        runs[name]()   # warm-up
+    times: dict[str, list[float]] = {n: [] for n in runs}
+    for _ in range(repeat):
+        for name, step in runs.items():
+            t0 = time.perf_counter()
+            step()
+            times[name].append(time.perf_counter() - t0)
+    return {n: rows * seq_len / statistics.median(t) for n, t in times.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", nargs="+", default=["tiny", "mini"])
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--repeat", type=int, default=30)
+    ap.add_argument("--quick", action="store_true")
+    a = ap.parse_args(argv)
+    if a.quick:
+        a.models, a.repeat = ["tiny"], 3
+    print(f"machine: {machine()}; torch {torch.__version__}, {torch.get_num_threads()} threads; batch {a.batch} × "
+          f"{a.seq_len}, 25% masked, vocab {VOCAB}, fp32")
+    for preset in a.models:
+        tps = measure(preset, a.batch, a.seq_len, a.repeat)
+        base = tps["dense"]
+        for name, v in tps.items():
+            print(f"{preset:5s} {name:31s} {v:>10,.0f} tokens/s  {v / base:.2f}x dense")
+        print(f"{preset}: zh-bert / transformers sparse_prediction = "
+              f"{tps['zh-bert'] / tps['transformers sparse_prediction']:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
