@@ -1,9 +1,11 @@
 """Which masked-position head trains a ModernBERT faster: zh-bert's (`model.PretrainModel`: the stock head run on
 the masked rows, loss as a sum) or transformers' own `sparse_prediction=True` (`ModernBertForMaskedLM(labels=)`),
-with the dense head (`sparse_prediction=False`, what `run_mlm` computes) as the baseline. Forward + backward +
-AdamW step of the same model on the same masked batch, the three interleaved in each repeat.
+with the dense head (`sparse_prediction=False`, what `run_mlm` computes) as the baseline; and the same-size BERT
+through zh-bert's head beside them (tokens/s of the two architectures). Forward + backward + AdamW step on the
+same masked batch, the four interleaved in each repeat.
 
-    python bench/modernbert_head.py [--models tiny mini] [--batch 16] [--seq-len 128] [--repeat 30] [--quick]
+    python bench/modernbert_head.py [--models tiny mini] [--batch 16] [--seq-len 128] [--repeat 30]
+                                    [--precision fp32|bf16] [--quick]
 
 Prints tokens/s per head and the ratios against the dense head in the same run. `--quick`: tiny, 3 repeats
 (a smoke test, tests/test_bench.py; its figures mean nothing).
@@ -23,7 +25,7 @@ sys.path.insert(0, str(REPO))
 import torch  # noqa: E402
 
 from _timing import machine  # noqa: E402
-from zh_bert.model import PretrainModel  # noqa: E402
+from zh_bert.model import PretrainModel, build_config  # noqa: E402
 from zh_bert.modernbert import build_modernbert_config  # noqa: E402
 
 VOCAB = 8000   # the main command's char vocab
@@ -38,25 +40,26 @@ def batch(rows: int, seq_len: int, rate: float = 0.25) -> dict:
             "labels": labels}
 
 
-def steps(name: str, model, b: dict):
+def steps(name: str, model, b: dict, bf16: bool):
     """One training step of head `name` on `model` (a fresh copy per head, its own optimizer)."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    wrapped = PretrainModel(model) if name == "zh-bert" else None
+    wrapped = PretrainModel(model) if name.startswith(("zh-bert", "bert")) else None
 
     def step():
-        if wrapped is not None:
-            out = wrapped(**b)
-            loss = out["mlm_loss_sum"] / out["mlm_count"]
-        else:
-            loss = model(**b).loss
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            if wrapped is not None:
+                out = wrapped(**b)
+                loss = out["mlm_loss_sum"] / out["mlm_count"]
+            else:
+                loss = model(**b).loss
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
     return step
 
 
-def measure(preset: str, rows: int, seq_len: int, repeat: int) -> dict[str, float]:
-    from transformers import ModernBertForMaskedLM
+def measure(preset: str, rows: int, seq_len: int, repeat: int, bf16: bool) -> dict[str, float]:
+    from transformers import BertForMaskedLM, ModernBertForMaskedLM
 
     b = batch(rows, seq_len)
     runs = {}
@@ -64,8 +67,12 @@ def measure(preset: str, rows: int, seq_len: int, repeat: int) -> dict[str, floa
         torch.manual_seed(0)
         cfg = build_modernbert_config(preset, VOCAB, special_ids={"pad": 0, "cls": 101, "sep": 102})
         cfg.sparse_prediction = sparse
-        runs[name] = steps(name, ModernBertForMaskedLM(cfg).train(), b)
-        runs[name]()   # warm-up
+        runs[name] = steps(name, ModernBertForMaskedLM(cfg).train(), b, bf16)
+    torch.manual_seed(0)
+    bert = BertForMaskedLM(build_config(preset, VOCAB, dropout=0.0)).train()
+    runs["bert, zh-bert head"] = steps("bert", bert, {**b, "token_type_ids": torch.zeros_like(b["input_ids"])}, bf16)
+    for step in runs.values():
+        step()   # warm-up
     times: dict[str, list[float]] = {n: [] for n in runs}
     for _ in range(repeat):
         for name, step in runs.items():
@@ -81,19 +88,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--repeat", type=int, default=30)
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     ap.add_argument("--quick", action="store_true")
     a = ap.parse_args(argv)
     if a.quick:
         a.models, a.repeat = ["tiny"], 3
     print(f"machine: {machine()}; torch {torch.__version__}, {torch.get_num_threads()} threads; batch {a.batch} × "
-          f"{a.seq_len}, 25% masked, vocab {VOCAB}, fp32")
+          f"{a.seq_len}, 25% masked, vocab {VOCAB}, {a.precision}")
     for preset in a.models:
-        tps = measure(preset, a.batch, a.seq_len, a.repeat)
+        tps = measure(preset, a.batch, a.seq_len, a.repeat, a.precision == "bf16")
         base = tps["dense"]
         for name, v in tps.items():
             print(f"{preset:5s} {name:31s} {v:>10,.0f} tokens/s  {v / base:.2f}x dense")
         print(f"{preset}: zh-bert / transformers sparse_prediction = "
-              f"{tps['zh-bert'] / tps['transformers sparse_prediction']:.2f}x")
+              f"{tps['zh-bert'] / tps['transformers sparse_prediction']:.2f}x; "
+              f"modernbert / bert (zh-bert head) = {tps['zh-bert'] / tps['bert, zh-bert head']:.2f}x")
     return 0
 
 

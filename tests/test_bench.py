@@ -32,7 +32,7 @@ RESULT_LINES = {
     "main_recipe_length": [rf"^4 steps .* {NUM} ± {NUM}", rf"^random init +- +{NUM} ± {NUM}"],
     "masking_throughput": [rf'"per_sequence_vs_row_at_a_time": {NUM}', rf'"correction_vs_wwm_per_sequence": {NUM}',
                            rf'"build_s": {NUM}'],
-    "modernbert_head": [rf"^tiny: zh-bert / transformers sparse_prediction = {NUM}x$"],
+    "modernbert_head": [rf"^tiny: zh-bert / transformers sparse_prediction = {NUM}x; modernbert / bert .* = {NUM}x$"],
     "plan_memory_check": [rf"^mini +4 +{NUM} +{NUM} +{NUM}$", r"^(?:NOT )?all within ±25%"],
     "scale": [rf"^\| 1 MB \| clean executor \| .*\| {NUM} / {NUM} \|",
               rf"^\| 1 MB \| shard executor \| .*\| {NUM} / {NUM} \|"],
@@ -52,8 +52,12 @@ def test_every_bench_script_has_a_quick_entry():
         assert "--quick" in (REPO / "bench" / f"{name}.py").read_text(encoding="utf-8"), f"bench/{name}.py: no --quick"
 
 
+#: scripts whose --quick run a test of their own already makes (and checks more closely): not run twice
+OWN_TEST = {"gpu_proof": "tests/test_gpu_proof.py"}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", SCRIPTS)
+@pytest.mark.parametrize("name", [n for n in SCRIPTS if n not in OWN_TEST])
 def test_bench_quick_mode_runs_every_section(name, tmp_path):
     """Offline, in its own temp dir; exit 0, no traceback, and every result line present."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -55,6 +56,9 @@ def test_gpu_side_runs_every_section_without_the_packages_the_gpu_lacks(tmp_path
     assert check.returncode != 0 and "blocked" in check.stderr
     p = _proof(["--device", "cpu", "--quick", "--data", str(data), "--out", str(out)], env)
     assert p.returncode == 0 and "Traceback" not in p.stderr, f"{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+    from test_bench import RESULT_LINES   # what tests/test_bench.py would check of this --quick run
+
+    assert not [rx for rx in RESULT_LINES["gpu_proof"] if not re.search(rx, p.stdout, re.M)], p.stdout[-3000:]
     report = json.loads((out / "gpu_proof.json").read_text(encoding="utf-8"))
     assert {s: report["sections"][s]["status"] for s in SECTIONS} == dict.fromkeys(SECTIONS, "measured")
     md = (out / "gpu_proof.md").read_text(encoding="utf-8")

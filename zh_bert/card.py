@@ -249,8 +249,8 @@ def modernbert_attention(config: dict) -> dict:
     every = config.get("global_attn_every_n_layers")
     types = config.get("layer_types")
     if not isinstance(every, int) and isinstance(types, list) and types:
-        full = [i for i, t in enumerate(types) if t == "full_attention"]
-        every = full[1] - full[0] if len(full) > 1 else len(types)
+        from zh_bert.modernbert import global_period
+        every = global_period(types)
     rope = config.get("rope_parameters") if isinstance(config.get("rope_parameters"), dict) else {}
     theta_global = (rope.get("full_attention") or {}).get("rope_theta", config.get("global_rope_theta"))
     theta_local = (rope.get("sliding_attention") or {}).get("rope_theta", config.get("local_rope_theta"))

@@ -40,12 +40,7 @@ def build_config(model: str, vocab_size: int, *, pad_token_id: int = 0, dropout:
                           num_attention_heads=heads, intermediate_size=4 * hidden,
                           max_position_embeddings=max_positions, pad_token_id=pad_token_id,
                           hidden_dropout_prob=dropout, attention_probs_dropout_prob=attention_dropout)
-    path = Path(model)
-    if path.is_dir():
-        path = path / "config.json"
-    if not path.is_file():
-        raise ZhBertError(f"model '{model}' is neither a preset ({', '.join(PRESETS)}){suggest(model, PRESETS)} "
-                          f"nor a config.json file")
+    path = config_path(model)
     try:
         cfg = BertConfig.from_json_file(str(path))
     except _config_errors() as e:   # UnicodeDecodeError is a ValueError
@@ -53,6 +48,17 @@ def build_config(model: str, vocab_size: int, *, pad_token_id: int = 0, dropout:
     check_shape(cfg, path)
     cfg.vocab_size = vocab_size
     return cfg
+
+
+def config_path(model: str) -> Path:
+    """The config.json that a `model:` value other than a preset names (a file, or a folder holding one)."""
+    path = Path(model)
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        raise ZhBertError(f"model '{model}' is neither a preset ({', '.join(PRESETS)}){suggest(model, PRESETS)} "
+                          f"nor a config.json file")
+    return path
 
 
 def _config_errors() -> tuple[type[BaseException], ...]:

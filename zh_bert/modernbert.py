@@ -16,9 +16,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from zh_bert.errors import ZhBertError, suggest
+from zh_bert.errors import ZhBertError
 from zh_bert.fileio import atomic_write, read_json
-from zh_bert.model import PRESETS
+from zh_bert.model import PRESETS, config_path
 
 ARCHITECTURES = ("bert", "modernbert")
 MAX_POSITIONS = 8192        # RoPE has no position table; ModernBERT's own context length
@@ -84,12 +84,7 @@ def _config_file(model: str, special: dict[str, int]):
     """A ModernBertConfig from a config.json path (or a folder holding one), with zh-bert's special ids."""
     from transformers import ModernBertConfig
 
-    path = Path(model)
-    if path.is_dir():
-        path = path / "config.json"
-    if not path.is_file():
-        raise ZhBertError(f"model '{model}' is neither a preset ({', '.join(PRESETS)}){suggest(model, PRESETS)} "
-                          f"nor a config.json file")
+    path = config_path(model)
     data = read_json(path)
     kind = data.get("model_type") if isinstance(data, dict) else None
     if kind != "modernbert":
@@ -136,10 +131,13 @@ def check_modernbert_shape(cfg, where) -> None:
 def global_every(cfg) -> int:
     """The period of global layers in `cfg.layer_types` (transformers 5) or its 4.x key."""
     types = getattr(cfg, "layer_types", None)
-    if types:
-        full = [i for i, t in enumerate(types) if t == "full_attention"]
-        return full[1] - full[0] if len(full) > 1 else len(types)
-    return int(getattr(cfg, "global_attn_every_n_layers", 3))
+    return global_period(types) if types else int(getattr(cfg, "global_attn_every_n_layers", 3))
+
+
+def global_period(types: list[str]) -> int:
+    """N of 'global every N layers' in a `layer_types` list (its length when only layer 0 is global)."""
+    full = [i for i, t in enumerate(types) if t == "full_attention"]
+    return full[1] - full[0] if len(full) > 1 else len(types)
 
 
 def rope_thetas(cfg) -> tuple[float, float]:
@@ -160,8 +158,7 @@ def portable_keys(config: dict) -> dict:
     out = dict(config)
     types = out.get("layer_types")
     if types:
-        full = [i for i, t in enumerate(types) if t == "full_attention"]
-        every = full[1] - full[0] if len(full) > 1 else len(types)
+        every = global_period(types)
         if layer_types(len(types), every) != list(types):
             raise ZhBertError(f"layer_types {types} is not 'global every N layers from layer 0': transformers 4.x "
                               f"cannot express it")
