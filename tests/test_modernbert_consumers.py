@@ -131,7 +131,8 @@ def test_demo_fill_equals_dense_pipeline(tiny_modernbert_dir, nudged_modernbert,
     (special tokens aside, which the demo never offers)."""
     from transformers import ModernBertForMaskedLM
 
-    from zh_bert.demo import _token_text, fill, load_model, sparse_head
+    from zh_bert.demo import _token_text, fill, load_model
+    from zh_bert.evaluate import sparse_head
 
     folder = nudged_modernbert if which == "nudged" else tiny_modernbert_dir
     model, tok = load_model(str(folder))

@@ -212,12 +212,10 @@ def recipe_flops_per_token(recipe) -> float:
 
     vocab = recipe.vocab_size or 21128
     if recipe.architecture == "modernbert":
-        from zh_bert.modernbert import build_modernbert_config, modernbert_flops_per_token
+        from zh_bert.modernbert import modernbert_flops_per_token, recipe_modernbert_config
 
-        cfg = build_modernbert_config(recipe.model, vocab, special_ids={"pad": 0, "cls": 0, "sep": 0},
-                                      global_attn_every_n_layers=recipe.global_attn_every_n_layers,
-                                      local_attention=recipe.local_attention)
-        return modernbert_flops_per_token(cfg, recipe.seq_len, recipe.mean_mask_rate())
+        return modernbert_flops_per_token(recipe_modernbert_config(recipe, vocab), recipe.seq_len,
+                                          recipe.mean_mask_rate())
     args = PlanArgs(model=recipe.model, seq_len=recipe.seq_len, vocab_size=vocab,
                     mask_rate=recipe.mean_mask_rate(), objective=recipe.objective,
                     generator_ratio=recipe.generator_ratio)

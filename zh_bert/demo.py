@@ -128,6 +128,8 @@ def fill(model, tokenizer, text: str, top_k: int = 5, max_chars: int = MAX_CHARS
         raise FillError(f"文本太长：{len(ids)} 个词元，模型最多 {limit}。Text too long for this model ({len(ids)} tokens).")
     banned = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
     top_k = max(1, min(int(top_k), 20))
+    from zh_bert.evaluate import sparse_head   # BERT's token types are left at their default (all zeros)
+
     split = sparse_head(model)
 
     def probs(batch: torch.Tensor, at: list[int]) -> torch.Tensor:
@@ -156,21 +158,6 @@ def fill(model, tokenizer, text: str, top_k: int = 5, max_chars: int = MAX_CHARS
         results.append({"blank": bi, "length": len(pos),
                         "candidates": [{"text": t, "prob": float(f"{p:.4g}")} for t, p in cands]})
     return results
-
-
-def sparse_head(model):
-    """(encoder, head) of a stock masked LM whose head can run on chosen positions only, else None (dense
-    logits). BERT: `bert` then `cls`; ModernBERT: `model` then `decoder(head(.))`. Neither is given
-    token_type_ids: ModernBERT has none, and BERT's default (all zeros) is what a single sentence gets."""
-    if getattr(getattr(model, "config", None), "model_type", None) == "modernbert":
-        encoder, dense, decoder = (getattr(model, n, None) for n in ("model", "head", "decoder"))
-        if encoder is not None and dense is not None and decoder is not None:
-            return encoder, lambda hidden: decoder(dense(hidden))
-        return None
-    base_model, head = getattr(model, "base_model", None), getattr(model, "cls", None)
-    if base_model is not None and head is not None and base_model is not model:
-        return base_model, head
-    return None
 
 
 def _joint(probs, base, p0: dict, pos: list[int], top_k: int, tokenizer) -> list[tuple[str, float]]:

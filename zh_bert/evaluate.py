@@ -63,13 +63,26 @@ def masked_logits(model, batch: dict, positions):
     batch = {k: v.to(model.device) for k, v in batch.items()}
     positions = positions.to(model.device)
     with torch.no_grad():
-        if hasattr(model, "bert") and hasattr(model, "cls"):
-            hidden = model.bert(**batch).last_hidden_state
-            return model.cls(hidden[positions]).float()
-        if getattr(model.config, "model_type", None) == "modernbert":   # no token types; head on the rows only
-            hidden = model.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])[0]
-            return model.decoder(model.head(hidden[positions])).float()
+        split = sparse_head(model)
+        if split is not None:
+            encoder, head = split
+            return head(encoder(**batch)[0][positions]).float()
         return model(**batch).logits[positions].float()
+
+
+def sparse_head(model):
+    """(encoder, head) of a stock masked LM whose head can run on chosen positions only, else None (dense
+    logits): BERT `bert` then `cls`; ModernBERT `model` then `decoder(head(.))` (give it no token_type_ids:
+    `model_batch`)."""
+    if getattr(getattr(model, "config", None), "model_type", None) == "modernbert":
+        encoder, dense, decoder = (getattr(model, n, None) for n in ("model", "head", "decoder"))
+        if encoder is not None and dense is not None and decoder is not None:
+            return encoder, lambda hidden: decoder(dense(hidden))
+        return None
+    base_model, head = getattr(model, "base_model", None), getattr(model, "cls", None)
+    if base_model is not None and head is not None and base_model is not model:
+        return base_model, head
+    return None
 
 
 def model_batch(model, input_ids, attention_mask) -> dict:

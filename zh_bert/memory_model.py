@@ -113,18 +113,13 @@ def _layer_params(h: int, i: int) -> int:
 def model_config(model: str, vocab_size: int, dropout: float = 0.1, attention_dropout: float = 0.0, *,
                  architecture: str = "bert", global_attn_every_n_layers: int = 3, local_attention: int = 128):
     """The config a run of preset/config `model` trains: the BertConfig of `model.build_config`, or with
-    architecture modernbert the ModernBertConfig that pretrain's `_modernbert_config` builds from the same recipe
-    keys (placeholder special ids: they change no count; tests/test_plan.py checks the two agree; plan may not
-    import pretrain). Imported lazily: torch."""
+    architecture modernbert the ModernBertConfig that pretrain builds from the same recipe keys
+    (`modernbert.recipe_modernbert_config`; tests/test_plan.py checks the two agree). Imported lazily: torch."""
     if architecture == "modernbert":
-        from zh_bert.modernbert import build_modernbert_config
+        from zh_bert.modernbert import recipe_modernbert_config
 
-        r = modernbert_recipe(model, dropout, attention_dropout, global_attn_every_n_layers, local_attention)
-        return build_modernbert_config(
-            r.model, vocab_size, special_ids={"pad": 0, "cls": 0, "sep": 0}, dropout=r.dropout,
-            attention_dropout=r.attention_dropout, global_attn_every_n_layers=r.global_attn_every_n_layers,
-            local_attention=r.local_attention, global_rope_theta=r.global_rope_theta,
-            local_rope_theta=r.local_rope_theta)
+        recipe = modernbert_recipe(model, dropout, attention_dropout, global_attn_every_n_layers, local_attention)
+        return recipe_modernbert_config(recipe, vocab_size)
     from zh_bert.model import build_config
 
     return build_config(model, vocab_size, dropout=dropout, attention_dropout=attention_dropout)

@@ -80,6 +80,17 @@ def build_modernbert_config(model: str, vocab_size: int, *, special_ids: dict[st
     return cfg
 
 
+def recipe_modernbert_config(recipe, vocab_size: int, special_ids: dict[str, int] | None = None):
+    """`build_modernbert_config` from a recipe's keys (a `Recipe`, or any object with its model, dropout and
+    modernbert fields): the one config pretrain trains, plan counts and ablate budgets. `special_ids` default to
+    placeholders (0), which change no count or shape."""
+    return build_modernbert_config(
+        recipe.model, vocab_size, special_ids=special_ids or {"pad": 0, "cls": 0, "sep": 0}, dropout=recipe.dropout,
+        attention_dropout=recipe.attention_dropout, global_attn_every_n_layers=recipe.global_attn_every_n_layers,
+        local_attention=recipe.local_attention, global_rope_theta=recipe.global_rope_theta,
+        local_rope_theta=recipe.local_rope_theta)
+
+
 def _config_file(model: str, special: dict[str, int]):
     """A ModernBertConfig from a config.json path (or a folder holding one), with zh-bert's special ids."""
     from transformers import ModernBertConfig

@@ -18,7 +18,7 @@ def measure(model: str, seq_len: int, micro_batch: int, precision: str, *, vocab
     """Time real training steps (`training.train_step` with its model, optimizer and precision handling) on
     the local device ('cpu' or 'cuda'; None = the GPU if there is one). `architecture` modernbert builds
     the ModernBertForMaskedLM pretrain builds (`memory_model.model_config`, the config of pretrain's
-    `_modernbert_config`).
+    `modernbert.recipe_modernbert_config`).
 
     Returns tokens/s and, on CUDA, the peak allocated memory; the first step (allocations, kernel
     selection) is not timed.

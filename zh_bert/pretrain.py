@@ -147,14 +147,10 @@ def _hf_model(recipe: Recipe, tokenizer, train_ds):
 
 def _modernbert_config(recipe: Recipe, vocab_size: int, train_ds=None):
     """The ModernBertConfig of `recipe` (special ids from the shards; placeholders when only checking)."""
-    from zh_bert.modernbert import build_modernbert_config
+    from zh_bert.modernbert import recipe_modernbert_config
 
-    ids = ({"pad": train_ds.pad_id, "cls": train_ds.cls_id, "sep": train_ds.sep_id} if train_ds is not None else
-           {"pad": 0, "cls": 0, "sep": 0})
-    return build_modernbert_config(
-        recipe.model, vocab_size, special_ids=ids, dropout=recipe.dropout, attention_dropout=recipe.attention_dropout,
-        global_attn_every_n_layers=recipe.global_attn_every_n_layers, local_attention=recipe.local_attention,
-        global_rope_theta=recipe.global_rope_theta, local_rope_theta=recipe.local_rope_theta)
+    ids = {"pad": train_ds.pad_id, "cls": train_ds.cls_id, "sep": train_ds.sep_id} if train_ds is not None else None
+    return recipe_modernbert_config(recipe, vocab_size, ids)
 
 
 def build_run(recipe: Recipe, resume: str | None = None, log: Callable[[str], None] | None = None) -> TrainingRun:
