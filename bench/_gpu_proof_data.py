@@ -19,11 +19,12 @@ from __future__ import annotations
 import hashlib
 import json
 import lzma
-import shutil
 import time
 from concurrent.futures import ProcessPoolExecutor
 from datetime import date
 from pathlib import Path
+
+from zh_bert.fileio import atomic_write, copy_file, remove_scratch, write_bytes, write_text
 
 REPO = Path(__file__).resolve().parent.parent
 SCIENCE_CORPUS = REPO.parent / "shared" / "data" / "zh_real_text"
@@ -51,15 +52,42 @@ def read_manifest(data: Path) -> dict:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         raise ProofError(f"--data {data}: unreadable {MANIFEST} ({e})") from None
-    if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
         raise ProofError(f"--data {data}: {MANIFEST} is not a gpu_proof data manifest of version {VERSION}; "
                          f"prepare it again with --prepare")
+    broken = _manifest_problem(manifest)
+    if broken:
+        raise ProofError(f"--data {data}: {MANIFEST} is broken ({broken}); prepare it again with --prepare")
     for name, ds in manifest["datasets"].items():
         for rel, info in (ds or {}).get("files", {}).items():
             f = Path(data) / rel
             if not f.is_file() or f.stat().st_size != info["size"]:
                 raise ProofError(f"--data {data}: incomplete ({rel} missing or of another size); prepare it again")
     return manifest
+
+
+def _manifest_problem(m: dict) -> str | None:
+    """What in a manifest of the right format is not of the shape `prepare` writes (None: nothing): every
+    field the proof reads, checked before it is read."""
+    if not isinstance(m.get("quick"), bool):
+        return "'quick' is not true or false"
+    if m.get("tasks") is not None and not isinstance(m["tasks"], str):
+        return "'tasks' is not a folder name"
+    if not isinstance(m.get("datasets"), dict) or not isinstance(m["datasets"].get("main"), dict):
+        return "no 'datasets' with a 'main' entry"
+    for name, ds in m["datasets"].items():
+        if ds is None:
+            continue
+        if not isinstance(ds, dict):
+            return f"dataset {name!r} is not an object"
+        for key, kind in (("tokenizer", str), ("shards", str), ("files", dict), ("vocab_size", int)):
+            if not isinstance(ds.get(key), kind):
+                return f"dataset {name!r} has no {key!r} of the right type"
+        bad = next((rel for rel, info in ds["files"].items()
+                    if not isinstance(info, dict) or not isinstance(info.get("size"), int)), None)
+        if bad is not None:
+            return f"file {bad!r} has no size"
+    return None
 
 
 def unpack(data: Path, manifest: dict, name: str, work: Path) -> tuple[Path, Path]:
@@ -70,14 +98,14 @@ def unpack(data: Path, manifest: dict, name: str, work: Path) -> tuple[Path, Pat
     stamp = out / ".unpacked"
     key = hashlib.sha256(json.dumps(ds["files"], sort_keys=True).encode()).hexdigest()
     if not (stamp.is_file() and stamp.read_text() == key):
-        shutil.rmtree(out, ignore_errors=True)
+        remove_scratch(out)     # under the claimed work dir
         (out / "shards").mkdir(parents=True)
         for rel in ds["files"]:
             src = Path(data) / rel
             if rel.startswith(ds["shards"] + "/"):
                 raw = lzma.decompress(src.read_bytes()) if src.suffix == ".xz" else src.read_bytes()
-                (out / "shards" / src.name.removesuffix(".xz")).write_bytes(raw)
-        stamp.write_text(key)
+                write_bytes(out / "shards" / src.name.removesuffix(".xz"), raw)
+        write_text(stamp, key)
     return Path(data) / ds["tokenizer"], out / "shards"
 
 
@@ -109,12 +137,12 @@ def prepare(dest: Path, quick: bool, corpus: Path | None, command: str, log=prin
             log(f"[prepare] note: {note}")
         if quick:
             _toy_tasks(tmp / "tasks")
-        shutil.rmtree(work)
+        remove_scratch(work)
         manifest = {"format": FORMAT, "version": VERSION, "quick": quick, "created": date.today().isoformat(),
                     "command": command, "datasets": datasets, "note": note, "tasks": "tasks" if quick else None,
                     "bytes": sum(f.stat().st_size for f in tmp.rglob("*") if f.is_file()),
                     "seconds": round(time.time() - t0, 1)}
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False), encoding="utf-8")
+        write_text(tmp / MANIFEST, json.dumps(manifest, indent=2, ensure_ascii=False))
     return manifest
 
 
@@ -128,7 +156,7 @@ def _main_text(work: Path, quick: bool, offset: int = 0) -> list[Path]:
         lines = [l for l in path.read_text(encoding="utf-8").split("\n") if l.strip()]
         dst = work / f"text-{offset}" / path.name
         dst.parent.mkdir(parents=True, exist_ok=True)
-        dst.write_text("\n".join(lines[300 * offset:300 * (offset + 1)]) + "\n", encoding="utf-8")
+        write_text(dst, "\n".join(lines[300 * offset:300 * (offset + 1)]) + "\n")
         out.append(dst)
     return out
 
@@ -139,7 +167,7 @@ def _science_text(corpus: Path, work: Path, quick: bool) -> list[Path]:
     for src in sorted(corpus.glob("*.txt.xz")):
         dst = work / "science-text" / src.name.removesuffix(".xz")
         dst.parent.mkdir(parents=True, exist_ok=True)
-        with lzma.open(src, "rt", encoding="utf-8") as fin, open(dst, "w", encoding="utf-8") as fout:
+        with lzma.open(src, "rt", encoding="utf-8") as fin, atomic_write(dst) as fout:
             for i, line in enumerate(fin):
                 if quick and i >= 30:
                     break
@@ -164,7 +192,8 @@ def _dataset(dest: Path, name: str, text: list[Path], work: Path, quick: bool, l
         from zh_bert.similar_words import load_or_build
 
         load_or_build(ShardDataset(prepared.sharddir, "train"), log=lambda m: log(f"[prepare {name}] {m}"))
-    shutil.copytree(prepared.tokdir, dest / name / "tokenizer")
+    for p in sorted(prepared.tokdir.iterdir()):
+        copy_file(p, dest / name / "tokenizer" / p.name)
     files = {f"{name}/tokenizer/{p.name}": _file_info(p) for p in sorted((dest / name / "tokenizer").iterdir())}
     packed = dest / name / "shards"
     packed.mkdir(parents=True)
@@ -174,7 +203,7 @@ def _dataset(dest: Path, name: str, text: list[Path], work: Path, quick: bool, l
         if dst.suffix == ".xz":
             _compress(src, dst)
         else:
-            shutil.copy(src, dst)
+            copy_file(src, dst)
         files[f"{name}/shards/{dst.name}"] = _file_info(dst)
     meta = read_meta(prepared.sharddir)
     log(f"[prepare {name}] packed {sum(f['size'] for f in files.values()) / 2**20:.1f} MiB in "
@@ -191,10 +220,10 @@ def _compress(src: Path, dst: Path) -> None:
     raw = src.read_bytes()
     chunks = [raw[i:i + CHUNK] for i in range(0, len(raw), CHUNK)] or [b""]
     if len(chunks) == 1:
-        dst.write_bytes(lzma.compress(chunks[0], preset=6))
+        write_bytes(dst, lzma.compress(chunks[0], preset=6))
         return
     with ProcessPoolExecutor(2) as pool:
-        dst.write_bytes(b"".join(pool.map(_xz, chunks)))
+        write_bytes(dst, b"".join(pool.map(_xz, chunks)))
 
 
 def _xz(chunk: bytes) -> bytes:
@@ -208,11 +237,11 @@ def _file_info(path: Path) -> dict:
 def _attribution(corpus: Path, dst: Path, quick: bool) -> None:
     """The corpus's SOURCE.md, verbatim, under a note saying what this copy is (CC-BY asks for both)."""
     what = "the first 30 documents of each file" if quick else "every document"
-    dst.write_text(f"# Shards of zh_real_text for bench/gpu_proof.py --science\n\nBuilt by `bench/gpu_proof.py "
+    write_text(dst, f"# Shards of zh_real_text for bench/gpu_proof.py --science\n\nBuilt by `bench/gpu_proof.py "
                    f"--prepare` from {what} of zh_real_text: cleaned by `zh-bert clean` (exact dedup, quality "
                    f"filters), a char vocabulary of {VOCAB_SIZE} tokens, packed 128-token sequences, xz-compressed. "
                    f"The text is the corpus's, under its licence and attribution below.\n\n---\n\n"
-                   + (corpus / "SOURCE.md").read_text(encoding="utf-8"), encoding="utf-8")
+                   + (corpus / "SOURCE.md").read_text(encoding="utf-8"))
 
 
 def _toy_tasks(dest: Path) -> None:
@@ -223,8 +252,8 @@ def _toy_tasks(dest: Path) -> None:
         (dest / task).mkdir(parents=True)
         for f in src.iterdir():
             if f.name not in files:
-                shutil.copy(f, dest / task / f.name)
+                copy_file(f, dest / task / f.name)
         for name, every in files.items():
             lines = (src / name).read_text(encoding="utf-8").splitlines()
             head, body = (lines[:1], lines[1:]) if name.endswith(".tsv") else ([], lines)
-            (dest / task / name).write_text("\n".join(head + body[::every]) + "\n", encoding="utf-8")
+            write_text(dest / task / name, "\n".join(head + body[::every]) + "\n")

@@ -17,6 +17,8 @@ import time
 from dataclasses import fields
 from pathlib import Path
 
+from zh_bert.fileio import open_append, open_for_write, write_text
+
 REPO = Path(__file__).resolve().parent.parent
 BASE_RECIPE = REPO / "recipes" / "tiny-cpu.yaml"
 SPEC = REPO / "recipes" / "ablations" / "objective-compute.yaml"
@@ -114,7 +116,7 @@ def _resume_pair(ctx, deterministic: bool) -> dict:
     path = root / "recipe.yaml"
     import yaml
 
-    path.write_text(yaml.safe_dump(recipe.to_dict(), allow_unicode=True, sort_keys=False), encoding="utf-8")
+    write_text(path, yaml.safe_dump(recipe.to_dict(), allow_unicode=True, sort_keys=False))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
 
     def cmd(name):
@@ -141,7 +143,7 @@ def _resume_pair(ctx, deterministic: bool) -> dict:
 
 
 def _run(cmd: list[str], env: dict, log: Path) -> None:
-    with open(log, "w", encoding="utf-8") as f:
+    with open_for_write(log, "w") as f:
         p = subprocess.run(cmd, cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT, timeout=400)
     if p.returncode:
         text = log.read_text(encoding="utf-8", errors="replace")
@@ -159,7 +161,7 @@ def _kill_then_resume(cmd: list[str], run: Path, env: dict, step: int, last: int
     from zh_bert.checkpoint import step_dir_name
 
     marker = run / "checkpoints" / step_dir_name(step) / "trainer_state.json"
-    with open(log, "w", encoding="utf-8") as f:
+    with open_for_write(log, "w") as f:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT)
         deadline = time.time() + 400
         while not marker.exists():
@@ -218,7 +220,7 @@ def science_section(ctx) -> dict:
     done, rows, took = [], {}, []
     res = {"spec": str(SPEC.relative_to(REPO)), "overrides": sets, "runs_done": done, "complete": False,
            "corpus": manifest.get("sources"), "attribution": "science/SOURCE.md of the prepared dir (CC-BY-4.0)"}
-    with _task_data(ctx), open(ctx.work / "science.log", "a", encoding="utf-8") as log, \
+    with _task_data(ctx), open_append(ctx.work / "science.log") as log, \
             contextlib.redirect_stdout(log):
         for label in GRID:
             if took and not ctx.has_time(1.2 * max(took)):

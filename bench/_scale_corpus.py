@@ -28,14 +28,14 @@ from __future__ import annotations
 import hashlib
 import json
 import multiprocessing as mp
-import os
 import re
-import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+
+from zh_bert.fileio import atomic_dir, atomic_write, write_text
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "corpora" / "sample"
@@ -220,7 +220,7 @@ def _write_file(f: int, path: Path) -> dict:
     layout = file_layout(pool, spec, f)
     plants, layouts = plan.get(f, {}), {}
     hashes, planted, sample = [], [], []
-    with open(path, "w", encoding="utf-8", buffering=1 << 20) as out:
+    with atomic_write(path) as out:
         for k in range(len(layout[0]) - 1):
             if k in plants:
                 kind, g, j = plants[k]
@@ -269,39 +269,37 @@ def generate(spec: CorpusSpec, outdir: Path, workers: int = 2, pool: Pool | None
     pool = pool or sentence_pool()
     ndocs = [len(file_layout(pool, spec, f)[0]) - 1 for f in range(spec.files)]
     plan = plan_plants(ndocs, spec)
-    tmp = outdir.with_name(outdir.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    (tmp / "input").mkdir(parents=True)
-    _STATE.update(pool=pool, spec=spec, plan=plan)
-    jobs = [(f, tmp / "input" / f"docs-{f:05d}.jsonl") for f in range(spec.files)]
-    try:
-        if workers > 1 and "fork" in mp.get_all_start_methods():
-            with mp.get_context("fork").Pool(workers) as p:
-                results = p.map(_write_file_star, jobs, chunksize=1)
-        else:
-            results = [_write_file(*j) for j in jobs]
-    finally:
-        _STATE.clear()
-    with open(tmp / "hashes.bin", "wb") as fh:
-        for r in results:
-            fh.write(r["hashes"])
-    planted = [p for r in results for p in r["planted"]]
-    nbytes = sum(r["bytes"] for r in results)
-    near = [p["jaccard"] for p in planted if p["kind"] == "near"]
-    seconds = time.perf_counter() - t0
-    truth = {
-        "spec": asdict(spec), "generator": GENERATOR, "files": spec.files, "docs": sum(ndocs), "bytes": nbytes,
-        "pool_sentences": len(pool.sentences), "sources": [f"corpora/sample/{n}" for n in POOL_FILES],
-        "exact": sum(p["kind"] == "exact" for p in planted), "near": len(near),
-        "near_jaccard": {"min": min(near), "max": max(near), "mean": round(float(np.mean(near)), 4)} if near else {},
-        "random_pair_jaccard": random_pair_jaccard([t for r in results for t in r["sample"]], 1000, spec.seed),
-        "generate_seconds": round(seconds, 2), "generate_mb_per_s": round(nbytes / 1e6 / seconds, 2),
-        "planted": planted,
-    }
-    (tmp / "truth.json").write_text(json.dumps(truth, ensure_ascii=False, indent=1), encoding="utf-8")
-    if outdir.exists():
-        shutil.rmtree(outdir)
-    os.replace(tmp, outdir)
+    # the whole corpus is committed by one rename; an existing one is replaced only when it is this
+    # generator's own (its manifest, or before manifests the three names it writes)
+    with atomic_dir(outdir, overwrite=True, legacy=lambda name, _: name in ("input", "hashes.bin", "truth.json")) as tmp:
+        (tmp / "input").mkdir(parents=True)
+        _STATE.update(pool=pool, spec=spec, plan=plan)
+        jobs = [(f, tmp / "input" / f"docs-{f:05d}.jsonl") for f in range(spec.files)]
+        try:
+            if workers > 1 and "fork" in mp.get_all_start_methods():
+                with mp.get_context("fork").Pool(workers) as p:
+                    results = p.map(_write_file_star, jobs, chunksize=1)
+            else:
+                results = [_write_file(*j) for j in jobs]
+        finally:
+            _STATE.clear()
+        with atomic_write(tmp / "hashes.bin", "wb") as fh:
+            for r in results:
+                fh.write(r["hashes"])
+        planted = [p for r in results for p in r["planted"]]
+        nbytes = sum(r["bytes"] for r in results)
+        near = [p["jaccard"] for p in planted if p["kind"] == "near"]
+        seconds = time.perf_counter() - t0
+        truth = {
+            "spec": asdict(spec), "generator": GENERATOR, "files": spec.files, "docs": sum(ndocs), "bytes": nbytes,
+            "pool_sentences": len(pool.sentences), "sources": [f"corpora/sample/{n}" for n in POOL_FILES],
+            "exact": sum(p["kind"] == "exact" for p in planted), "near": len(near),
+            "near_jaccard": {"min": min(near), "max": max(near), "mean": round(float(np.mean(near)), 4)} if near else {},
+            "random_pair_jaccard": random_pair_jaccard([t for r in results for t in r["sample"]], 1000, spec.seed),
+            "generate_seconds": round(seconds, 2), "generate_mb_per_s": round(nbytes / 1e6 / seconds, 2),
+            "planted": planted,
+        }
+        write_text(tmp / "truth.json", json.dumps(truth, ensure_ascii=False, indent=1))
     return truth
 
 

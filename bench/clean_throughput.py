@@ -19,9 +19,7 @@ import itertools
 import json
 import os
 import re
-import shutil
 import sys
-import tempfile
 import unicodedata
 from pathlib import Path
 
@@ -31,6 +29,7 @@ sys.path.insert(0, str(REPO))
 from _timing import machine, timed  # noqa: E402
 from zh_bert.clean import main as clean_main  # noqa: E402
 from zh_bert.clean.readers import expand_inputs  # noqa: E402
+from zh_bert.fileio import atomic_write, remove_scratch, scratch_dir, write_text  # noqa: E402
 
 
 def baseline(files: list[Path], out: Path) -> int:
@@ -39,7 +38,7 @@ def baseline(files: list[Path], out: Path) -> int:
     space = re.compile(r"\s+")
     seen = set()
     n = 0
-    with open(out, "w", encoding="utf-8") as f:
+    with atomic_write(out) as f:
         for path in files:
             with open(path, encoding="utf-8", errors="replace") as src:
                 for line in src:
@@ -59,7 +58,7 @@ def fresh_outputs(tmp: Path):
     """A new output path per call (the previous run's folder removed): the baseline's file and earlier
     runs' outputs are not clean's to overwrite, and a rerun must not be timed against a leftover."""
     for i in itertools.count():
-        shutil.rmtree(tmp / f"run-{i - 1}", ignore_errors=True)
+        remove_scratch(tmp / f"run-{i - 1}")
         (tmp / f"run-{i}").mkdir()
         yield tmp / f"run-{i}" / "docs.jsonl"
 
@@ -70,7 +69,7 @@ def quick_input(tmp: Path, lines: int) -> str:
     d.mkdir()
     for src in sorted((REPO / "corpora" / "sample").glob("*_sampled.txt")):
         keep = [l for l in src.read_text(encoding="utf-8").split("\n") if l.strip()][:lines]
-        (d / src.name).write_text("\n".join(keep) + "\n", encoding="utf-8")
+        write_text(d / src.name, "\n".join(keep) + "\n")
     return str(d)
 
 
@@ -82,7 +81,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="toy size, one repeat: a smoke test of every section")
     ap.add_argument("--quick-lines", type=int, default=300, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
+    with scratch_dir("zh-bert-bench-") as tmp:
         tmp = Path(tmp)
         if args.quick:
             args.input, args.repeat = quick_input(tmp, args.quick_lines), 1

@@ -25,6 +25,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from zh_bert.fileio import scratch_dir, write_text  # noqa: E402
+
 from _timing import machine  # noqa: E402
 
 CHILD = """
@@ -66,7 +68,7 @@ def quick_corpus(tmp: Path, lines: int) -> str:
     for name in ("zhwiki_sampled.txt", "CLUECorpusSmall_sampled.txt"):
         text = (REPO / "corpora" / "sample" / name).read_text(encoding="utf-8")
         keep += [l for l in text.split("\n") if l.strip()][:lines]
-    out.write_text("\n".join(keep) + "\n", encoding="utf-8")
+    write_text(out, "\n".join(keep) + "\n")
     return str(out)
 
 
@@ -81,7 +83,7 @@ def main() -> int:
                     help="a smoke test: 3 steps per variant, one repeat, on the first 200 lines of each sample file")
     args = ap.parse_args()
     print(machine())
-    with tempfile.TemporaryDirectory() as d:
+    with scratch_dir("zh-bert-bench-") as d:
         tmp, sets = Path(d), ["data_cache=" + str(Path(d) / "cache")]
         if args.quick:   # the first variant's run cleans, builds the vocab and shards
             args.steps, args.repeat, args.every = 3, 1, 0

@@ -11,14 +11,14 @@ intra-op threads, and on a shared 2-core machine the second thread mostly waits 
 from __future__ import annotations
 
 import argparse
-import shutil
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+from zh_bert.fileio import copy_file, save_pretrained, scratch_dir  # noqa: E402
 
 from _timing import machine, timed  # noqa: E402
 
@@ -35,10 +35,10 @@ def tiny_model(out: Path) -> Path:
     from transformers import BertConfig, BertForMaskedLM, BertTokenizer
 
     torch.manual_seed(0)
-    BertForMaskedLM(BertConfig(vocab_size=21128, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
-                               intermediate_size=512)).save_pretrained(str(out))
-    BertTokenizer(vocab=str(VOCAB)).save_pretrained(str(out))
-    shutil.copy(VOCAB, out / "vocab.txt")
+    save_pretrained(BertForMaskedLM(BertConfig(vocab_size=21128, hidden_size=128, num_hidden_layers=2,
+                                               num_attention_heads=2, intermediate_size=512)), out)
+    save_pretrained(BertTokenizer(vocab=str(VOCAB)), out)
+    copy_file(VOCAB, out / "vocab.txt")
     return out
 
 
@@ -59,7 +59,7 @@ def main() -> int:
 
     from zh_bert.demo import fill, load_model
 
-    with tempfile.TemporaryDirectory() as tmp:
+    with scratch_dir("zh-bert-bench-") as tmp:
         path = tiny_model(Path(tmp) / "tiny")
         model, tok = load_model(str(path))
         text = "北京是中国的[MASK]都。"

@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import argparse
 import gc
+import hashlib
 import json
-import shutil
+import os
+import re
 import sys
 import tempfile
 import time
@@ -38,6 +40,15 @@ sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(1, str(REPO))
 
 from _gpu_proof_data import SCIENCE_CORPUS, ProofError, prepare, read_manifest, unpack  # noqa: E402
+from zh_bert.errors import ZhBertError  # noqa: E402
+from zh_bert.fileio import claim_dir, open_append, read_json, remove_scratch, scratch_dir, write_text  # noqa: E402
+
+WORK_MARKER = ".gpu-proof-work"   # a --work dir of gpu_proof's own (with only WORK_NAMES in it): may be replaced
+WORK_NAMES = {WORK_MARKER, "data", "fp16", "resume", "science", "prepared", "gpu_proof.log", "science.log"}
+REPORT_FILES = ("gpu_proof.json", "gpu_proof.md")
+WRITTEN_BY = "bench/gpu_proof.py"  # gpu_proof.json's marker; gpu_proof.md ends with `_md_marker` of its text
+MD_MARKER = re.compile(r"\n<!-- written by bench/gpu_proof\.py from gpu_proof\.json \(sha256 ([0-9a-f]{64}) of the "
+                       r"text above\); an edited copy is never overwritten -->\n\Z")
 
 MAIN = ("device", "throughput", "memory", "fp16_vs_fp32", "resume")
 SECTIONS = MAIN + ("science",)
@@ -109,7 +120,7 @@ class Context:
 
     def fresh_dir(self, name: str) -> Path:
         path = self.work / name
-        shutil.rmtree(path, ignore_errors=True)
+        remove_scratch(path)   # under the claimed work dir
         path.mkdir(parents=True)
         return path
 
@@ -118,7 +129,7 @@ class Context:
         print(msg, file=sys.__stdout__ or sys.stdout, flush=True)
 
     def quiet(self, msg: str) -> None:
-        with open(self.work / "gpu_proof.log", "a", encoding="utf-8") as f:
+        with open_append(self.work / "gpu_proof.log") as f:
             f.write(msg + "\n")
 
     def save_partial(self, name: str, data: dict) -> None:
@@ -222,14 +233,10 @@ def _release(ctx: Context) -> None:
 def new_report(out: Path, device_name: str, quick: bool) -> dict:
     """The report to add to: OUT/gpu_proof.json of an earlier invocation on the same device and size (so
     --science joins the main run), else a new one."""
-    path = out / "gpu_proof.json"
-    if path.is_file():
-        try:
-            old = json.loads(path.read_text(encoding="utf-8"))
-            if old.get("device_name") == device_name and old.get("quick") == quick:
-                return old
-        except ValueError:
-            pass
+    old = _our_json(out / "gpu_proof.json")
+    if old and old.get("device_name") == device_name and old.get("quick") == quick:
+        old.pop("written_by", None)
+        return old
     return {"gpu_proof": 1, "device_name": device_name, "quick": quick, "invocations": [],
             "sections": {name: {"status": "not run", "reason": "not run yet: " + (
                 "its own invocation, --science" if name == "science" else "the main invocation (without --science)")}
@@ -237,19 +244,92 @@ def new_report(out: Path, device_name: str, quick: bool) -> dict:
 
 
 def write_report(report: dict, out: Path) -> None:
+    """gpu_proof.json and gpu_proof.md, each atomic and each carrying gpu_proof's marker (the JSON's format
+    field, the Markdown's last line): OUT was claimed before any work (`claim_outputs`), and a later run
+    replaces them only while they still carry it."""
     from _gpu_proof_report import render
 
-    out.mkdir(parents=True, exist_ok=True)
-    for name, text in (("gpu_proof.json", json.dumps(report, indent=1, ensure_ascii=False, default=str)),
-                       ("gpu_proof.md", render(report))):
-        tmp = out / f".{name}.tmp"
-        tmp.write_text(text + "\n", encoding="utf-8")
-        tmp.replace(out / name)
+    for name, text in (("gpu_proof.json", json.dumps({**report, "written_by": WRITTEN_BY}, indent=1,
+                                                     ensure_ascii=False, default=str)),
+                       ("gpu_proof.md", _with_marker(render(report)))):
+        write_text(out / name, text if name.endswith(".md") else text + "\n")
+
+
+def _with_marker(md: str) -> str:
+    """`md` and its last line: the marker with the sha256 of the text above it, so that a copy the user
+    edited anywhere no longer passes as gpu_proof's."""
+    h = hashlib.sha256(md.encode("utf-8")).hexdigest()
+    return (f"{md}\n<!-- written by bench/gpu_proof.py from gpu_proof.json (sha256 {h} of the text above); an "
+            f"edited copy is never overwritten -->\n")
+
+
+def _report_is_ours(path: Path) -> bool:
+    """`path` (gpu_proof.json or .md) is one gpu_proof wrote: the JSON with its format fields; the Markdown
+    unchanged since: its marker line holds the sha256 of the text above it (one written before the marker
+    existed: exactly what `render` makes of the JSON beside it)."""
+    if path.name == "gpu_proof.json":
+        return _our_json(path) is not None
+    return _md_is_ours(path, _our_json(path.with_name("gpu_proof.json")))
+
+
+def _our_json(path: Path) -> dict | None:
+    """The report in `path` if it is a gpu_proof.json gpu_proof wrote (its format fields), else None."""
+    r = read_json(path, default=None)
+    ok = isinstance(r, dict) and r.get("gpu_proof") == 1 and r.get("written_by", WRITTEN_BY) == WRITTEN_BY \
+        and isinstance(r.get("invocations"), list) and isinstance(r.get("sections"), dict) and "device_name" in r
+    return r if ok else None
+
+
+def _md_is_ours(path: Path, report: dict | None) -> bool:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    m = MD_MARKER.search(text)
+    if m:
+        return hashlib.sha256(text[:m.start()].encode("utf-8")).hexdigest() == m.group(1)
+    if report is None or "written_by" in report:
+        return False
+    from _gpu_proof_report import render
+
+    try:
+        return text == render(report) + "\n"
+    except Exception:   # a JSON an older render cannot read: not provably ours
+        return False
+
+
+def _is_report_dir(out: Path) -> bool:
+    """OUT holds only a report gpu_proof wrote (every report file present carries its marker)."""
+    present = [out / n for n in REPORT_FILES if os.path.lexists(out / n)]
+    return bool(present) and all(p.is_file() and not p.is_symlink() and _report_is_ours(p) for p in present)
+
+
+def _is_work_dir(work: Path) -> bool:
+    """A --work dir gpu_proof made: its marker, or (before the marker) the log every run writes there."""
+    return (work / WORK_MARKER).is_file() or (work / "gpu_proof.log").is_file()
+
+
+def claim_outputs(args, work: Path | None) -> None:
+    """--out, --work and --prepare through zh-bert's ownership layer, before any work (nothing is written
+    here): a user's gpu_proof.md/json (or any other file) in --out is never replaced, a --work dir is
+    gpu_proof's only when it carries its marker and only its names, and none of them is the current
+    directory, an input, or the other."""
+    if args.prepare:
+        claim_dir(Path(args.prepare), inputs=[args.corpus], flag="--prepare", what="a new directory for the prepared data")
+        return
+    if args.out:
+        claim_dir(Path(args.out), inputs=[args.data], flag="--out", what="a report folder of gpu_proof's",
+                  proof=_is_report_dir,
+                  legacy=lambda name, is_dir: not is_dir and name in REPORT_FILES)
+    if work is not None:
+        if args.out and (Path(args.out).resolve() in (work.resolve(), *work.resolve().parents)
+                         or work.resolve() in Path(args.out).resolve().parents):
+            raise ProofError(f"--work {work} and --out {args.out} overlap; give them folders apart")
+        claim_dir(work, inputs=[args.data], flag="--work", what="a work folder of gpu_proof's", proof=_is_work_dir,
+                  legacy=lambda name, is_dir: name in WORK_NAMES)
 
 
 def main(argv=None) -> int:
-    import os
-
     from zh_bert.hardware import omp_wait_policy
 
     # before torch loads (OpenMP reads it once), as `zh-bert pretrain` does: spinning threads on a shared CPU
@@ -257,43 +337,55 @@ def main(argv=None) -> int:
     os.environ.setdefault("OMP_WAIT_POLICY", omp_wait_policy())
     args = build_parser().parse_args(argv)
     try:
-        plan = check_args(args)
-    except ProofError as e:
+        return _main(args, argv)
+    except (ProofError, ZhBertError) as e:
         print(f"gpu_proof: error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:   # a full or read-only disk outside the layer's writes (a folder to create)
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"gpu_proof: error: {where}cannot write ({e.strerror or e}); nothing was changed", file=sys.stderr)
+        return 2
+
+
+def _main(args, argv) -> int:
+    plan = check_args(args)
     command = "python bench/gpu_proof.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    temp_work = args.work is None and args.quick
+    claim_outputs(args, None if temp_work or args.prepare else Path(args.work or WORK))
     if args.prepare:
         m = prepare(Path(args.prepare), args.quick, args.corpus, command)
         print(f"prepared {args.prepare}: {m['bytes'] / 2**20:.1f} MiB in {m['seconds']:.0f} s; it travels beside the "
               f"checkout to the GPU machine (--data {args.prepare})")
         return 0
-    temp_work = args.work is None and args.quick
-    work = Path(tempfile.mkdtemp(prefix="gpu-proof-")) if temp_work else Path(args.work or WORK)
-    work.mkdir(parents=True, exist_ok=True)
-    try:
-        return _run(args, plan, work, command)
-    finally:
-        if temp_work:
-            shutil.rmtree(work, ignore_errors=True)
+    if temp_work:
+        with scratch_dir("gpu-proof-") as work:
+            return _run(args, plan, work, command, made_work=True)
+    return _run(args, plan, Path(args.work or WORK), command, made_work=False)
 
 
-def _run(args, plan: dict, work: Path, command: str) -> int:
+def _run(args, plan: dict, work: Path, command: str, made_work: bool) -> int:
     import torch
 
     device, manifest, data = plan["device"], plan["manifest"], Path(args.data) if args.data else None
-    if data is None:   # --quick without --data: a toy DIR of its own
-        data = work / "prepared"
-        if not (data / "manifest.json").is_file():
-            prepare(data, True, None, command + " (its own toy --prepare)", log=lambda m: None)
-        manifest = read_manifest(data)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="gpu-proof-out-"))
+    if not args.out:
+        claim_dir(out, flag="--out")   # a new temp folder of its own (--out was claimed by `claim_outputs`)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     report = new_report(out, name, args.quick)
     names = chosen(args)
     budget = args.budget_s or (float("inf") if args.quick else BUDGET_S["science" if "science" in names else "main"])
     report["invocations"].append({"command": command, "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                                  "device": name, "sections": list(names), "data": {k: manifest.get(k) for k in
-                                  ("created", "quick", "command", "bytes", "note")}})
+                                  "device": name, "sections": list(names), "data": None})
+    write_report(report, out)   # before any work: a read-only or full OUT is refused here, nothing else written
+    if not made_work:
+        work.mkdir(parents=True, exist_ok=True)
+        write_text(work / WORK_MARKER, "bench/gpu_proof.py work dir (unpacked data, finished runs): safe to delete\n")
+    if data is None:   # --quick without --data: a toy DIR of its own
+        data = work / "prepared"
+        if not (data / "manifest.json").is_file():
+            prepare(data, True, None, command + " (its own toy --prepare)", log=lambda m: None)
+        manifest = read_manifest(data)
+    report["invocations"][-1]["data"] = {k: manifest.get(k) for k in ("created", "quick", "command", "bytes", "note")}
     ctx = Context(device, args.quick, work, data, manifest, out, report, budget, args.science_tokens,
                   dict(s.split("=", 1) for s in args.science_set))
     for section in names:

@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+from zh_bert.fileio import claim_dir, scratch_dir, write_text  # noqa: E402
 
 from _timing import machine  # noqa: E402
 
@@ -36,13 +38,22 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="toy size in a temp folder: a smoke test")
     args = ap.parse_args()
     if not args.quick:
+        from zh_bert.errors import ZhBertError
+
+        try:   # before any work: --out holds only this bench's steps-N run dirs (pretrain checks each itself)
+            claim_dir(args.out, flag="--out", what="a folder of bench/main_recipe_length.py",
+                      legacy=lambda name, is_dir: is_dir and re.fullmatch(r"steps-\d+", name) is not None,
+                      proof=lambda p: any((d / "run.json").is_file() for d in Path(p).glob("steps-*")))
+        except ZhBertError as e:
+            print(f"main_recipe_length: error: {e}", file=sys.stderr)
+            return 2
         return measure(args, {}, dict(lr=2e-3, epochs=3, pooling="mean", seq_len=128))
-    with tempfile.TemporaryDirectory() as tmp:
+    with scratch_dir("zh-bert-bench-") as tmp:
         args.steps, args.seeds, args.out = [4, 2], 1, f"{tmp}/runs"
         corpus = Path(tmp) / "quick.txt"
         lines = [l for name in ("zhwiki_sampled.txt", "CLUECorpusSmall_sampled.txt")
                  for l in (REPO / "corpora" / "sample" / name).read_text(encoding="utf-8").split("\n")[:200] if l.strip()]
-        corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        write_text(corpus, "\n".join(lines) + "\n")
         recipe = {"valid_docs": 20, "eval_batches": 2, "warmup_steps": 1, "data_cache": f"{tmp}/cache"}
         if not args.data:
             recipe["data"] = str(corpus)

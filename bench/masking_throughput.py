@@ -20,11 +20,12 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+from zh_bert.fileio import atomic_write, scratch_dir  # noqa: E402
 
 from _timing import machine, timed  # noqa: E402
 
@@ -36,7 +37,7 @@ def build_shards(tmp: Path, vocab_size: int, seq_len: int, lines: int | None = N
     from zh_bert.vocab import main as vocab_main
 
     corpus = tmp / "sample.jsonl"
-    with open(corpus, "w", encoding="utf-8") as f:
+    with atomic_write(corpus) as f:
         for name in ("zhwiki_sampled.txt", "CLUECorpusSmall_sampled.txt"):
             text = (REPO / "corpora" / "sample" / name).read_text(encoding="utf-8").split("\n")
             for i, line in enumerate(text[:lines]):
@@ -115,7 +116,7 @@ def main() -> None:
     from zh_bert.data import ShardDataset
     from zh_bert.tokenizer_files import load_tokenizer
 
-    with tempfile.TemporaryDirectory() as tmp:
+    with scratch_dir("zh-bert-bench-") as tmp:
         if args.sharddir:
             tokdir, sharddir = Path(args.tokenizer), Path(args.sharddir)
         else:

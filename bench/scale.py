@@ -26,17 +26,21 @@ import argparse
 import datetime
 import json
 import os
+import re
 import resource
 import shlex
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(REPO))
+
+from zh_bert.fileio import claim_dir, claim_file, open_for_write, read_json, remove_scratch, scratch_dir, write_text  # noqa: E402
+
+WORK_MARKER = ".zh-bert-scale-work"
 
 from _scale_corpus import SAMPLE, CorpusSpec, dedup_quality, generate, output_files, sentence_pool  # noqa: E402
 from _timing import machine  # noqa: E402
@@ -66,7 +70,7 @@ def measure(cmd: list[str], log: Path) -> dict:
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     peak: dict[int, int] = {}
     tree_peak, cpu0, t0 = 0, _children_cpu(), time.perf_counter()
-    with open(log, "wb") as out:
+    with open_for_write(log) as out:
         proc = psutil.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO)
         while proc.poll() is None:
             total = 0
@@ -167,7 +171,7 @@ def run_size(size: float, args, tok: Path, pool, executor: dict) -> dict:
           f"{truth['near']} near planted (Jaccard {truth['near_jaccard']}), random pairs {truth['random_pair_jaccard']}"
           f"; corpus ready in {time.perf_counter() - t0:.1f} s", flush=True)
     out, logs = work / f"out-{size:g}MB", work / "logs" / f"{size:g}MB"
-    shutil.rmtree(out, ignore_errors=True)
+    remove_scratch(out)
     out.mkdir(parents=True)
     logs.mkdir(parents=True, exist_ok=True)
     mb, w, t = truth["bytes"] / 1e6, str(args.workers), str(args.tasks)
@@ -189,8 +193,8 @@ def run_size(size: float, args, tok: Path, pool, executor: dict) -> dict:
             runs.append(run_path("shard in-process", zh_bert("shard", str(inproc), "--tokenizer", str(tok), "-o",
                                  str(out / "shards-inproc"), "--workers", w), text_bytes(inproc) / 1e6, args, logs))
     if not args.keep:
-        shutil.rmtree(out, ignore_errors=True)
-        shutil.rmtree(corpus, ignore_errors=True)
+        remove_scratch(out)
+        remove_scratch(corpus)
     return {"size_mb": size, "corpus": summary, "runs": runs}
 
 
@@ -267,18 +271,46 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def main(argv=None) -> None:
+    from zh_bert.errors import ZhBertError
+
     args = parse_args(argv)
-    if args.quick:
-        with tempfile.TemporaryDirectory(prefix="zh-bert-scale-quick-") as tmp:
-            args.work_dir = tmp
-            return run(args, argv)
-    return run(args, argv)
+    try:
+        if args.quick:
+            with scratch_dir("zh-bert-scale-quick-") as tmp:
+                args.work_dir = str(tmp)
+                return run(args, argv)
+        return run(args, argv)
+    except ZhBertError as e:   # a refused --work-dir / --json, a full or read-only disk: one line
+        print(f"scale: error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+def _work_name(name: str, is_dir: bool) -> bool:
+    """The entries bench/scale.py makes in its --work-dir (the only ones a claimed work dir may hold)."""
+    return name in (WORK_MARKER, "scale.json", "vocab.log") or is_dir and (
+        name in ("tok", "logs") or re.fullmatch(r"\.?(corpus|out)-[\d.]+MB(\.tmp.*|\.old-\d+)?", name) is not None)
+
+
+def _is_work_dir(work: Path) -> bool:
+    """A --work-dir bench/scale.py made: its marker, or (made before the marker) its tokenizer or record."""
+    return (work / WORK_MARKER).is_file() or (work / "tok" / "zh_bert_vocab.json").is_file() \
+        or _is_record(work / "scale.json")
+
+
+def _is_record(path: Path) -> bool:
+    rec = read_json(path, default=None)
+    return isinstance(rec, dict) and str(rec.get("command", "")).startswith("python bench/scale.py") \
+        and "results" in rec
 
 
 def run(args: argparse.Namespace, argv=None) -> None:
     """Every size, then the table, the memory growth lines and the JSON record."""
     work = Path(args.work_dir)
-    work.mkdir(parents=True, exist_ok=True)
+    path = Path(args.json or work / "scale.json")
+    # before any work: the work dir is a user's folder never (its corpora and runs are replaced), nor is --json
+    claim_dir(work, flag="--work-dir", legacy=_work_name, proof=_is_work_dir, what="a work dir of bench/scale.py")
+    claim_file(path, flag="--json", ours=_is_record, what="a record of bench/scale.py")
+    write_text(work / WORK_MARKER, "bench/scale.py work dir (generated corpora, runs, logs): safe to delete\n")
     command = "python bench/scale.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     date = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     executor = {c: has_executor(c) for c in ("clean", "shard")}
@@ -292,8 +324,7 @@ def run(args: argparse.Namespace, argv=None) -> None:
     text = "\n".join([table(results), ""] + memory_growth(results))
     record = {"command": command, "date": date, "machine": machine(), "cores": os.cpu_count(),
               "args": vars(args), "executor_available": executor, "results": results}
-    path = Path(args.json or work / "scale.json")
-    path.write_text(json.dumps(record, ensure_ascii=False, indent=1), encoding="utf-8")
+    write_text(path, json.dumps(record, ensure_ascii=False, indent=1))
     print(f"\n{text}\n\ncommand: {command}\ndate: {date}\nmachine: {machine()}\n"
           f"tasks {args.tasks}, workers {args.workers}; MB/s per core = MB/s / workers; results: {path}")
     failed = [r["command"] for res in results for r in res["runs"] if r["rc"]]

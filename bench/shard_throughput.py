@@ -26,6 +26,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+from zh_bert.fileio import atomic_write, claim_dir, remove_scratch, save_pretrained  # noqa: E402
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
 
 from _timing import machine, timed  # noqa: E402
@@ -57,12 +58,13 @@ def main() -> None:
         texts += [t for t in (REPO / "corpora/sample" / name).read_text(encoding="utf-8").split("\n") if t.strip()][:lines]
     mb = sum(len(t.encode("utf-8")) for t in texts) / 1e6
     tmp = Path(tempfile.mkdtemp(prefix="zhbert-bench-"))
+    claim_dir(tmp)   # the bench's own scratch folder
     tokdir = tmp / "tok"
     tok = BertTokenizer(vocab=str(REPO / "tests/data/bert_base_chinese_vocab/vocab.txt"))
     assert tok.convert_tokens_to_ids("中") == 704
-    tok.save_pretrained(str(tokdir))
+    save_pretrained(tok, tokdir)
     corpus = tmp / "docs.jsonl"
-    with open(corpus, "w", encoding="utf-8") as f:
+    with atomic_write(corpus) as f:
         for copy in range(args.corpus_copies):
             for i, t in enumerate(texts):
                 f.write(json.dumps({"text": t, "source": f"sample:{copy}:{i}"}, ensure_ascii=False) + "\n")
@@ -98,9 +100,7 @@ def main() -> None:
                 "--valid-docs", "50"]
 
         def run():
-            if out.exists():
-                import shutil
-                shutil.rmtree(out)
+            remove_scratch(out)
             shard_main(argv)
 
         report(f"zh-bert shard --workers {workers} ({args.corpus_copies * mb:.1f} MB, rjieba)",
@@ -149,8 +149,7 @@ def main() -> None:
     print(f"  mini model step: {step_s * 1e3:.0f} ms (zh-bert PretrainModel, sparse MLM head, "
           f"{torch.get_num_threads()} threads)")
     print(f"  loader / step = {load_s / step_s:.2%} (target < 5%)")
-    import shutil
-    shutil.rmtree(tmp, ignore_errors=True)
+    remove_scratch(tmp)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ and the MLM head at masked positions only; `zh_bert.model.flops_per_token`) per 
 from __future__ import annotations
 
 import argparse
-import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -137,13 +136,17 @@ def bench_pair(cfg, batches, precision: str, warmup: int, device: str = "cpu",
     if precision == "fp16":   # Accelerate's one process-wide state: zh-bert's "no" (its own scaler) vs the
         from accelerate.state import AcceleratorState   # Trainer's "fp16" would be refused; zh-bert's prepared
         AcceleratorState._reset_state(reset_partial_state=False)   # model and its step need none of it
-    args = TrainingArguments(output_dir=tempfile.mkdtemp(prefix="zh-bert-bench-trainer-"), per_device_train_batch_size=n,
+    from zh_bert.fileio import claim_dir, remove_scratch
+
+    output_dir = tempfile.mkdtemp(prefix="zh-bert-bench-trainer-")
+    claim_dir(output_dir)   # the Trainer's scratch folder, ours to delete
+    args = TrainingArguments(output_dir=output_dir, per_device_train_batch_size=n,
                              max_steps=len(batches), learning_rate=1e-4, warmup_steps=0, weight_decay=0.01,
                              use_cpu=not cuda, bf16=precision == "bf16", fp16=precision == "fp16", report_to=[],
                              logging_steps=10_000, save_strategy="no", dataloader_num_workers=0, disable_tqdm=True,
                              seed=0)
     Trainer(model=model, args=args, train_dataset=rows, callbacks=[Interleave()]).train()
-    shutil.rmtree(args.output_dir, ignore_errors=True)
+    remove_scratch(args.output_dir)
     set_tf32(False)
     tokens = batches[0]["input_ids"].numel()
     med = {k: float(np.median(v[warmup:])) for k, v in times.items()}

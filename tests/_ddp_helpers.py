@@ -52,8 +52,9 @@ def _patch_full_disk() -> None:
     real_save = torch.save
 
     def save(obj, f, *a, **kw):
-        if Path(f).name == f"rng-rank{rank}.pt" and f".step-{int(step):07d}.tmp" in str(f):
-            raise OSError(errno.ENOSPC, "No space left on device", str(f))
+        name = str(getattr(f, "name", f))   # the layer's temp file handle: `.rng-rankR.pt.tmp-PID`
+        if Path(name).name.lstrip(".").startswith(f"rng-rank{rank}.pt") and f".step-{int(step):07d}.tmp" in name:
+            raise OSError(errno.ENOSPC, "No space left on device", name)
         return real_save(obj, f, *a, **kw)
 
     torch.save = save

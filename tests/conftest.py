@@ -95,9 +95,11 @@ def tiny_modernbert_dir(tmp_path_factory, google_tokdir) -> Path:
     import torch
     from transformers import ModernBertForMaskedLM
 
+    from zh_bert.fileio import claim_dir
     from zh_bert.modernbert import build_modernbert_config, write_portable_config
 
     out = tmp_path_factory.mktemp("tiny_modernbert")
+    claim_dir(out)   # the test's own model folder: write_portable_config rewrites its config.json
     torch.manual_seed(0)
     cfg = build_modernbert_config("tiny", 21128, special_ids={"pad": 0, "cls": 101, "sep": 102})
     ModernBertForMaskedLM(cfg).save_pretrained(str(out))

@@ -98,6 +98,9 @@ def test_ablate_spec_errors(tmp_path, capsys):
 def test_eval_cache_is_keyed_per_task_on_the_whole_finetune_spec(tmp_path, monkeypatch):
     """Changing only finetune_precision re-runs a run's fine-tuning (and the random-init baseline); the same
     spec again reuses it; adding a task runs only the new task, for the run and the baseline."""
+    from zh_bert.fileio import claim_dir
+
+    claim_dir(tmp_path)   # what `zh-bert ablate` does with its out_dir before the first run
     corpus = tmp_path / "wiki.txt"
     corpus.write_text("\n".join(read_lines(SAMPLE / "zhwiki_sampled.txt", 20)) + "\n", encoding="utf-8")
     spec_path = write_yaml(tmp_path / "g.yaml", {"name": "x", "grid": {"masking": ["token", "wwm"]}, "heldout_docs": 0})
@@ -243,6 +246,9 @@ def test_a_corpus_carved_from_other_settings_is_refused(small_spec, tmp_path):
     from zh_bert.ablation_corpus import carve_corpus
 
     files = [tmp_path / "wiki.txt"]
+    from zh_bert.fileio import claim_dir
+
+    claim_dir(tmp_path / "out")   # what `zh-bert ablate` does with its out_dir before carving
     train, held = carve_corpus(files, tmp_path / "out" / "corpus", 5, {1.0}, "line")
     assert len(held.read_text(encoding="utf-8").split("\n")) == 6 and Path(train[1.0][0]).is_file()
     assert carve_corpus(files, tmp_path / "out" / "corpus", 5, {1.0}, "line")[1] == held   # same: reused

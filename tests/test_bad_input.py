@@ -61,11 +61,14 @@ def _eval_files(w: Path) -> None:
              "fraction_text": "grid: {corpus_fraction: [abc, 1]}\n", "heldout_too_many": "grid: {masking: [token, wwm]}\n",
              "wd_nan": "grid: {masking: [token, wwm]}\nfinetune_weight_decay: .nan\n",
              "lr_inf": "grid: {masking: [token, wwm]}\nfinetune_lr: .inf\n",
+             "dup_key": "grid: {masking: [token, wwm]}\nheldout_docs: 3\n",
              "one_class": "grid: {masking: [token, wwm]}\nfinetune: tsv:ft_one_class.tsv,ft_dev.tsv\n"}
     for name, body in specs.items():
         text = "" if name == "empty" else head + body
         if name == "heldout_too_many":
             text = text.replace("heldout_docs: 2", "heldout_docs: 10")
+        if name == "one_class":   # its own finetune: instead of the head's (a key given twice is refused)
+            text = text.replace("finetune: null\n", "")
         (w / f"ft_{name}.yaml").write_text(text, encoding="utf-8")
 
 
@@ -77,6 +80,17 @@ def _train_files(w: Path) -> None:
     (w / "pt_heads.json").write_text('{"hidden_size": 130, "num_attention_heads": 4}', encoding="utf-8")
     (w / "pt_bad_init").mkdir()
     (w / "pt_bad_init" / "config.json").write_text('{"vocab_size": 21128, "hidden', encoding="utf-8")
+    (w / "pt_dup_key.yaml").write_text("model: tiny\nmax_steps: 2\nout_dir: run\nmax_steps: 5\n", encoding="utf-8")
+    mb = {"model_type": "modernbert", "hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
+          "intermediate_size": 256, "vocab_size": 100, "max_position_embeddings": 512, "local_attention": 32}
+    for name, over in (("pt_mb", {}), ("pt_mb_layers", {"layer_types": ["sliding_attention", "full_attention"]}),
+                       ("pt_mb_window_text", {"local_attention": "64"})):
+        (w / f"{name}.json").write_text(json.dumps({**mb, **over}), encoding="utf-8")
+    (w / "pt_mb_init").mkdir()   # a ModernBERT checkpoint's config.json as pretrain writes it (read before the weights)
+    (w / "pt_mb_init" / "config.json").write_text(json.dumps(
+        {**mb, "vocab_size": 21128, "intermediate_size": 416, "max_position_embeddings": 8192, "local_attention": 128,
+         "layer_types": ["full_attention", "sliding_attention"], "global_attn_every_n_layers": 3,
+         "mlp_dropout": 0.0, "embedding_dropout": 0.0, "attention_dropout": 0.0}), encoding="utf-8")
 
 
 def _part_dirs(w: Path) -> None:
@@ -188,6 +202,15 @@ CASES: list[Case] = [
     Case("clean-executor-output-holds-input", ["clean", "raw_in/a.jsonl", "-o", "raw_in", "--tasks", "2"],
          "-o raw_in: holds the input raw_in/a.jsonl"),
     Case("clean-output-is-its-input", ["clean", "raw_in/a.jsonl", "-o", "raw_in/a.jsonl"], "raw_in/a.jsonl"),
+    Case("clean-output-inside-input-dir", ["clean", "raw_in", "-o", "raw_in/out2.jsonl"],
+         "-o raw_in/out2.jsonl: is inside the input directory raw_in"),
+    Case("clean-executor-logging-dir-inside-input-dir", ["clean", "raw_in", "-o", "out", "--tasks", "2",
+                                                          "--logging-dir", "raw_in/logs"],
+         "--logging-dir raw_in/logs: is inside the input directory raw_in"),
+    Case("clean-executor-logging-dir-is-a-file", ["clean", "docs.jsonl", "-o", "out", "--tasks", "2",
+                                                  "--logging-dir", "docs.jsonl"], "--logging-dir docs.jsonl"),
+    Case("vocab-report-json-is-the-corpus", ["vocab", "report", "{tok}", "docs.jsonl", "--json", "docs.jsonl"],
+         "--json docs.jsonl: is the input docs.jsonl"),
 
     # ------------------------------------------------------------------ vocab
     Case("vocab-broken-jsonl", ["vocab", "broken.jsonl", "-o", "tok"], "broken.jsonl:2"),
@@ -296,6 +319,66 @@ CASES: list[Case] = [
          "valid_docs 50 must be in [0, "),   # 1 document: clean keeps one of the 20 copies
     Case("pretrain-data-outdir-and-jsonl-file", ["pretrain", "pt_recipe.yaml", "--set",
                                                  "data=[parts_not_json, docs.jsonl]"], "docs.jsonl is a single file"),
+    Case("pretrain-data-empty-is-not-cwd", ["pretrain", "pt_recipe.yaml", "--set", "data="],
+         "'data' has an empty path"),
+    Case("pretrain-data-list-with-empty-entry", ["pretrain", "pt_recipe.yaml", "--set", "data=[docs.jsonl, '']"],
+         "'data' has an empty path"),
+    Case("pretrain-loss-scale-init-1e38", ["pretrain", "pt_recipe.yaml", "--set", "precision=fp16", "--set",
+                                           "loss_scale_init=1e38"], "'loss_scale_init' must be in [1, 16777216]"),
+    Case("pretrain-loss-scale-init-1e-30", ["pretrain", "pt_recipe.yaml", "--set", "precision=fp16", "--set",
+                                            "loss_scale_init=1e-30"], "'loss_scale_init' must be in [1, 16777216]"),
+    Case("pretrain-duplicate-yaml-key", ["pretrain", "pt_dup_key.yaml"],
+         "pt_dup_key.yaml:4: invalid YAML: key 'max_steps' given twice (lines 2 and 4)"),
+    Case("pretrain-duplicate-key-in-set", ["pretrain", "pt_recipe.yaml", "--set",
+                                           "masking={{strategy: wwm, strategy: token}}"], "key 'strategy' given twice"),
+    Case("pretrain-bert-from-modernbert-config", ["pretrain", "pt_recipe.yaml", "--set", "architecture=bert", "--set",
+                                                  "model=pt_mb.json", "--set", "data={shards}", "--set",
+                                                  "tokenizer={tok}"],
+         "pt_mb.json: model_type 'modernbert', but architecture is bert"),
+    Case("pretrain-modernbert-layer-types-4x-cannot-express", ["pretrain", "pt_recipe.yaml", "--set",
+                                                               "architecture=modernbert", "--set",
+                                                               "model=pt_mb_layers.json", "--set", "data={shards}",
+                                                               "--set", "tokenizer={tok}"],
+         "pt_mb_layers.json: layer_types"),
+    Case("pretrain-modernbert-window-as-text", ["pretrain", "pt_recipe.yaml", "--set", "architecture=modernbert",
+                                                "--set", "model=pt_mb_window_text.json", "--set", "data={shards}",
+                                                "--set", "tokenizer={tok}"], "pt_mb_window_text.json"),
+    Case("pretrain-init-from-bert-other-dropout", ["pretrain", "pt_recipe.yaml", "--set", "init_from={tiny}",
+                                                   "--set", "dropout=0.2", "--set", "data={shards}", "--set",
+                                                   "tokenizer={tok}"], "dropout 0.2 with init_from"),
+    Case("pretrain-init-from-bert-other-model", ["pretrain", "pt_recipe.yaml", "--set", "init_from={tiny}",
+                                                 "--set", "model=base", "--set", "data={shards}", "--set",
+                                                 "tokenizer={tok}"], "model base (L12/H768/A12) with init_from"),
+    Case("pretrain-init-from-bert-neighbour-init", ["pretrain", "pt_recipe.yaml", "--set", "init_from={tiny}",
+                                                    "--set", "attention_init=neighbour", "--set", "data={shards}",
+                                                    "--set", "tokenizer={tok}"], "attention_init neighbour with"),
+    Case("pretrain-init-from-modernbert-other-window", ["pretrain", "pt_recipe.yaml", "--set",
+                                                        "architecture=modernbert", "--set",
+                                                        "init_from=pt_mb_init", "--set", "local_attention=64",
+                                                        "--set", "data={shards}", "--set", "tokenizer={tok}"],
+         "local_attention 64 with init_from"),
+    Case("pretrain-init-from-modernbert-other-global-layers", ["pretrain", "pt_recipe.yaml", "--set",
+                                                               "architecture=modernbert", "--set",
+                                                               "init_from=pt_mb_init", "--set",
+                                                               "global_attn_every_n_layers=1", "--set",
+                                                               "data={shards}", "--set", "tokenizer={tok}"],
+         "global_attn_every_n_layers 1 with init_from"),
+    Case("pretrain-init-from-modernbert-other-model", ["pretrain", "pt_recipe.yaml", "--set",
+                                                       "architecture=modernbert", "--set",
+                                                       "init_from=pt_mb_init", "--set", "model=mini",
+                                                       "--set", "data={shards}", "--set", "tokenizer={tok}"],
+         "model mini (L4/H256/A4) with init_from"),
+    Case("pretrain-init-from-modernbert-other-dropout", ["pretrain", "pt_recipe.yaml", "--set",
+                                                         "architecture=modernbert", "--set",
+                                                         "init_from=pt_mb_init", "--set", "dropout=0.2",
+                                                         "--set", "data={shards}", "--set", "tokenizer={tok}"],
+         "dropout 0.2 with init_from"),
+    Case("plan-bert-from-modernbert-config", ["plan", "--architecture", "bert", "--model", "pt_mb.json"],
+         "pt_mb.json: model_type 'modernbert', but architecture is bert"),
+    Case("plan-modernbert-layer-types-4x-cannot-express", ["plan", "--architecture", "modernbert", "--model",
+                                                           "pt_mb_layers.json"], "pt_mb_layers.json: layer_types"),
+    Case("plan-modernbert-window-as-text", ["plan", "--architecture", "modernbert", "--model",
+                                            "pt_mb_window_text.json"], "pt_mb_window_text.json"),
     Case("plan-model-size-text", ["plan", "--model", "pt_size_text.json"], "hidden_size"),
     Case("plan-model-heads", ["plan", "--model", "pt_heads.json"], "num_attention_heads"),
     Case("plan-mask-rate-nan", ["plan", "--mask-rate", "nan"], "finite"),
@@ -356,6 +439,7 @@ CASES: list[Case] = [
     Case("ablate-dry-heldout-too-many", ["ablate", "ft_heldout_too_many.yaml", "--dry-run"], "hold out 10"),
     Case("ablate-weight-decay-nan", ["ablate", "ft_wd_nan.yaml"], "finetune_weight_decay"),
     Case("ablate-lr-inf", ["ablate", "ft_lr_inf.yaml", "--dry-run"], "finetune_lr"),
+    Case("ablate-duplicate-yaml-key", ["ablate", "ft_dup_key.yaml", "--dry-run"], "key 'heldout_docs' given twice"),
     Case("ablate-set-lr-nan", ["ablate", "ft_ok.yaml", "--set", "finetune_lr=nan"], "finetune_lr"),
     Case("ablate-finetune-one-class", ["ablate", "ft_one_class.yaml", "--dry-run"], "only one class"),
     Case("ablate-set-masking-foo", ["ablate", "ft_ok.yaml", "--set", "masking=foo", "--dry-run"],

@@ -151,12 +151,13 @@ def test_executor_refuses_an_output_inside_an_input_dir_or_holding_an_input(tmp_
     assert _hashes(raw) == before
 
 
-def test_in_process_output_inside_its_input_dir_is_not_read_back(raw, capsys):
-    out = raw / "cleaned.jsonl"
-    assert _cli([raw, "-o", out, "-q"], capsys)[0] == 0
-    first = json.loads((raw / "cleaned.report.json").read_text())
-    assert _cli([raw, "-o", out, "-q"], capsys)[0] == 0            # the rerun does not read cleaned.jsonl
-    second = json.loads((raw / "cleaned.report.json").read_text())
-    assert second["docs_in"] == first["docs_in"] and str(out) in second["skipped_files"]
-    rc, err = _cli([out, "-o", out], capsys)                        # naming it as an input: refused
-    assert rc == 2 and len(err) == 1 and "is also an input" in err[0], err
+def test_in_process_output_inside_its_input_dir_is_refused_like_the_executors(raw, capsys):
+    """Defect: `clean DIR -o DIR/out2.jsonl` was accepted and read an earlier output in DIR back as input.
+    In-process and on an executor alike, an output inside an input directory is refused before any work."""
+    before = {p.name: p.read_bytes() for p in raw.iterdir()}
+    for out in (raw / "cleaned.jsonl", raw / "sub" / "out2.jsonl"):
+        rc, err = _cli([raw, "-o", out, "-q"], capsys)
+        assert rc == 2 and len(err) == 1 and "inside the input directory" in err[0], err
+    assert {p.name: p.read_bytes() for p in raw.iterdir()} == before
+    rc, err = _cli([raw / sorted(before)[0], "-o", raw / sorted(before)[0]], capsys)   # an input itself: refused
+    assert rc == 2 and len(err) == 1 and "input" in err[0], err

@@ -62,6 +62,21 @@ def test_vocab_from_parts_is_the_vocab_of_the_concatenated_file(tmp_path, sample
     assert vocab[0] == vocab[1] and len(vocab[0].split(b"\n")) > 1000
 
 
+def test_xz_and_bz2_parts_are_read_like_gz_ones(tmp_path, small_jsonl):
+    """A directory of `*.jsonl.xz` / `*.jsonl.bz2` parts (real Chinese text) is the same corpus as the file."""
+    import bz2
+    import lzma
+
+    from zh_bert.corpus_io import corpus_files, iter_documents
+
+    d = split_into_parts(small_jsonl, tmp_path / "p", gzip_part=-1)
+    for p, pack in ((d / "part-00001.jsonl", lzma.compress), (d / "part-00002.jsonl", bz2.compress)):
+        (d / (p.name + (".xz" if pack is lzma.compress else ".bz2"))).write_bytes(pack(p.read_bytes()))
+        p.unlink()
+    assert [f.name for f in corpus_files([d])] == ["part-00000.jsonl", "part-00001.jsonl.xz", "part-00002.jsonl.bz2"]
+    assert list(iter_documents([d])) == list(iter_documents([small_jsonl]))
+
+
 def test_eval_mlm_on_parts_equals_the_concatenated_file(tiny_model_dir, tmp_path, sample_docs, capsys):
     from zh_bert.cli import main
 

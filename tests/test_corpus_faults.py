@@ -66,18 +66,18 @@ def test_replace_dir_interrupted_between_renames_is_undone_by_recover(tmp_path, 
     target = tmp_path / "out"
     target.mkdir()
     (target / "a.txt").write_text("previous, complete", encoding="utf-8")
-    monkeypatch.setattr(fileio, "_exchange", lambda a, b: False)    # the two-rename path
+    monkeypatch.setattr("zh_bert.fileio.atomic._exchange", lambda a, b: False)    # the two-rename path
     real, calls = os.replace, []
 
     def replace(src, dst):
         calls.append((src, dst))
-        if len(calls) == 2:
+        if len(calls) == 3:   # 1: the manifest into the temp dir, 2: out -> .out.old-PID, 3: temp -> out
             raise _Killed
         real(src, dst)
 
     monkeypatch.setattr(os, "replace", replace)
-    with pytest.raises(_Killed):
-        with fileio.atomic_dir(target, overwrite=True) as tmp:
+    with pytest.raises(_Killed):   # `legacy`: the writer's rule for its outputs from before manifests
+        with fileio.atomic_dir(target, overwrite=True, legacy=lambda name, _: name == "a.txt") as tmp:
             (tmp / "a.txt").write_text("new", encoding="utf-8")
     monkeypatch.setattr(os, "replace", real)
     assert not target.exists() and _hidden(tmp_path) == [f".out.old-{os.getpid()}"]
@@ -90,9 +90,10 @@ def test_replace_dir_exchange_keeps_target_present(tmp_path):
     target = tmp_path / "out"
     target.mkdir()
     (target / "a.txt").write_text("old", encoding="utf-8")
-    with fileio.atomic_dir(target, overwrite=True) as tmp:
+    with fileio.atomic_dir(target, overwrite=True, legacy=lambda name, _: name == "a.txt") as tmp:
         (tmp / "a.txt").write_text("new", encoding="utf-8")
-    assert _tree(target) == {"a.txt": b"new"} and _hidden(tmp_path) == []
+    assert _tree(target) == {"a.txt": b"new", fileio.MANIFEST: b'{\n "written_by": "zh-bert",\n "files": [\n  "a.txt"\n ]\n}\n'}
+    assert _hidden(tmp_path) == []
 
 
 def test_recover_leaves_a_live_process_alone(tmp_path):

@@ -68,7 +68,8 @@ def test_roundtrip_through_test_hub_same_top5(published, hub, run_dir, online, t
     assert download(published, "-o", out, "--endpoint", hub.url, "--cache-dir", tmp_path / "cache") == 0
     names = {p.name for p in out.iterdir()}
     assert names == {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt",
-                     "zh_bert_vocab.json", ".zh-bert-download.json"}  # what inference needs, and the marker
+                     "zh_bert_vocab.json", ".zh-bert-download.json",
+                     ".zh-bert-manifest.json"}  # what inference needs, the marker and the layer's manifest
     assert (out / "vocab.txt").read_bytes() == (run_dir / "final" / "vocab.txt").read_bytes()
     original = top5(run_dir / "final")
     assert len(original) == 5 and top5(out) == original
@@ -158,7 +159,7 @@ def test_modelscope_http_api(tiny_model_dir, tmp_path):
     with modelscope_server(files) as url:
         out = tmp_path / "ms"
         assert download("tiny/bert", "--source", "modelscope", "--endpoint", url, "-o", out) == 0
-        assert {p.name for p in out.iterdir()} == set(files) - {"README.md"} | {".zh-bert-download.json"}
+        assert {p.name for p in out.iterdir()} == set(files) - {"README.md"} | {".zh-bert-download.json", ".zh-bert-manifest.json"}
 
 
 def test_full_disk_is_one_line_and_leaves_nothing(tiny_model_dir, sandbox, monkeypatch, capsys):
@@ -167,7 +168,7 @@ def test_full_disk_is_one_line_and_leaves_nothing(tiny_model_dir, sandbox, monke
     def full(*a, **k):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr("shutil.copyfile", full)
+    monkeypatch.setattr("zh_bert.download.copy_file", full)
     out = sandbox / "cwd" / "out"
     with modelscope_server(_model_files(tiny_model_dir)) as url:
         rc = download("tiny/bert", "--source", "modelscope", "--endpoint", url, "-o", out)
@@ -233,7 +234,7 @@ def test_download_force_replaces_its_own_folder(tiny_model_dir, tmp_path, capsys
     assert _ms_download(tiny_model_dir, out) == 0
     marker = json.loads((out / ".zh-bert-download.json").read_text(encoding="utf-8"))
     assert marker["source"] == "modelscope" and marker["repo_id"] == "tiny/bert"
-    assert set(marker["files"]) == {p.name for p in out.iterdir()} - {".zh-bert-download.json"}
+    assert set(marker["files"]) == {p.name for p in out.iterdir()} - {".zh-bert-download.json", ".zh-bert-manifest.json"}
     capsys.readouterr()
     assert _ms_download(tiny_model_dir, out) == 2
     assert "already exists (use --force" in capsys.readouterr().err

@@ -62,7 +62,7 @@ def test_an_overflow_skips_the_step_leaves_the_weights_and_halves_the_scale(char
     stats = StepStats()
     train_step(model, opt, sched, acc, [next(loader)], recipe, stats, 0, scaler)
     before = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    monkeypatch.setenv("ZH_BERT_FAULT", "inf-gradient@1")
+    monkeypatch.setenv("ZH_BERT_FAULT", "inf-gradient@2")   # logged step 2 = train_step index 1
     res = train_step(model, opt, sched, acc, [next(loader)], recipe, stats, 1, scaler)
     assert res["skipped"] and res["loss_finite"] and not res["finite"]
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items()), "a skipped step changes no weight"
@@ -127,7 +127,7 @@ def test_fp16_run_logs_the_scale_and_kill9_resume_reproduces_its_losses(tmp_path
 
     from zh_bert.pretrain import main
 
-    monkeypatch.setenv("ZH_BERT_FAULT", "inf-gradient@6")
+    monkeypatch.setenv("ZH_BERT_FAULT", "inf-gradient@7")
     ref = _recipe(tmp_path / "ref" / "r.yaml", char_shards)
     assert main([str(ref)]) == 0
     rows = [r for r in metrics(tmp_path / "ref" / "run") if "loss" in r]
@@ -142,7 +142,7 @@ def test_fp16_run_logs_the_scale_and_kill9_resume_reproduces_its_losses(tmp_path
 
     killed = _recipe(tmp_path / "killed" / "r.yaml", char_shards)
     cmd = [sys.executable, "-m", "zh_bert", "pretrain", str(killed)]
-    env = {**os.environ, **ONE_THREAD, "ZH_BERT_FAULT": "inf-gradient@6"}
+    env = {**os.environ, **ONE_THREAD, "ZH_BERT_FAULT": "inf-gradient@7"}
     got = kill_then_resume(cmd, tmp_path / "killed" / "run", env, REPO, last_step=14)
     assert [r["step"] for r in got] == list(range(1, 15))
     assert [r["loss_scale"] for r in got] == [r["loss_scale"] for r in rows]
@@ -164,3 +164,52 @@ def test_200_tiny_steps_in_fp16_end_within_2_percent_of_fp32(tmp_path, char_shar
         summary = json.loads((tmp_path / precision / "run" / "run.json").read_text(encoding="utf-8"))
         val[precision] = summary["final_validation"]["mlm_loss"]
     assert abs(val["fp16"] - val["fp32"]) <= 0.02 * val["fp32"], val
+
+
+@pytest.mark.parametrize("value", ["1e38", "1e-30", "0.5", "33554432"])
+def test_loss_scale_init_outside_its_bounds_is_one_line(value):
+    """fp16 silent failure: 1e38 skipped every step, 1e-30 zeroed every gradient, both 'finished' with exit 0.
+    The schema bounds loss_scale_init to [1, 2^24]; a value outside is refused on load, naming the key."""
+    from zh_bert.errors import ZhBertError
+    from zh_bert.recipe import load_recipe
+
+    with pytest.raises(ZhBertError, match=r"'loss_scale_init' must be in \[1, 16777216\]"):
+        load_recipe(None, {"data": "x", "loss_scale_init": float(value)})
+
+
+@pytest.mark.parametrize("objective", ["mlm", "electra"])
+def test_an_fp16_run_that_mostly_overflows_exits_non_zero_naming_loss_scale_init(tmp_path, char_shards, capsys,
+                                                                                 objective):
+    """A scale inside the bounds that still overflows most steps of a short run (MLM, or ELECTRA, whose every
+    step overflows here): exit 1, one `error:` line, no final/."""
+    from zh_bert.cli import main
+
+    recipe = _recipe(tmp_path / "r.yaml", char_shards, max_steps=4, loss_scale_init=2.0 ** 24, warmup_steps=1,
+                     objective=objective)
+    capsys.readouterr()
+    assert main(["pretrain", str(recipe)]) == 1
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "loss_scale_init" in errors[0] and "skipped for overflow" in errors[0], errors
+    assert not (tmp_path / "run" / "final").exists()
+
+
+def test_an_fp16_run_whose_every_gradient_is_zero_is_an_error():
+    """The other end (gradients underflowing to 0): checked on the tally the training loop keeps."""
+    from types import SimpleNamespace
+
+    from zh_bert.training import Fp16Tally
+
+    warned = []
+    run = SimpleNamespace(scaler=object(), recipe=SimpleNamespace(loss_scale_init=1.0), status="finished",
+                          warn=warned.append)
+    tally = Fp16Tally()
+    for _ in range(6):
+        tally.add(run, {"skipped": False, "loss_finite": True, "zero_norm": True})
+    tally.check(run)
+    assert run.status == "diverged" and len(warned) == 1 and "loss_scale_init 1" in warned[0]
+    ok = Fp16Tally()
+    run.status, warned[:] = "finished", []
+    for zero in (True, False, True):
+        ok.add(run, {"skipped": False, "loss_finite": True, "zero_norm": zero})
+    ok.check(run)
+    assert run.status == "finished" and not warned

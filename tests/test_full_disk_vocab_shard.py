@@ -89,3 +89,34 @@ def test_full_disk_shard_keeps_the_previous_shards(small_disk, sample_jsonl, goo
     _fill(small_disk)
     _assert_disk_line(*_run(*args, "--seq-len", "64"), "shard", out)
     assert _tree(out) == before and sorted(p.name for p in small_disk.iterdir()) == ["filler", "sh"]
+
+
+# --- a 100% full disk at the first file a command writes: its job marker, its logs' marker, a report --------------
+
+def _leftovers(*dirs: Path) -> list[str]:
+    """Temp files (`.NAME.tmp-PID`) or anything else a failed command left in `dirs` (the filler aside)."""
+    return sorted(str(p) for d in dirs if d.exists() for p in d.rglob("*") if p.name != "filler")
+
+
+def test_full_disk_clean_executor_job_marker_is_one_line(small_disk, sample_jsonl):
+    out = small_disk / "out"
+    _fill(small_disk, leave=0)
+    _assert_disk_line(*_run("clean", sample_jsonl, "-o", out, "--executor", "local", "--tasks", "2", "-q"),
+                      "clean", out / ".zh-bert" / "job.json")
+    assert _leftovers(small_disk) == []                        # no out/, no .job.json.tmp-PID
+
+
+def test_full_disk_logging_dir_is_one_line_and_leaves_no_job(small_disk, sample_jsonl, tmp_path):
+    logs, out = small_disk / "logs", tmp_path / "out"
+    _fill(small_disk, leave=0)
+    _assert_disk_line(*_run("clean", sample_jsonl, "-o", out, "--executor", "local", "--tasks", "2", "-q",
+                            "--logging-dir", logs), "clean", logs / "job.json")
+    assert _leftovers(small_disk) == [] and not out.exists()   # no marker of a job that never started
+
+
+def test_full_disk_vocab_report_json_is_one_line(small_disk, sample_jsonl, google_tokdir):
+    for target in (small_disk / "report.json", small_disk / "new" / "report.json"):
+        _fill(small_disk, leave=0)
+        _assert_disk_line(*_run("vocab", "report", google_tokdir, sample_jsonl, "--json", target), "vocab", target)
+        assert _leftovers(small_disk) == []
+        (small_disk / "filler").unlink()

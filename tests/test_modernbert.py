@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -213,11 +214,36 @@ def test_continued_pretraining_from_a_modernbert_checkpoint(tmp_path, sample_jso
     shards = build_shards(sample_jsonl, google_tokdir, "--seq-len", str(CHAR_SEQ), "--valid-docs", "20")
     recipe = write_recipe(tmp_path / "r.yaml", google_tokdir, shards, init_from=str(tiny_modernbert_dir),
                           tokenizer=None, max_steps=4, save_every=0, eval_every=0, schedule="linear",
-                          mask_rate_schedule="constant", warmup_steps=1)
+                          mask_rate_schedule="constant", warmup_steps=1, local_attention=128)   # the checkpoint's
     assert cli(["pretrain", str(recipe)]) == 0
     cfg = AutoConfig.from_pretrained(str(tmp_path / "run" / "final"))
     assert cfg.model_type == "modernbert" and cfg.vocab_size == 21128 and cfg.intermediate_size == 416
     assert json.loads((tmp_path / "run" / "run.json").read_text())["model"]["init_from"] == str(tiny_modernbert_dir)
+
+
+def test_init_from_refuses_only_shape_keys_that_differ_from_the_checkpoint(tmp_path):
+    """init_from keeps the checkpoint's window, global layers, RoPE, shape and dropout: a recipe value that differs
+    is one line naming the key and init_from; the default, the checkpoint's own value, or another period giving
+    the same layout (5 in a 2-layer model) is not refused."""
+    from zh_bert.errors import ZhBertError
+    from zh_bert.pretrain import check_init_keys
+    from zh_bert.recipe import Recipe
+
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    _modernbert_config(ckpt / "config.json", local_attention=128, global_attn_every_n_layers=3, mlp_dropout=0.0,
+                       layer_types=["full_attention", "sliding_attention"], global_rope_theta=160000.0)
+    base = dict(architecture="modernbert", init_from=str(ckpt))
+    for ok in ({}, {"local_attention": 128}, {"global_attn_every_n_layers": 5}, {"dropout": 0.0}, {"model": "tiny"}):
+        check_init_keys(Recipe(**base, **ok))
+    for over, says in (({"local_attention": 64}, "local_attention 64 with init_from"),
+                       ({"global_attn_every_n_layers": 1}, "global_attn_every_n_layers 1 with init_from"),
+                       ({"global_rope_theta": 80000.0}, "global_rope_theta 80000.0 with init_from"),
+                       ({"dropout": 0.2}, "dropout 0.2 with init_from"),
+                       ({"model": "mini"}, "model mini (L4/H256/A4) with init_from")):
+        with pytest.raises(ZhBertError, match=re.escape(says)) as e:
+            check_init_keys(Recipe(**base, **over))
+        assert str(ckpt) in str(e.value) and "\n" not in str(e.value)
 
 
 def test_vocab_extension_grows_a_modernbert_and_its_decoder_bias(tiny_modernbert_dir):

@@ -213,8 +213,10 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path, char_shards):
 def test_metrics_log_on_resume_keeps_the_lines_up_to_the_checkpoint(tmp_path):
     """A killed run may have logged steps after its last checkpoint (and a line cut by the kill): on resume
     they are dropped, to be logged again; a fresh run starts an empty file; other processes write nothing."""
+    from zh_bert.fileio import claim_dir
     from zh_bert.training_run import MetricsLog
 
+    claim_dir(tmp_path)   # what pretrain's out_dir check does before a run writes into its folder
     path = tmp_path / "metrics.jsonl"
     path.write_text("".join(json.dumps({"step": s, "loss": 1.0 / s}) + "\n" for s in range(1, 6)) + '{"step": 6, "lo',
                     encoding="utf-8")
@@ -228,6 +230,23 @@ def test_metrics_log_on_resume_keeps_the_lines_up_to_the_checkpoint(tmp_path):
     quiet.write({"step": 1, "loss": 1.0})
     quiet.close()
     assert not (tmp_path / "rank1").exists()
+
+
+def test_curves_of_a_run_named_in_chinese_plot_without_missing_glyph_warnings(tmp_path):
+    """out_dir 中文实验 puts Chinese in curves.png's title: without a CJK font matplotlib warned 'Glyph ... missing
+    from font' once per character at the end of every such run; now a CJK font is used if installed, else quiet."""
+    import warnings
+
+    from zh_bert.curves import plot_curves
+
+    log = tmp_path / "metrics.jsonl"
+    log.write_text("".join(json.dumps({"step": s, "loss": 9.0 - s, "mlm_acc": 0.1 * s, "lr": 1e-4}) + "\n"
+                           for s in (1, 2, 3)), encoding="utf-8")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        plot_curves(log, tmp_path / "curves.png", title="中文实验: tiny mlm")
+    assert not [str(w.message) for w in seen if "missing from" in str(w.message)]
+    assert (tmp_path / "curves.png").stat().st_size > 10_000
 
 
 def test_the_training_loop_fits_on_a_screen():
@@ -360,7 +379,7 @@ def test_out_dir_ownership_user_files_and_inputs_survive(tmp_path, char_shards, 
                       (str(tmp_path / "a_file"), "is not a directory"), ("/proc/x", "cannot create")]:
         _refused([str(recipe), "--set", f"out_dir={out}"], capsys, says)
     _refused([str(recipe), "--set", f"out_dir={tmp_path / 'cache' / 'run'}", "--set",
-              f"data_cache={tmp_path / 'cache'}"], capsys, "inside data_cache")
+              f"data_cache={tmp_path / 'cache'}"], capsys, "is inside the input directory")
     _refused([str(recipe), "--set", f"out_dir={Path(tokdir).parent}"], capsys, "overlap")   # an input inside it
     assert {d: _hashes(d) for d in (tmp_path, Path(tokdir), Path(sharddir))} == before
 

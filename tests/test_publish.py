@@ -28,7 +28,7 @@ def test_dry_run_stages_only_the_allow_list(run_dir, tmp_path, capsys):
     staged = {p.name for p in (tmp_path / "staged").iterdir()}
     assert staged == {"README.md", "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
                       "vocab.txt", "zh_bert_vocab.json", "recipe.yaml", "metrics.jsonl", "curves.png", "run.json",
-                      "eval_results.json"}
+                      "eval_results.json", ".zh-bert-manifest.json"}   # the layer's proof that zh-bert wrote it
     assert "optimizer.pt" in out and ".env" in out  # reported as left out
     for p in (tmp_path / "staged").iterdir():
         assert SECRET.encode() not in p.read_bytes()
@@ -335,16 +335,17 @@ def test_upload_failure_removes_the_staged_copy(run_dir, hub, online, scratch, m
 
 def test_full_disk_while_staging_is_one_line(run_dir, tmp_path, scratch, monkeypatch, capsys):
     import errno
-    import shutil
 
-    real = shutil.copyfile
+    from zh_bert import publish as publish_module
+
+    real = publish_module.copy_file
 
     def full(src, dst, *a, **k):
         if str(dst).endswith("model.safetensors"):
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(src, dst, *a, **k)
 
-    monkeypatch.setattr("shutil.copyfile", full)
+    monkeypatch.setattr("zh_bert.publish.copy_file", full)
     out = tmp_path / "out"
     out.mkdir()
     rc, _, err = publish(capsys, run_dir, "--repo-id", "alice/x", "--dry-run", "-o", out / "staged")

@@ -109,3 +109,100 @@ def test_in_process_rebuild_keeps_a_users_file_inside_a_multi_part_sharddir(tmp_
     rc, err = run(capsys, *base)                                        # in-process rebuild would replace it whole
     assert rc == 2 and len(err) == 1 and "notes.txt" in err[0], err
     assert tree_hash(out) == before
+
+
+# --- every writer through the ownership layer: the probes of the last campaign, one test per class -------------
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_vocab_report_json_never_replaces_an_input_or_a_users_file(tmp_path, sample_jsonl, google_tokdir, capsys):
+    """Defect: `vocab report TOK CORPUS --json CORPUS` replaced the corpus (and TOK/vocab.txt, any user file)."""
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_bytes(sample_jsonl.read_bytes()[:20000])
+    corpus.write_bytes(corpus.read_bytes()[:corpus.read_bytes().rindex(b"\n") + 1])
+    mine = tmp_path / "mine.json"
+    mine.write_text('{"mine": 1}\n', encoding="utf-8")
+    before = {p: _sha(p) for p in (corpus, google_tokdir / "vocab.txt", mine)}
+    for target, says in ((corpus, "is the input"), (google_tokdir / "vocab.txt", "holds the input"),
+                         (mine, "not a vocab report")):
+        rc, err = run(capsys, "vocab", "report", google_tokdir, corpus, "--json", target)
+        assert rc == 2 and len(err) == 1, err
+        assert says in err[0] or "input" in err[0], err
+    assert {p: _sha(p) for p in before} == before
+    out = tmp_path / "report.json"
+    assert run(capsys, "vocab", "report", google_tokdir, corpus, "--json", out)[0] == 0
+    assert run(capsys, "vocab", "report", google_tokdir, corpus, "--json", out)[0] == 0   # its own: replaced
+
+
+def test_clean_never_replaces_a_users_file_named_like_its_report(tmp_path, sample_jsonl, capsys):
+    """Defect: an existing docs.jsonl was refused, but the user's docs.report.json beside it was replaced."""
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "docs.report.json").write_text('{"mine": 1}\n', encoding="utf-8")
+    before = tree_hash(d)
+    rc, err = run(capsys, "clean", sample_jsonl, "-o", d / "docs.jsonl", "-q")
+    assert rc == 2 and len(err) == 1 and "docs.report.json" in err[0], err
+    assert tree_hash(d) == before
+    assert run(capsys, "clean", sample_jsonl, "-o", tmp_path / "e" / "docs.jsonl", "-q")[0] == 0
+    assert run(capsys, "clean", sample_jsonl, "-o", tmp_path / "e" / "docs.jsonl", "-q")[0] == 0   # its own
+
+
+def test_a_users_report_json_is_no_job_marker_even_with_force(tmp_path, sample_jsonl, capsys):
+    """Defect: with no job marker, a user's report.json was called 'the finished output of another clean run',
+    and `--force` overwrote it."""
+    r = tmp_path / "r"
+    r.mkdir()
+    (r / "report.json").write_text('{"mine": 1}\n', encoding="utf-8")
+    before = tree_hash(r)
+    for extra in ([], ["--force"]):
+        rc, err = run(capsys, "clean", sample_jsonl, "-o", r, "--executor", "local", "--tasks", "2", "-q", *extra)
+        assert rc == 2 and len(err) == 1 and "report.json" in err[0] and "finished output" not in err[0], err
+        assert tree_hash(r) == before
+
+
+def test_a_users_file_in_a_stage_folder_neither_skips_the_stage_nor_is_lost(tmp_path, sample_jsonl, capsys):
+    """Defect: a user file under the logging dir's report/ stage folder kept that folder's completion markers,
+    so `--force` skipped the report stage and failed with 'OUT/report.json: no such file'."""
+    logs, out = tmp_path / "logs", tmp_path / "out"
+    base = ["clean", sample_jsonl, "--executor", "local", "--tasks", "2", "-q", "--logging-dir", logs, "-o", out]
+    assert run(capsys, *base)[0] == 0
+    stage = next(p for p in logs.iterdir() if p.is_dir() and p.name.endswith("report"))
+    (stage / "mine.txt").write_text("我的\n", encoding="utf-8")
+    (stage / "logs" / "notes.txt").write_text("笔记\n", encoding="utf-8")    # even inside datatrove's logs/
+    mine = {p: _sha(p) for p in (stage / "mine.txt", stage / "logs" / "notes.txt")}
+    rc, err = run(capsys, *base, "--force")
+    assert rc == 0, err
+    assert (out / "report.json").is_file() and {p: _sha(p) for p in mine} == mine
+    assert json.loads((out / "report.json").read_text(encoding="utf-8"))["docs_out"] > 0
+
+
+def test_a_logging_dir_that_is_a_file_is_one_line_before_anything_is_created(tmp_path, sample_jsonl, capsys):
+    """Defect: `--logging-dir FILE` was a FileExistsError traceback, and -o was left holding .zh-bert/."""
+    f = tmp_path / "logs"
+    f.write_text("mine\n", encoding="utf-8")
+    rc, err = run(capsys, "clean", sample_jsonl, "-o", tmp_path / "out", "--executor", "local", "-q",
+                  "--logging-dir", f)
+    assert rc == 2 and len(err) == 1 and "--logging-dir" in err[0], err
+    assert not (tmp_path / "out").exists() and f.read_text(encoding="utf-8") == "mine\n"
+
+
+@pytest.mark.parametrize("as_dir", [False, True], ids=["file", "in-a-directory"])
+@pytest.mark.parametrize("executor", [[], ["--executor", "local", "--tasks", "2"]], ids=["in-process", "executor"])
+def test_xz_input_is_read_like_gz_and_bz2(tmp_path, sample_docs, capsys, executor, as_dir):
+    """Defect: `clean ok.txt.xz` said 'not UTF-8 ... pass --encoding'; .xz (as users' dumps come) is now read,
+    named on the command line or found by a directory walk."""
+    import lzma
+
+    (tmp_path / "raw").mkdir()
+    src = tmp_path / "raw" / "docs.txt.xz"
+    src.write_bytes(lzma.compress(("\n".join(sample_docs[:80]) + "\n").encode("utf-8")))
+    out = tmp_path / ("out" if executor else "out.jsonl")
+    rc, err = run(capsys, "clean", src.parent if as_dir else src, "-o", out, "-q", *executor)
+    assert rc == 0, err
+    text = "".join(p.read_text(encoding="utf-8") for p in ([out] if out.is_file() else sorted(out.glob("part-*"))))
+    assert text.count("\n") >= 40 and "docs.txt.xz:80" in text    # documents read, up to the last line
+    (tmp_path / "cut.txt.xz").write_bytes(src.read_bytes()[: len(src.read_bytes()) // 2])
+    rc, err = run(capsys, "clean", tmp_path / "cut.txt.xz", "-o", tmp_path / "cut.jsonl", "-q")
+    assert rc == 2 and len(err) == 1 and "cut.txt.xz" in err[0] and "compressed" in err[0], err

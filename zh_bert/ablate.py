@@ -32,6 +32,7 @@ from zh_bert.ablation_spec import (FLAT, AblationRun, AblationSpec, check_same_r
                                    run_recipe, slug, spec_keys)
 from zh_bert.config import build_parser as derive_parser, config_from_args, load_yaml, option, parse_set
 from zh_bert.errors import ZhBertError
+from zh_bert.fileio import claim_dir
 from zh_bert.finetune import check_trainable
 from zh_bert.pipeline import data_inputs, is_sharddir
 from zh_bert.recipe import load_recipe
@@ -154,6 +155,15 @@ def prepare_correction_data(p: AblationPlan, data_by_fraction: dict, log=print) 
             raise ZhBertError(f"{p.spec_path}: run {r.label}: {e}") from None
 
 
+def _ablate_entry(name: str, is_dir: bool) -> bool:
+    """What ablate writes at the top of its out_dir (before manifests): the run dirs, carved corpus, shared
+    data cache, the results, and the random-init fine-tuning records."""
+    if name.startswith("."):
+        return ".tmp-" in name or ".old-" in name
+    return name in (("runs", "corpus", "data") if is_dir else ("results.md", "results.json", "results.png")) or (
+        not is_dir and name.endswith(".json"))
+
+
 def main(argv: list[str]) -> int:
     args = config_from_args(AblateArgs, build_parser().parse_args(argv))
     from transformers.utils import logging as hf_logging
@@ -169,6 +179,8 @@ def main(argv: list[str]) -> int:
         print(f"{r.label}: pretrain {p.base} --set " + " ".join(f"{k}={v}" for k, v in sets.items()), flush=True)
     if args.dry_run:
         return 0
+    claim_dir(out, inputs=[p.spec_path, p.base, *(p.corpus or [])], legacy=_ablate_entry, flag="out_dir",
+              what="an ablation folder of zh-bert ablate")
     data_by_fraction, heldout = {}, None
     if p.corpus is not None:
         data_by_fraction, heldout = carve_corpus(p.corpus, out / "corpus", spec.heldout_docs,

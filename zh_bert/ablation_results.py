@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 from zh_bert.ablation_spec import AblationRun, AblationSpec, check_same_recipe, run_recipe, slug
 from zh_bert.corpus_io import read_documents
+from zh_bert.curves import cjk_text
 from zh_bert.errors import ZhBertError
 from zh_bert.eval_results import entry, record
 from zh_bert.evaluate import MlmEvalConfig, eval_mlm, load_mlm
@@ -203,6 +204,7 @@ def write_results(spec: AblationSpec, rows: list[dict], out: Path, command: str,
     plot_results(spec, rows, out / "results.png")
 
 
+@cjk_text()   # a spec's name or values in Chinese
 def plot_results(spec: AblationSpec, rows: list[dict], path: Path) -> None:
     import matplotlib
 

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from zh_bert import eval_results
+from zh_bert.config import safe_load_unique
 from zh_bert.fileio import read_json
 from zh_bert.rundir import GENERATOR
 
@@ -111,7 +112,7 @@ def read_recipe(run_dir: Path | None) -> dict:
     if not run_dir or not (run_dir / "recipe.yaml").is_file():
         return {}
     try:
-        recipe = yaml.safe_load((run_dir / "recipe.yaml").read_text(encoding="utf-8")) or {}
+        recipe = safe_load_unique((run_dir / "recipe.yaml").read_text(encoding="utf-8")) or {}
     except (yaml.YAMLError, OSError, UnicodeDecodeError):
         return {}
     return recipe if isinstance(recipe, dict) else {}

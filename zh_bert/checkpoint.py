@@ -28,14 +28,14 @@ import hashlib
 import os
 import random
 import re
-import shutil
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from zh_bert.errors import ZhBertError
-from zh_bert.fileio import fault_point, read_json, write_json
+from zh_bert.fileio import (check_dir_ours, fault_point, foreign_entries, fresh_staging_dir, read_json, remove_owned, remove_scratch,
+                            rename_owned, replace_dir, save_pretrained, torch_save, write_json)
 from zh_bert.modernbert import write_portable_config
 from zh_bert.rundir import GENERATOR
 
@@ -93,10 +93,11 @@ def _together(accelerator, work) -> None:
     if work:
         try:
             work()
-        except (OSError, RuntimeError, SafetensorError) as e:  # torch.save reports a full disk as RuntimeError
-            reason = (getattr(e, "strerror", None) or str(e).split("\n")[0] or type(e).__name__)[:300]
-            if isinstance(e, OSError) and e.filename:
-                reason += f": {e.filename}"
+        except (OSError, RuntimeError, SafetensorError, ZhBertError) as e:  # torch.save: a full disk is a RuntimeError
+            cause = getattr(e, "cause", e)   # the layer's one-line disk error carries the OSError
+            reason = (getattr(cause, "strerror", None) or str(cause).split("\n")[0] or type(e).__name__)[:300]
+            if isinstance(cause, OSError) and cause.filename:
+                reason += f": {cause.filename}"
     failed = reason is not None
     if accelerator.num_processes > 1:   # a collective: also the barrier between the phases of a save
         flag = torch.tensor([float(failed)], device=accelerator.device)
@@ -120,20 +121,19 @@ def save_checkpoint(ckpt_root: Path, step: int, *, accelerator, hf_model, optimi
     main, rank = accelerator.is_main_process, accelerator.process_index
 
     def fresh():
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
+        fresh_staging_dir(tmp)
         fault_point("after:tmp-dir", step)
 
     def write_parts():
-        torch.save(rng_state(), tmp / f"rng-rank{rank}.pt")
+        torch_save(rng_state(), tmp / f"rng-rank{rank}.pt")
         fault_point(f"after:rng-rank{rank}", step)
         if main:
-            hf_model.save_pretrained(str(tmp), safe_serialization=True)
+            save_pretrained(hf_model, tmp, safe_serialization=True)
             write_portable_config(tmp)
             if generator is not None:
-                generator.save_pretrained(str(tmp / GENERATOR), safe_serialization=True)
+                save_pretrained(generator, tmp / GENERATOR, safe_serialization=True)
             fault_point("after:model", step)
-            torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+            torch_save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
                         "scaler": scaler.state_dict() if scaler is not None else None}, tmp / "optimizer.pt")
             fault_point("after:optimizer", step)
 
@@ -146,12 +146,15 @@ def save_checkpoint(ckpt_root: Path, step: int, *, accelerator, hf_model, optimi
         fault_point("after:trainer-state", step)
         write_manifest(tmp)
         fault_point("after:manifest", step)
-        old = _rename_aside(final) if final.exists() else None
-        os.replace(tmp, final)
+        listed = listed_files(final) if final.exists() else None
+        if final.exists():
+            check_dir_ours(final, legacy=_legacy_entry, listed=listed)   # a user's file in it is never replaced
+        old = _rename_aside(final, listed) if final.exists() else None
+        replace_dir(tmp, final)
         _fsync_dir(ckpt_root)
         fault_point("after:renamed", step)
         if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+            remove_owned(old, listed_files(old))
         for stale in list_checkpoints(ckpt_root)[:-keep_last]:
             discard(stale, step)
 
@@ -161,7 +164,7 @@ def save_checkpoint(ckpt_root: Path, step: int, *, accelerator, hf_model, optimi
         _together(accelerator, commit if main else None)
     except _SaveFailed as e:
         if main:
-            shutil.rmtree(tmp, ignore_errors=True)
+            remove_scratch(tmp)
         raise ZhBertError(f"cannot save checkpoint {final}: {e}; the earlier checkpoints in {ckpt_root} are "
                           f"intact: free space, then continue with --resume auto") from None
     return final
@@ -192,19 +195,40 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _rename_aside(path: Path) -> Path:
+def listed_files(path: Path) -> dict[str, int] | None:
+    """What the checkpoint's `manifest.json` says zh-bert wrote in `path` (name -> size, the manifest itself
+    included), or None for a checkpoint without a readable manifest."""
+    try:
+        files = {str(k): int(v["size"]) for k, v in read_json(Path(path) / MANIFEST)["files"].items()}
+    except (ZhBertError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return {MANIFEST: (Path(path) / MANIFEST).stat().st_size, **files}   # the manifest goes first
+
+
+def _legacy_entry(name: str, is_dir: bool) -> bool:
+    """Files a checkpoint written before manifests holds."""
+    return (name == GENERATOR) if is_dir else (name in (STATE, "config.json", "model.safetensors", "optimizer.pt")
+                                               or re.fullmatch(r"rng-rank\d+\.pt", name) is not None)
+
+
+def _rename_aside(path: Path, listed: dict[str, int] | None) -> Path:
     """Move a checkpoint to its hidden `.step-*.trash` name (one rename: never half-deleted in plain sight)."""
     trash = path.with_name(f".{path.name}.trash")
-    shutil.rmtree(trash, ignore_errors=True)
-    os.replace(path, trash)
+    remove_scratch(trash)
+    rename_owned(path, trash, listed=listed, legacy=_legacy_entry)
     return trash
 
 
-def discard(path: Path, step: int = -1) -> None:
-    """Delete a checkpoint: first out of sight, then its files."""
-    trash = _rename_aside(Path(path))
+def discard(path: Path, step: int = -1) -> list[str]:
+    """Delete a checkpoint by its manifest: first out of sight, then its files. A checkpoint holding files
+    its manifest does not list (a user's notes) keeps them: only the listed files go, manifest first (so it
+    is incomplete at once), and the folder stays with what is left. Returns what was kept."""
+    path, listed = Path(path), listed_files(path)
+    if foreign_entries(path, _legacy_entry, listed):
+        return remove_owned(path, listed, legacy=_legacy_entry)
+    trash = _rename_aside(path, listed)
     fault_point("after:trashed", step)
-    shutil.rmtree(trash, ignore_errors=True)
+    return remove_owned(trash, listed, legacy=_legacy_entry)
 
 
 def incomplete_reason(path: Path, deep: bool = False) -> str | None:
@@ -275,10 +299,10 @@ def clean_leftovers(ckpt_root: Path) -> list[str]:
             continue
         target = ckpt_root / p.name[1:].split(".")[0]
         if not target.exists() and incomplete_reason(p, deep=True) is None:
-            os.replace(p, target)
+            rename_owned(p, target)
             done.append(f"restored {target.name} from an interrupted save")
         else:
-            shutil.rmtree(p, ignore_errors=True)
+            remove_scratch(p)
             done.append(f"removed {p.name} left by an interrupted save")
     return done
 

@@ -55,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"zh-bert: unknown command '{name}'{suggest(name, COMMANDS)}\n\n{_usage()}", file=sys.stderr)
         return 2
+    from zh_bert.fileio import reset_claims
+
+    reset_claims()   # a command owns only what it claims itself
     try:
         module = importlib.import_module(COMMANDS[name][0])
         return int(module.main(rest) or 0)

@@ -131,19 +131,46 @@ def parse_set(items: list[str] | None) -> dict[str, Any]:
             raise ZhBertError(f"--set expects key=value, got '{item}'")
         key, raw = item.split("=", 1)
         try:
-            out[key.strip()] = yaml.safe_load(raw) if raw != "" else ""
+            out[key.strip()] = safe_load_unique(raw) if raw != "" else ""
+        except DuplicateKeyError as e:   # `--set masking={strategy: a, strategy: b}`: not a plain string either
+            raise ZhBertError(f"--set {item}: {e.problem}") from None
         except yaml.YAMLError:
             out[key.strip()] = raw
     return out
 
 
+class DuplicateKeyError(yaml.constructor.ConstructorError):
+    """A YAML mapping that gives one key twice (`_UniqueKeyLoader`)."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.safe_load, except that a key given twice in one mapping is an error: YAML's own rule lets the
+    last one win silently, so `max_steps` written twice would train for the other value than the user read."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                first, again = seen[key] + 1, key_node.start_mark.line + 1
+                raise DuplicateKeyError(None, None, f"key '{key}' given twice" + (
+                    f" (lines {first} and {again})" if first != again else ""), key_node.start_mark)
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep)
+
+
+def safe_load_unique(text: str) -> Any:
+    """`yaml.safe_load` that refuses duplicate keys (`_UniqueKeyLoader`)."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506  (a SafeLoader subclass)
+
+
 def load_yaml(path: str | Path) -> dict[str, Any]:
-    """A YAML mapping from `path`, with file-and-line errors for bad YAML."""
+    """A YAML mapping from `path`, with file-and-line errors for bad YAML (a key given twice included)."""
     path = Path(path)
     if not path.is_file():
         raise ZhBertError(f"{path}: no such file")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = safe_load_unique(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)
@@ -167,19 +194,35 @@ def to_dict(obj) -> dict[str, Any]:
 
 def option(default: Any = dataclasses.MISSING, *, help: str = "", flags: tuple[str, ...] = (),
            metavar: str | None = None, positional: bool = False, default_factory: Any = dataclasses.MISSING,
-           **argparse_kw: Any) -> Any:
+           bounds: tuple[float, float] | None = None, **argparse_kw: Any) -> Any:
     """A dataclass field that is also a CLI option.
 
     The flag is `--field-name` (plus `flags`, e.g. ("-o",); a long flag in `flags` replaces the derived one),
     its type and choices come from the annotation (int, float, str, bool, Literal, Optional, list), and
     `argparse_kw` passes what the annotation cannot say (nargs, action="append"). A field without a default
-    is a required option; `positional=True` makes it a positional argument.
+    is a required option; `positional=True` makes it a positional argument. `bounds=(lo, hi)`: the closed
+    range a number must lie in, stated in the help and checked on load (`check_bounds`).
     """
+    if bounds is not None:
+        help = f"{help} (range {_number(bounds[0])} to {_number(bounds[1])})"
     meta = {"cli": {"help": help, "flags": tuple(flags), "metavar": metavar, "positional": positional,
-                    "kw": argparse_kw}}
+                    "kw": argparse_kw}, "bounds": bounds}
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
+
+
+def check_bounds(obj) -> None:
+    """One line for the first field of dataclass `obj` outside its declared `bounds`."""
+    for f in dataclasses.fields(obj):
+        bounds, value = f.metadata.get("bounds"), getattr(obj, f.name)
+        if bounds and isinstance(value, (int, float)) and not bounds[0] <= value <= bounds[1]:
+            raise ZhBertError(f"'{f.name}' must be in [{_number(bounds[0])}, {_number(bounds[1])}], got {value:g}")
+
+
+def _number(x: float) -> str:
+    """A bound as a reader checks it: 16777216, not 1.67772e+07 (which rounds 2^24 away)."""
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e16 else f"{x:g}"
 
 
 class Choice:

@@ -12,16 +12,17 @@ from __future__ import annotations
 import bz2
 import gzip
 import json
+import lzma
 import os
-import zlib
 import re
+import zlib
 from pathlib import Path
 from typing import IO, Any, Iterable, Iterator
 
 from zh_bert.errors import ZhBertError
 
 JSONL_SUFFIXES = (".jsonl", ".json")
-PART_SUFFIXES = (".jsonl", ".jsonl.gz", ".txt", ".txt.gz")
+PART_SUFFIXES = tuple(base + z for base in (".jsonl", ".txt") for z in ("", ".gz", ".bz2", ".xz"))   # read by open_binary
 CLEAN_REPORT = "report.json"       # written last by `zh-bert clean --executor`: the directory is complete
 JOB_MARKER = ".zh-bert/job.json"   # written first by `zh-bert clean/shard --executor`: a job owns the directory
 REPORT_NAMES = (CLEAN_REPORT, ".report.json")   # clean's reports (OUTDIR's, or OUT.report.json): never parts
@@ -64,12 +65,14 @@ def corpus_files(paths: Iterable[str | os.PathLike]) -> list[Path]:
 
 
 def open_binary(path: Path) -> IO[bytes]:
-    """`path` opened for reading bytes, decompressed on the fly when it ends in .gz or .bz2."""
+    """`path` opened for reading bytes, decompressed on the fly when it ends in .gz, .bz2 or .xz."""
     name = path.name.lower()
     if name.endswith(".gz"):
         return gzip.open(path, "rb")
     if name.endswith(".bz2"):
         return bz2.open(path, "rb")
+    if name.endswith(".xz"):
+        return lzma.open(path, "rb")
     return open(path, "rb")
 
 
@@ -92,7 +95,7 @@ def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
                     line = line.removeprefix("\ufeff")
                 if line.strip():
                     yield n, line.rstrip("\n")
-    except (gzip.BadGzipFile, EOFError, zlib.error) as e:
+    except (gzip.BadGzipFile, EOFError, zlib.error, lzma.LZMAError) as e:
         raise ZhBertError(f"{path}: broken compressed file after line {n} ({e or 'truncated'})") from None
     except OSError as e:  # bz2's "Invalid data stream", or the disk
         raise ZhBertError(f"{path}: cannot read after line {n} ({e.strerror or e})") from None
@@ -125,7 +128,8 @@ def document_text(line: str, path: str | os.PathLike, lineno: int) -> str:
 def is_jsonl(path: str | os.PathLike) -> bool:
     """A `.jsonl`/`.json` file, or any file whose first non-blank line is a JSON object."""
     path = Path(path)
-    if path.name.lower().removesuffix(".gz").endswith(JSONL_SUFFIXES):
+    name = path.name.lower()
+    if name.removesuffix(next((z for z in COMPRESSED if name.endswith(z)), "")).endswith(JSONL_SUFFIXES):
         return True
     first = next(iter_lines(path), (0, ""))[1]
     return first.lstrip().startswith("{")
@@ -158,7 +162,7 @@ def read_documents(paths: Iterable[str | os.PathLike], max_docs: int | None = No
 # ---------------------------------------------------------------------------------------------------
 # cutting inputs across tasks (`clean --executor`, `shard --executor`)
 # ---------------------------------------------------------------------------------------------------
-COMPRESSED = (".gz", ".bz2")      # no seeking into these: such a file goes whole to one task
+COMPRESSED = (".gz", ".bz2", ".xz")      # no seeking into these: such a file goes whole to one task
 Segment = tuple[str, int, int]    # (path, first byte, end byte); end -1: the whole file
 
 

@@ -17,8 +17,6 @@ import json
 import os
 import pickle
 import shutil
-import urllib.error
-import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -27,7 +25,8 @@ from zh_bert import config
 from zh_bert.catalog import resolve
 from zh_bert.config import option
 from zh_bert.errors import ZhBertError
-from zh_bert.fileio import atomic_dir, check_replaceable, read_json
+from zh_bert.fileio import (atomic_dir, atomic_write, claim_dir, copy_file, read_json, save_pretrained, save_safetensors,
+                            write_bytes, write_json)
 from zh_bert.hub import (check_listing, endpoint_and_host, hub_errors, is_transient, local_path, quiet_progress_bars,
                          scratch_dir)
 from zh_bert.tokenizer_files import TOKENIZER_FILES
@@ -68,7 +67,6 @@ def wanted_files(listing: list[str], where: str) -> list[str]:
 def convert_pickle(src: Path, dst: Path) -> None:
     """pytorch_model.bin -> model.safetensors, loading with weights_only (no arbitrary code runs)."""
     import torch
-    from safetensors.torch import save_file
 
     try:
         state = torch.load(str(src), map_location="cpu", weights_only=True)
@@ -83,7 +81,7 @@ def convert_pickle(src: Path, dst: Path) -> None:
         key = (v.untyped_storage().data_ptr(), v.storage_offset())
         tensors[k] = v.contiguous().clone() if key in seen else v.contiguous()
         seen.add(key)
-    save_file(tensors, str(dst), metadata={"format": "pt"})
+    save_safetensors(tensors, dst, metadata={"format": "pt"})
 
 
 def _ensure_tokenizer_files(out: Path) -> None:
@@ -94,8 +92,8 @@ def _ensure_tokenizer_files(out: Path) -> None:
 
     tok = BertTokenizer(vocab=str(out / "vocab.txt"))
     vocab = (out / "vocab.txt").read_bytes()
-    tok.save_pretrained(str(out))
-    (out / "vocab.txt").write_bytes(vocab)  # keep the original bytes (U+2028 entries etc.)
+    save_pretrained(tok, out)
+    write_bytes(out / "vocab.txt", vocab)  # keep the original bytes (U+2028 entries etc.)
 
 
 def written_files(out: Path) -> set[str]:
@@ -108,14 +106,9 @@ def written_files(out: Path) -> set[str]:
 def check_output(out: Path, force: bool) -> None:
     """Before any request: `out` must be new, or (with --force) a folder this command wrote, holding only
     the files its marker lists; anything else is refused with one line naming what is in the way."""
-    if out.resolve() in (Path.cwd().resolve(), *Path.cwd().resolve().parents):
-        raise ZhBertError(f"-o {out}: is the current directory or above it; refusing to replace it")
-    if not os.path.lexists(out):
-        return
-    ours = written_files(out) | {MARKER}
-    check_replaceable(out, MARKER, lambda name: name in ours, OURS)
-    if not force:
-        raise ZhBertError(f"{out}: already exists (use --force to replace it, or another -o)")
+    ours = written_files(out) | {MARKER} if out.is_dir() else set()
+    claim_dir(out, legacy=lambda name, is_dir: not is_dir and name in ours, proof=lambda p: (p / MARKER).is_file(),
+              force=force, need_force=True, what=OURS)
 
 
 def assemble(snapshot: Path, out: Path, overwrite: bool = False, origin: dict | None = None) -> Path:
@@ -128,16 +121,16 @@ def assemble(snapshot: Path, out: Path, overwrite: bool = False, origin: dict | 
     if not has_st and "pytorch_model.bin" not in files:
         raise ZhBertError(f"{snapshot}: no model weights (model.safetensors or pytorch_model.bin)")
     try:
-        with atomic_dir(out, overwrite=overwrite) as tmp:
+        ours = written_files(out) | {MARKER}
+        with atomic_dir(out, overwrite=overwrite, legacy=lambda name, is_dir: not is_dir and name in ours) as tmp:
             for name, path in sorted(files.items()):
                 if name in NEEDED or (has_st and _matches(name, SAFETENSORS)):
-                    shutil.copyfile(path, tmp / name)
+                    copy_file(path, tmp / name)
             if not has_st:
                 convert_pickle(files["pytorch_model.bin"], tmp / "model.safetensors")
             _ensure_tokenizer_files(tmp)
             names = sorted(p.name for p in tmp.iterdir())
-            (tmp / MARKER).write_text(json.dumps({**(origin or {}), "files": names}, indent=1) + "\n",
-                                      encoding="utf-8")
+            write_json(tmp / MARKER, {**(origin or {}), "files": names}, indent=1)
     except FileExistsError:
         raise ZhBertError(f"{out}: already exists (choose another -o, or remove it)") from None
     except OSError as e:  # a full disk, no permission: nothing was renamed into place
@@ -210,7 +203,7 @@ def download_modelscope(model_id: str, out: Path, *, revision: str | None = None
         wanted = wanted_files(names, where)
         with scratch_dir("zh-bert-ms-") as tmp:
             for name in wanted:
-                with get(base, Revision=rev, FilePath=name) as r, open(local_path(tmp, name, where), "wb") as f:
+                with get(base, Revision=rev, FilePath=name) as r, atomic_write(local_path(tmp, name, where), "wb") as f:
                     shutil.copyfileobj(r, f, 1 << 20)
             return assemble(tmp, out, overwrite=overwrite,
                             origin={"source": "modelscope", "repo_id": model_id, "revision": rev, "endpoint": ep})

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from zh_bert.errors import ZhBertError
-from zh_bert.fileio import read_json, write_json
+from zh_bert.fileio import claim_file, read_json, write_json
 from zh_bert.rundir import find_run_dir
 
 FILENAME = "eval_results.json"
@@ -43,7 +43,10 @@ def latest(entries: list[dict]) -> list[dict]:
 def record(run_dir: str | Path, entries: list[dict]) -> Path:
     """Merge `entries` into RUN/eval_results.json (atomic write); same identity -> replaced, kept in place."""
     path = Path(run_dir) / FILENAME
-    write_json(path, latest(load(run_dir) + list(entries)))
+    old = load(run_dir)
+    claim_file(path, ours=lambda _: all(set(KEYS) <= e.keys() for e in old), flag="eval results",
+               what="an eval_results.json zh-bert wrote")
+    write_json(path, latest(old + list(entries)))
     return path
 
 

@@ -20,6 +20,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -32,7 +33,9 @@ from typing import Literal, Optional
 
 from zh_bert.config import option
 from zh_bert.errors import ZhBertError
-from zh_bert.fileio import read_json, write_json
+from zh_bert.fileio import (claim_dir, claim_file, read_json, refuse_overlap, remove_owned, remove_scratch,
+                            write_json)
+from zh_bert.fileio.claims import STATE_DIR
 
 ExecutorKind = Literal["local", "slurm", "ray"]
 SCALE_INSTALL = "pip install 'zh-bert[scale]'  (or: pip install -e \".[scale]\" in a checkout)"
@@ -278,21 +281,27 @@ def run_stages(stages: list[Stage], opts: ExecutorOptions, workers: int, logdir:
     return True
 
 
-# What datatrove writes in a stage's logging folder (`executor.json` at every launch): a folder holding these
-# names and nothing else is a stage folder of a job, never the user's.
-_DATATROVE_NAMES = frozenset({"completions", "logs", "stats", "slurm_logs", "executor.json", "stats.json",
-                              "ranks_to_run.json", "executor.pik", "launch_script.slurm"})
+# What datatrove writes in a stage's logging folder (`executor.json` at every launch, then per task its
+# completion marker, log and stats; Slurm's launch files): only these files are ever deleted from it.
+_DATATROVE_TOP = frozenset({"executor.json", "stats.json", "ranks_to_run.json", "executor.pik",
+                            "launch_script.slurm"})
+_DATATROVE_FILE = re.compile(r"completions/\d{5}|logs/task_\d{5}\.log|stats/\d{5}\.json|slurm_logs/\d+_\d+\.out")
 
 
-def _stage_folder(p: Path) -> bool:
+def _datatrove_files(p: Path) -> dict[str, None]:
+    """The files of stage folder `p` that datatrove writes (relative paths), by their exact names."""
+    return dict.fromkeys(rel for rel in (q.relative_to(p).as_posix() for q in p.rglob("*")
+                                         if q.is_file() and not q.is_symlink())
+                         if rel in _DATATROVE_TOP or _DATATROVE_FILE.fullmatch(rel))
+
+
+def remove_stage_folder(p: Path) -> list[str]:
+    """Delete what datatrove wrote in a stage folder of a logging dir (its completion markers, logs, stats),
+    so that none of them makes a later job skip a task; a file of the user's in it (even in its `logs/`)
+    stays, and with it the folder. Returns what was kept."""
     if not p.is_dir() or p.is_symlink() or not (p / "executor.json").is_file():
-        return False
-    return all(q.name in _DATATROVE_NAMES for q in p.iterdir())
-
-
-def _listing(names: list[str]) -> str:
-    names = sorted(names)
-    return ", ".join(names[:3]) + (" ..." if len(names) > 3 else "")
+        return []
+    return remove_owned(p, listed=_datatrove_files(p))
 
 
 class JobMarker:
@@ -319,54 +328,69 @@ class JobMarker:
         job = read_json(path, default=None)
         return job if isinstance(job, dict) and isinstance(job.get("key"), str) else None
 
-    def claim(self, force: bool, owned, logdir: Path, done: str | None = None) -> bool:
+    def claim(self, force: bool, owned, logdir: Path, done: str | None = None, finished=None, inputs=()) -> bool:
         """Take OUTDIR (and `logdir`, whose completion markers decide what a rerun skips) for this job; True
         when it resumes an earlier run of the same job. `owned(path)`: whether a file in OUTDIR is one this
-        command writes; `done`: the file whose presence says a job finished (for the messages only)."""
+        command writes; `done`: the file whose presence says a job finished, and `finished(OUTDIR)` whether it
+        is really this command's finished output (a user's `report.json` is not); `inputs`: the command's
+        inputs, which neither folder may be, hold or lie inside. The ownership checks are the layer's
+        (`claim_dir`, `refuse_overlap`); nothing is written until every check passed."""
         if os.path.lexists(self.outdir) and (not self.outdir.is_dir() or self.outdir.is_symlink()):
             raise ZhBertError(f"-o {self.outdir}: is a file; give a directory for the parts")
+        if os.path.lexists(logdir) and (not logdir.is_dir() or logdir.is_symlink()):
+            raise ZhBertError(f"--logging-dir {logdir}: exists and is not a directory; give a directory for the "
+                              f"logs")
         old, log_old = self._read(self.path), self._read(logdir / "job.json")
         if old is not None and old["key"] == self.job["key"]:
+            self._claim_outdir(old, owned, force, done, finished, inputs)
             if log_old is not None and log_old["key"] != old["key"] and not force:
                 raise ZhBertError(f"--logging-dir {logdir}: holds another job's logs; give another directory "
                                   f"or add --force to clear them")
+            self._claim_logdir(logdir, log_old, inputs)
             self.job = old
             self._take_logdir(logdir, log_old)
             return True
-        self._check_outdir(old, owned, force, done)
+        self._claim_outdir(old, owned, force, done, finished, inputs)
         if (old is not None or log_old is not None) and not force:
             self._refuse_other_job(old, log_old, logdir, done)
-        self._check_logdir(logdir, log_old)
-        if self.outdir.is_dir():   # every entry is proven ours: `_check_outdir`
+        self._claim_logdir(logdir, log_old, inputs)
+        new = not os.path.lexists(self.outdir)
+        if not new:   # every entry is proven ours (`_claim_outdir`) and claimed
             for p in self.outdir.iterdir():
-                shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+                remove_scratch(p)
         write_json(self.path, self.job)
-        self._take_logdir(logdir, log_old)
+        try:
+            self._take_logdir(logdir, log_old)
+        except BaseException:   # e.g. a full disk under --logging-dir: no marker of a job that never started
+            remove_scratch(self.state)
+            if new:
+                remove_owned(self.outdir, listed={})   # the folder only if it is still empty
+            raise
         return False
 
-    def _check_outdir(self, old: dict | None, owned, force: bool, done: str | None) -> None:
-        """OUTDIR may be emptied only when it is new or empty, or when another job's marker covers it and
-        every file in it is one this command writes: without a marker, `part-00000.jsonl` is the user's."""
-        if not self.outdir.is_dir():
-            return
-        if Path.cwd().resolve() == self.outdir.resolve() and any(self.outdir.iterdir()):
-            raise ZhBertError(f"-o {self.outdir}: is the current directory; give a new directory for the parts")
-        entries = list(self.outdir.iterdir())
-        foreign = [p.name for p in entries if p.name != ".zh-bert" and (p.is_symlink() or not owned(p))]
-        if old is None and entries and not foreign and done and (self.outdir / done).is_file():
-            if force:          # a finished output of this command whose job state was removed: its `done`
-                return         # file is the marker (as for the in-process command's own rebuilds)
-            raise ZhBertError(f"-o {self.outdir}: holds the finished output of another {self.command} run; give "
-                              f"another directory, or add --force to replace it")
-        if old is None and entries:
-            raise ZhBertError(f"-o {self.outdir}: holds files this command did not write "
-                              f"({_listing(foreign or [p.name for p in entries])}; no "
-                              f"{self.path.relative_to(self.outdir)}); give an empty or new directory")
+    def _claim_outdir(self, old: dict | None, owned, force: bool, done: str | None, finished, inputs) -> None:
+        """OUTDIR through the ownership layer: new or empty, or every entry one this command writes (`owned`,
+        the `legacy` rule) AND a proof that this command wrote them: its job marker, or (`done` present and
+        `finished` says it is this command's output, e.g. a clean report zh-bert wrote) the finished output of
+        a run whose job state was removed, which only --force replaces. Without a marker, `part-00000.jsonl`
+        or `report.json` is the user's, `--force` or not."""
+        def proof(p: Path) -> bool:
+            if old is not None:
+                return old.get("command") == self.command
+            return self._finished(done, finished)
+
         if old is not None and old.get("command") != self.command:
-            foreign.append(str(self.path.relative_to(self.outdir)) + f" of {old.get('command', 'another command')}")
-        if foreign:
-            raise ZhBertError(f"-o {self.outdir}: holds files this command did not write ({_listing(foreign)}); "
-                              f"give an empty or new directory")
+            raise ZhBertError(f"-o {self.outdir}: holds the work of {old.get('command', 'another command')} "
+                              f"({self.path.relative_to(self.outdir)}), not of {self.command}; give an empty or new "
+                              f"directory")
+        unmarked_output = old is None and self._finished(done, finished)
+        marked = old is not None or unmarked_output   # without either, no entry is proven ours: all are named
+        claim_dir(self.outdir, inputs=inputs, proof=proof, force=force, need_force=unmarked_output,
+                  legacy=lambda name, _: marked and (name == STATE_DIR or owned(self.outdir / name)),
+                  what=f"an output of {self.command}")
+
+    def _finished(self, done: str | None, finished) -> bool:
+        return bool(done) and (self.outdir / done).is_file() and (finished is None or finished(self.outdir))
 
     def _refuse_other_job(self, old: dict | None, log_old: dict | None, logdir: Path, done: str | None) -> None:
         if old is None:
@@ -379,14 +403,19 @@ class JobMarker:
                           f"(other inputs or settings), not finished; rerun that job's command to finish it, or add --force to "
                           f"start over")
 
-    def _check_logdir(self, logdir: Path, log_old: dict | None) -> None:
-        """A fresh job must not find completion markers it would take for its own: a --logging-dir that
-        exists is used only when it is empty or carries a zh-bert job marker."""
-        if log_old is None and logdir.is_dir() and logdir != self.state / "logs":
-            entries = [p.name for p in logdir.iterdir()]
-            if entries:
-                raise ZhBertError(f"--logging-dir {logdir}: holds files zh-bert did not write ({_listing(entries)}); "
-                                  f"give an empty or new directory")
+    def _claim_logdir(self, logdir: Path, log_old: dict | None, inputs) -> None:
+        """--logging-dir through the ownership layer. A fresh job must not find completion markers it would
+        take for its own: without a job marker of ours, the folder must be new or empty (`claim_dir`, no entry
+        is ours); with one, its stage folders are the job's (`_take_logdir`) and anything else in it is the
+        user's, kept. Never an input, a folder holding one or inside an input directory (a rerun's walk would
+        read the logs as input), nor the current directory."""
+        if logdir.resolve() == (self.state / "logs").resolve():
+            return   # inside OUTDIR's state folder, claimed with OUTDIR
+        if log_old is None:
+            claim_dir(logdir, inputs=inputs, legacy=lambda name, _: False, flag="--logging-dir",
+                      what=f"a logging dir of a {self.command} job")
+        else:
+            refuse_overlap(logdir, inputs, "--logging-dir")
 
     def _take_logdir(self, logdir: Path, log_old: dict | None) -> None:
         """Mark `logdir` as this job's. The stage folders of another job (or of an earlier run of this job
@@ -394,8 +423,9 @@ class JobMarker:
         in `logdir` (the user's files beside the logs) is left as it is."""
         if log_old is not None and (log_old["key"], log_old.get("started")) != (self.job["key"], self.started):
             for p in logdir.iterdir() if logdir.is_dir() else ():
-                if _stage_folder(p):
-                    shutil.rmtree(p)
+                remove_stage_folder(p)
             log_old = None
-        if log_old is None:
+        if log_old is None:   # a job marker of ours (or none): `_read` proves it
+            claim_file(logdir / "job.json", ours=lambda p: self._read(p) is not None, flag="--logging-dir",
+                       what="a job marker of zh-bert's")
             write_json(logdir / "job.json", self.job)

@@ -10,15 +10,13 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Callable, Iterable, TypeVar
 
 from zh_bert.errors import ZhBertError
-from zh_bert.fileio import pid_alive
+from zh_bert.fileio import scratch_dir  # noqa: F401  (re-exported: download and publish stage in it)
 
 T = TypeVar("T")
 
@@ -93,22 +91,6 @@ def local_path(root: Path, name: str, where: str) -> Path:
     if not path.resolve().is_relative_to(root.resolve()):
         raise ZhBertError(f"{where}: file {name!r} would be written outside {root}; refused")
     return path
-
-
-@contextlib.contextmanager
-def scratch_dir(prefix: str):
-    """A private temp folder `<prefix><pid>-XXXX`, removed on every exit (error, Ctrl-C). Folders of the
-    same prefix whose process is gone (killed with -9) are removed first, so a leftover never outlives
-    the next run."""
-    for d in Path(tempfile.gettempdir()).glob(f"{prefix}*-*"):
-        pid = d.name[len(prefix):].split("-")[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
-            shutil.rmtree(d, ignore_errors=True)
-    path = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def quiet_progress_bars() -> None:

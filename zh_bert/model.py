@@ -41,6 +41,10 @@ def build_config(model: str, vocab_size: int, *, pad_token_id: int = 0, dropout:
                           max_position_embeddings=max_positions, pad_token_id=pad_token_id,
                           hidden_dropout_prob=dropout, attention_probs_dropout_prob=attention_dropout)
     path = config_path(model)
+    kind = _model_type(path)
+    if kind not in (None, "bert"):   # BertConfig reads any config.json, and the model then fails mid-run
+        raise ZhBertError(f"{path}: model_type {kind!r}, but architecture is bert: give a config.json with "
+                          f"model_type: bert" + (", or set architecture: modernbert" if kind == "modernbert" else ""))
     try:
         cfg = BertConfig.from_json_file(str(path))
     except _config_errors() as e:   # UnicodeDecodeError is a ValueError
@@ -59,6 +63,18 @@ def config_path(model: str) -> Path:
         raise ZhBertError(f"model '{model}' is neither a preset ({', '.join(PRESETS)}){suggest(model, PRESETS)} "
                           f"nor a config.json file")
     return path
+
+
+def _model_type(path: Path):
+    """config.json's `model_type`, or None when it has none (Google's bert_config.json) or is no JSON mapping
+    (the config loader then says what is wrong)."""
+    import json
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data.get("model_type") if isinstance(data, dict) else None
 
 
 def _config_errors() -> tuple[type[BaseException], ...]:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from zh_bert.errors import ZhBertError
 from zh_bert.fileio import atomic_write, read_json
-from zh_bert.model import PRESETS, config_path
+from zh_bert.model import PRESETS, _config_errors, config_path
 
 ARCHITECTURES = ("bert", "modernbert")
 MAX_POSITIONS = 8192        # RoPE has no position table; ModernBERT's own context length
@@ -102,8 +102,12 @@ def _config_file(model: str, special: dict[str, int]):
         raise ZhBertError(f"{path}: model_type {kind!r}, but architecture is modernbert: give a config.json with "
                           f"model_type: modernbert, or set architecture: {kind if kind in ARCHITECTURES else 'bert'}")
     try:
+        portable_keys(data)   # a layer layout transformers 4.x cannot express: refused now, not at the first save
+    except ZhBertError as e:
+        raise ZhBertError(f"{path}: {e}") from None
+    try:
         return ModernBertConfig.from_dict({**data, **special})
-    except (OSError, ValueError, TypeError, AttributeError) as e:
+    except _config_errors() as e:   # also huggingface_hub's strict field checks ("local_attention": "64")
         raise ZhBertError(f"{path}: not a ModernBERT config: {' '.join(str(e).split())[:200]}") from None
 
 

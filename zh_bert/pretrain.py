@@ -11,7 +11,6 @@ loop's modules) loads inside the functions, after `main` has set OMP_WAIT_POLICY
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -22,10 +21,10 @@ from zh_bert.config import build_parser as derive_parser
 from zh_bert.config import config_from_args, option
 from zh_bert.curves import plot_curves
 from zh_bert.errors import ZhBertError
-from zh_bert.fileio import atomic_dir, write_json, write_vocab_txt
+from zh_bert.fileio import atomic_dir, copy_file, save_pretrained, write_json, write_vocab_txt
 from zh_bert.hardware import check_compile, kernel_settings, keep_freed_memory, omp_wait_policy, resolve_precision
 from zh_bert.recipe import Recipe, load_recipe, save_recipe
-from zh_bert.rundir import GENERATOR
+from zh_bert.rundir import GENERATOR, final_entry
 from zh_bert.training_run import (MetricsLog, TrainingRun, check_out_dir, claim_out_dir, release_out_dir,
                                   resume_point, run_summary)
 
@@ -253,6 +252,68 @@ def _say_model(run: TrainingRun) -> None:
             f"{run.adam_kind} | {len(run.train_ds)} train sequences of {run.train_ds.seq_len}")
 
 
+def _init_values(config: dict) -> dict:
+    """The recipe keys that an init_from checkpoint fixes, as its config.json holds them (BERT's, or ModernBERT's
+    in the keys of either transformers major)."""
+    from types import SimpleNamespace
+
+    from zh_bert.modernbert import global_every, rope_thetas
+
+    try:
+        if config.get("model_type") == "modernbert":
+            cfg = SimpleNamespace(**config)
+            every = global_every(cfg)
+            out = {"dropout": config.get("mlp_dropout"), "attention_dropout": config.get("attention_dropout"),
+                   "local_attention": config.get("local_attention"),
+                   "global_attn_every_n_layers": every if every >= 1 else None}
+            out["global_rope_theta"], out["local_rope_theta"] = rope_thetas(cfg)
+        else:
+            out = {"dropout": config.get("hidden_dropout_prob"),
+                   "attention_dropout": config.get("attention_probs_dropout_prob")}
+    except (TypeError, ValueError, AttributeError, IndexError):
+        return {}   # load_init names what is wrong with it
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def check_init_keys(recipe: Recipe) -> None:
+    """With `init_from`, the model's shape, attention layout and dropout come from the checkpoint; a recipe that
+    sets one of them to another value would train the checkpoint's while recipe.yaml and the log report the
+    recipe's. One line naming the key and init_from (a key left at its default is no request: not refused)."""
+    from zh_bert.fileio import read_json
+    from zh_bert.model import PRESETS, config_path
+    from zh_bert.modernbert import layer_types
+
+    where = f"init_from {recipe.init_from}"
+    config = read_json(Path(recipe.init_from) / "config.json", default=None)
+    if not isinstance(config, dict):
+        return   # load_init names what is wrong with it
+    defaults = Recipe.__dataclass_fields__
+    for key, have in _init_values(config).items():
+        want = getattr(recipe, key)
+        if key == "global_attn_every_n_layers":   # the same layout is no change (3 or 5 in a 2-layer model)
+            n = config.get("num_hidden_layers") or 0
+            want, have = (want, have) if layer_types(n, want) != layer_types(n, have) else (have, have)
+        if want != defaults[key].default and want != have:
+            raise ZhBertError(f"{key} {want} with {where}, whose config.json has {have}: a continued model keeps "
+                              f"its checkpoint's {key}; remove the key, or set it to {have}")
+    if recipe.attention_init != defaults["attention_init"].default:
+        raise ZhBertError(f"attention_init {recipe.attention_init} with {where}: it sets the starting weights of a "
+                          f"model built from scratch, and a continued model starts from its checkpoint's; remove "
+                          f"the key, or set attention_init: stock")
+    if recipe.model != defaults["model"].default:
+        shape_keys = ("num_hidden_layers", "hidden_size", "num_attention_heads")
+        have = tuple(config.get(k) for k in shape_keys)
+        if recipe.model in PRESETS:
+            want = PRESETS[recipe.model]
+        else:   # a config.json: its shape, where it gives one
+            given = read_json(config_path(recipe.model), default=None)
+            want = tuple((given or {}).get(k, h) for k, h in zip(shape_keys, have)) if isinstance(given, dict) else have
+        if want != have:
+            raise ZhBertError(f"model {recipe.model} (L{want[0]}/H{want[1]}/A{want[2]}) with {where}, whose "
+                              f"config.json is L{have[0]}/H{have[1]}/A{have[2]}: a continued model keeps its "
+                              f"checkpoint's shape; remove model, or give the checkpoint's")
+
+
 def check_recipe(recipe: Recipe) -> None:
     """Every check of `recipe` that needs neither data work nor a model, so that `pretrain` and each run of
     `ablate` (before its first run trains, --dry-run too) refuse the same recipes the same way: the model
@@ -264,6 +325,7 @@ def check_recipe(recipe: Recipe) -> None:
     if recipe.init_from:   # a checkpoint of the other architecture is one line before any data work
         from zh_bert.modernbert import check_init_architecture
         check_init_architecture(recipe.init_from, recipe.architecture)
+        check_init_keys(recipe)
     elif recipe.architecture == "modernbert":   # a bad shape or config.json, likewise
         cfg = _modernbert_config(recipe, 1)
         if recipe.seq_len > cfg.max_position_embeddings:
@@ -307,7 +369,7 @@ def save_final(out: Path, hf_model, tokenizer, tokdir: Path | None, generator=No
 
 
 def _write_final(out: Path, hf_model, tokenizer, tokdir: Path | None, generator=None) -> None:
-    with atomic_dir(out / "final", overwrite=True) as tmp:
+    with atomic_dir(out / "final", overwrite=True, legacy=final_entry) as tmp:
         _write_model_dir(tmp, hf_model, tokenizer, tokdir)
         if generator is not None:
             _write_model_dir(tmp / GENERATOR, generator, tokenizer, tokdir)
@@ -317,12 +379,12 @@ def _write_model_dir(folder: Path, hf_model, tokenizer, tokdir: Path | None) -> 
     """One loadable model folder: weights, config (in both transformers majors' keys), tokenizer files, vocab.txt."""
     from zh_bert.modernbert import write_portable_config
 
-    hf_model.save_pretrained(str(folder), safe_serialization=True)
+    save_pretrained(hf_model, folder, safe_serialization=True)
     write_portable_config(folder)
-    tokenizer.save_pretrained(str(folder))
+    save_pretrained(tokenizer, folder)
     for name in ("vocab.txt", "zh_bert_vocab.json", "spiece.model"):
         if tokdir is not None and (tokdir / name).is_file():
-            shutil.copy(tokdir / name, folder / name)
+            copy_file(tokdir / name, folder / name)
     if not (folder / "vocab.txt").exists() and hasattr(tokenizer, "vocab"):
         vocab = tokenizer.get_vocab()
         write_vocab_txt(folder / "vocab.txt", [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])])

@@ -17,7 +17,6 @@ import contextlib
 import fnmatch
 import os
 import re
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from zh_bert import config
 from zh_bert.card import build_card
 from zh_bert.config import option
 from zh_bert.errors import ZhBertError
-from zh_bert.fileio import atomic_dir, fault_point
+from zh_bert.fileio import atomic_dir, copy_file, fault_point, refuse_overlap, write_text
 from zh_bert.hub import check_repo_id, endpoint_and_host, hub_errors, quiet_progress_bars, scratch_dir, with_retries
 from zh_bert.rundir import FINAL, GENERATOR, Checkpoint, is_model_dir, locate
 from zh_bert.tokenizer_files import TOKENIZER_FILES
@@ -147,9 +146,9 @@ def _copy_portable(name: str, path: Path, target: Path, run_dir: Path | None) ->
         except UnicodeDecodeError:
             text = None
         if text is not None:
-            target.write_text(portable_text(text, run_dir), encoding="utf-8")
+            write_text(target, portable_text(text, run_dir))
             return
-    shutil.copyfile(path, target)
+    copy_file(path, target)
 
 
 def stage(src: Checkpoint, dest: Path, repo_id: str, license: str, token: str | None = None,
@@ -169,7 +168,7 @@ def stage(src: Checkpoint, dest: Path, repo_id: str, license: str, token: str | 
         target = dest / "README.md"
         card = build_card(src.model_dir, dest if src.run_dir else None, repo_id, license=license,
                           files=list(files))
-        target.write_text(portable_text(card, src.run_dir), encoding="utf-8")
+        write_text(target, portable_text(card, src.run_dir))
     except OSError as e:
         where = (shown or dest) / target.relative_to(dest) if target != dest else (shown or dest)
         raise ZhBertError(f"{where}: cannot write ({e.strerror or e}); nothing was staged") from None
@@ -253,6 +252,7 @@ def staging(cfg: PublishConfig, src: Checkpoint, token: str | None):
     (error, token found, Ctrl-C), and by the next publish if this process is killed."""
     if cfg.dry_run and cfg.output:
         out = Path(cfg.output)
+        refuse_overlap(out, [src.model_dir], "-o")
         try:
             with atomic_dir(out) as tmp:
                 names = stage(src, tmp, cfg.repo_id, cfg.license, token=token, shown=out)

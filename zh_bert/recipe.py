@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Mapping, Optional, Union
 
-from zh_bert.config import check_finite, from_dict, load_yaml, option, parse_set
+from zh_bert.config import check_bounds, check_finite, from_dict, load_yaml, option, parse_set
 from zh_bert.errors import ZhBertError, unknown_key_error
 from zh_bert.masking import MaskingConfig, scheduled_mask_rate
 
@@ -141,8 +141,12 @@ class Recipe:
     precision: Literal["auto", "fp32", "fp16", "bf16"] = option(
         "auto", help="auto = bf16 where native (CPUs with avx512_bf16, Ampere+ GPUs), fp16 with loss scaling on "
                      "older GPUs, fp32 on Kepler and other CPUs; the log states the precision in effect")
-    loss_scale_init: float = option(65536.0, help="fp16: the dynamic loss scale at the start (2^16); an overflowed "
-                                    "step is skipped and halves it")
+    loss_scale_init: float = option(65536.0, bounds=(1.0, 2.0 ** 24),
+                                    help="fp16: the dynamic loss scale at the start (2^16); an overflowed step is "
+                                    "skipped and halves it. Bounded because above 2^24 the first steps overflow and "
+                                    "are skipped until it halves down, and below 1 small gradients round to 0 in "
+                                    "fp16; a run that still skips most steps, or whose every gradient is 0, ends "
+                                    "with an error")
     loss_scale_growth_interval: int = option(2000, help="fp16: the loss scale doubles after this many steps in a "
                                              "row without overflow")
     deterministic: Optional[bool] = option(None, help="deterministic kernels, so a resumed run repeats an "
@@ -191,6 +195,9 @@ class Recipe:
         check_finite(self, as_flag=False)
         if not self.data_paths:
             raise ZhBertError("'data' is empty: give a SHARDDIR or raw corpus files")
+        if any(not str(p).strip() for p in self.data_paths):   # '' would be the current directory, read as text
+            raise ZhBertError("'data' has an empty path: give a SHARDDIR or raw corpus files (an empty value is "
+                              "not taken for the current directory)")
         for key in ("seq_len", "global_batch", "micro_batch", "max_steps", "keep_last", "eval_batches",
                     "max_nan_streak", "loss_scale_growth_interval"):
             if getattr(self, key) < 1:
@@ -203,6 +210,7 @@ class Recipe:
         for key in ("lr", "loss_scale_init"):
             if not getattr(self, key) > 0:
                 raise ZhBertError(f"'{key}' must be positive, got {getattr(self, key)}")
+        check_bounds(self)
         if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
             raise ZhBertError(f"'betas' must be two numbers in [0, 1), got {self.betas}")
         for key in ("dropout", "attention_dropout"):

@@ -23,6 +23,17 @@ RECIPE_HEADER = "# written by zh-bert pretrain: the resolved recipe of this run 
 # ablate_evals.json); `.NAME.tmp-PID...` / `.NAME.old-PID` are its atomic writes' leftovers
 RUN_FILES = ("run.json", "recipe.yaml", "metrics.jsonl", "curves.png", "eval_results.json", "ablate_evals.json")
 RUN_DIRS = (FINAL, CHECKPOINTS, "tb", "data")
+# what `final/` of older versions (before its manifest) holds: a model folder's files, and ELECTRA's generator/
+FINAL_FILES = ("config.json", "model.safetensors", "model.safetensors.index.json", "generation_config.json",
+               "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+               "vocab.txt", "zh_bert_vocab.json", "spiece.model", "chat_template.jinja")
+
+
+def final_entry(name: str, is_dir: bool) -> bool:
+    """Whether an entry of a `final/` written before manifests is one pretrain writes there."""
+    if is_dir:
+        return name == GENERATOR
+    return name in FINAL_FILES or (name.startswith("model-") and name.endswith(".safetensors"))
 
 
 def run_dir_entry(name: str, is_dir: bool, extra_dirs: tuple[str, ...] = ()) -> bool:

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from zh_bert.errors import ZhBertError
-from zh_bert.fileio import atomic_write
+from zh_bert.fileio import atomic_write, claim_file
 from zh_bert.segment import word_units
 
 TABLE_FILE = "similar_words.npz"
@@ -114,7 +114,9 @@ class SimilarWords:
         return float(self.counts[self.n_neighbours > 0].sum() / max(self.counts.sum(), 1))
 
     def save(self, path: Path) -> None:
-        """Atomically: a killed build leaves no half table, a full disk is one line naming the file."""
+        """Atomically: a killed build leaves no half table, a full disk is one line naming the file; an
+        existing file is replaced only when it is a table of ours (a shard dir may be the user's)."""
+        claim_file(path, ours=_is_table, flag="similar-word table", what="a similar-word table zh-bert wrote")
         with atomic_write(path, "wb") as f:
             np.savez(f, keys=self.keys, tokens=self.tokens, lengths=self.lengths, counts=self.counts,
                      neighbours=self.neighbours, similarity=self.similarity, n_neighbours=self.n_neighbours,
@@ -125,6 +127,14 @@ class SimilarWords:
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
         return cls(vocab_size=int(arrays.pop("vocab_size")), fingerprint=str(arrays.pop("fingerprint")), **arrays)
+
+
+def _is_table(path: Path) -> bool:
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return "fingerprint" in z.files
+    except (OSError, ValueError, EOFError):
+        return False
 
 
 def fingerprint(sharddir: Path) -> str:

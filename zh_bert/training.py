@@ -117,8 +117,9 @@ def autocast(accelerator, fp16: bool):
 
 
 def _inject_overflow(params: list, step: int) -> None:
-    """The test hook for an fp16 overflow: ZH_BERT_FAULT=inf-gradient@STEP makes that step's gradients inf."""
-    if params and os.environ.get("ZH_BERT_FAULT") == f"inf-gradient@{step}":
+    """The test hook for an fp16 overflow: ZH_BERT_FAULT=inf-gradient@STEP makes the gradients of step STEP
+    as metrics.jsonl and the log number it (1-based; `step` here is 0-based) inf."""
+    if params and os.environ.get("ZH_BERT_FAULT") == f"inf-gradient@{step + 1}":
         params[0].grad.fill_(float("inf"))
 
 
@@ -152,7 +153,8 @@ def train_step(model, optimizer, scheduler, accelerator, micro_batches: list[dic
     tensors).
 
     Returns {'finite', 'loss_finite', 'grad_norm', 'loss' (device tensors: reading them syncs), 'skipped',
-    'tokens' (of all processes)}. This is the whole training computation; `fit` runs it step by step.
+    'zero_norm' (the gradient norm is exactly 0: fp16 gradients that all underflowed), 'tokens' (of all
+    processes)}. This is the whole training computation; `fit` runs it step by step.
     ELECTRA adds the RTD loss, normalised by the global batch's real-token count as the MLM loss is by its
     masked-token count.
 
@@ -202,8 +204,9 @@ def train_step(model, optimizer, scheduler, accelerator, micro_batches: list[dic
     clip = recipe.grad_clip if recipe.grad_clip > 0 else float("inf")
     grad_norm = accelerator.clip_grad_norm_(params, clip)
     norm = torch.zeros(()) if grad_norm is None else torch.as_tensor(grad_norm)
-    loss_finite, norm_finite = torch.isfinite(torch.stack([step_loss, norm.to(step_loss.device).float()])).tolist()
-    finite = loss_finite and norm_finite    # the one sync per step
+    both = torch.stack([step_loss, norm.to(step_loss.device).float()])
+    loss_finite, norm_finite, zero = torch.cat([torch.isfinite(both), both[1:] == 0]).tolist()
+    finite = loss_finite and norm_finite    # the one sync per step (the zero-norm flag rides along)
     skipped = not finite                    # a NaN/inf step would poison the weights: never applied
     if finite and scaler is None:
         optimizer.step()
@@ -218,7 +221,7 @@ def train_step(model, optimizer, scheduler, accelerator, micro_batches: list[dic
     optimizer.zero_grad(set_to_none=True)
     stats.skipped += int(skipped)
     return {"finite": finite, "loss_finite": loss_finite, "grad_norm": grad_norm, "loss": step_loss,
-            "skipped": skipped, "tokens": int(counts[2].item())}
+            "skipped": skipped, "zero_norm": bool(zero) and grad_norm is not None, "tokens": int(counts[2].item())}
 
 
 @contextlib.contextmanager
@@ -375,10 +378,42 @@ def _guard(run: TrainingRun, res: dict, streak: int) -> int:
     return streak
 
 
+class Fp16Tally:
+    """What the loss scaler did to this session's steps. A scale far too high skips step after step for
+    overflow; one far too low rounds every gradient to 0 in fp16: either way the run 'finishes' having
+    learned nothing, which must not end with exit 0 (`check`)."""
+
+    def __init__(self):
+        self.steps = self.overflows = self.applied = self.nonzero = 0
+
+    def add(self, run: TrainingRun, res: dict) -> None:
+        if run.scaler is None:
+            return
+        self.steps += 1
+        if res["skipped"] and res["loss_finite"]:
+            self.overflows += 1
+        elif not res["skipped"]:
+            self.applied += 1
+            self.nonzero += not res["zero_norm"]   # read in the step's one sync: no extra one
+
+    def check(self, run: TrainingRun) -> None:
+        init = run.recipe.loss_scale_init
+        if self.steps and self.overflows * 2 > self.steps:
+            run.status = "diverged"
+            run.warn(f"error: {self.overflows} of {self.steps} fp16 steps were skipped for overflow "
+                     f"(loss_scale_init {init:.10g}): the weights barely trained; lower loss_scale_init (default "
+                     f"65536), or use precision: bf16/fp32")
+        elif self.applied and not self.nonzero:
+            run.status = "diverged"
+            run.warn(f"error: every gradient norm of {self.applied} fp16 steps was 0 (loss_scale_init {init:.10g} "
+                     f"lets them underflow): nothing trained; raise loss_scale_init (default 65536), or use "
+                     f"precision: bf16/fp32")
+
+
 def fit(run: TrainingRun) -> None:
     """Train from `run.step` to `recipe.max_steps`, logging, validating and checkpointing on schedule; stops
     early on a signal (after saving a checkpoint) or a streak of non-finite steps (`_guard`; `run.status` says
-    which)."""
+    which); an fp16 run whose loss scale let it learn nothing ends diverged too (`Fp16Tally`)."""
     from tqdm.auto import tqdm
 
     r, say = run.recipe, run.say
@@ -386,6 +421,7 @@ def fit(run: TrainingRun) -> None:
     bar = tqdm(total=r.max_steps, initial=run.step, disable=not (tty and run.accelerator.is_main_process),
                dynamic_ncols=True, unit="step")
     stats, nan_streak = StepStats(), 0
+    fp16 = Fp16Tally()
     batches = iter(run.loader)
     run.model.train()
     with _stop_on_signals() as flag:
@@ -399,6 +435,7 @@ def fit(run: TrainingRun) -> None:
             run.tokens_seen += res["tokens"]
             run.train_seconds += time.perf_counter() - t0
             run.skipped_steps += int(res["skipped"])
+            fp16.add(run, res)
             nan_streak = _guard(run, res, nan_streak)
             if run.status == "diverged":
                 break
@@ -424,3 +461,5 @@ def fit(run: TrainingRun) -> None:
             if r.schedule == "wsd" and run.step == decay_start(r) and 0 < run.step < r.max_steps:
                 say(f"step {run.step}: lr decay starts; kept {run.save_checkpoint(NODECAY)} to continue from")
     bar.close()
+    if run.status == "finished":
+        fp16.check(run)

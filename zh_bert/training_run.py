@@ -14,10 +14,8 @@ checkpoints and run.json (`resumes`); any other difference is refused, naming th
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -26,10 +24,11 @@ from typing import Any, Callable, Optional
 from zh_bert import checkpoint as ckpt
 from zh_bert.curves import read_metrics
 from zh_bert.errors import ZhBertError
-from zh_bert.fileio import atomic_write, read_json
+from zh_bert.fileio import (atomic_write, check_dir_ours, claim_dir, open_append, read_json, refuse_overlap, remove_owned,
+                            remove_scratch, truncate_owned)
 from zh_bert.hardware import sdpa_backend
 from zh_bert.recipe import Recipe, changes_on_resume, save_recipe
-from zh_bert.rundir import GENERATOR, run_dir_entry, written_by_pretrain
+from zh_bert.rundir import FINAL, GENERATOR, final_entry, run_dir_entry, written_by_pretrain
 
 
 @dataclass
@@ -115,7 +114,7 @@ class MetricsLog:
         out.mkdir(parents=True, exist_ok=True)
         history = history or self.path
         if resume_step is None:
-            self.path.unlink(missing_ok=True)
+            truncate_owned(self.path)
         elif history.is_file():   # drop lines a killed run logged after its last checkpoint: they come again
             rows = [r for r in read_metrics(history) if r.get("step", 0) <= resume_step]
             with atomic_write(self.path) as f:
@@ -123,7 +122,7 @@ class MetricsLog:
         from torch.utils.tensorboard import SummaryWriter
 
         self.writer = SummaryWriter(str(out / "tb"))
-        self.file = open(self.path, "a", encoding="utf-8")
+        self.file = open_append(self.path)
 
     def write(self, row: dict) -> None:
         if not self.enabled:
@@ -166,46 +165,25 @@ def resume_point(recipe: Recipe, resume: str | None, warn: Callable[[str], None]
     return path, (None if same_run else path.resolve().parent.parent), changed
 
 
-def _inside(a: Path, b: Path) -> bool:
-    """Whether resolved path `a` is `b` or lies under it."""
-    return a == b or b in a.parents
-
-
 def check_out_dir(recipe: Recipe) -> bool:
-    """The ownership rule for out_dir, before anything is written (reads only; every process): pretrain
-    writes into a folder only if it is new, empty, or a run dir of its own (`rundir.written_by_pretrain`)
-    holding nothing but what zh-bert writes there; never the current directory (or one above it), never
-    an input (data, tokenizer, init_from: out_dir neither at, inside nor around one, except the data
-    cache inside out_dir), never inside data_cache. One line naming what is in the way. Returns whether
-    out_dir is new or empty (then a failed start takes away what it wrote: `release_out_dir`)."""
+    """Claim out_dir before anything is written (reads only; every process), through the ownership layer:
+    never the current directory (or one above it), never an input (data, tokenizer, init_from: out_dir
+    neither at, inside nor around one, except the data cache inside out_dir), never inside data_cache; an
+    existing folder only if it is a run dir of pretrain's own (`rundir.written_by_pretrain`) holding nothing
+    but what zh-bert writes there, and its `final/` only if final's manifest lists every file in it. Returns
+    whether out_dir is new or empty (then a failed start takes away what it wrote: `release_out_dir`)."""
     out = Path(recipe.out_dir)
-    where = f"out_dir {recipe.out_dir!r}"
-    real, cwd = out.resolve(), Path.cwd().resolve()
-    if _inside(cwd, real):
-        raise ZhBertError(f"{where} is the current directory{' or above it' if real != cwd else ''}: pretrain writes "
-                          f"metrics, checkpoints and final/ there; give the run a folder of its own, e.g. runs/NAME")
+    real = out.resolve()
     cache = Path(recipe.data_cache).resolve() if recipe.data_cache else real / "data"
-    for key, value in [("data", p) for p in recipe.data_paths] + [("tokenizer", recipe.tokenizer),
-                                                                   ("init_from", recipe.init_from)]:
-        p = Path(value).resolve() if value else None
-        if p is not None and (_inside(real, p) or (_inside(p, real) and not _inside(p, cache))):
-            raise ZhBertError(f"{where} and {key} {value} overlap: pretrain would write into or over its own "
-                              f"input; choose an out_dir apart from it")
-    if recipe.data_cache and _inside(real, cache):
-        raise ZhBertError(f"{where} is inside data_cache {recipe.data_cache}, which pretrain fills with data of its "
-                          f"own; choose an out_dir outside it")
-    if not os.path.lexists(out):
-        return True
-    if not out.is_dir():
-        raise ZhBertError(f"{where} exists and is not a directory; choose a new out_dir")
-    entries = sorted(out.iterdir())
     extra = (cache.relative_to(real).parts[0],) if cache != real and real in cache.parents else ()
-    foreign = [p.name for p in entries if p.is_symlink() or not run_dir_entry(p.name, p.is_dir(), extra)]
-    if foreign or (entries and not written_by_pretrain(out)):
-        what = (f"{', '.join(foreign[:3])}, which zh-bert pretrain did not write" if foreign else
-                f"{', '.join(p.name for p in entries[:3])} but no recipe.yaml or run.json of zh-bert pretrain")
-        raise ZhBertError(f"{where} holds {what}; refusing to write into it: choose a new out_dir")
-    return not entries
+    inputs = [*recipe.data_paths, recipe.tokenizer, recipe.init_from]
+    if recipe.data_cache and real not in cache.parents:   # a cache inside out_dir is the run's own; out_dir
+        refuse_overlap(out, [recipe.data_cache], "out_dir")  # inside (or at) the cache is not
+    fresh = claim_dir(out, inputs=inputs, allow_inside=[cache], flag="out_dir", what="zh-bert pretrain",
+                      legacy=lambda name, is_dir: run_dir_entry(name, is_dir, extra), proof=written_by_pretrain)
+    if (out / FINAL).is_dir():
+        check_dir_ours(out / FINAL, legacy=final_entry)   # replaced at the end of the run: refuse now, not then
+    return fresh
 
 
 def claim_out_dir(recipe: Recipe) -> list[Path]:
@@ -236,17 +214,9 @@ def release_out_dir(out: Path, made: list[Path], fresh: bool) -> None:
     if not fresh:
         return
     for p in (out.iterdir() if out.is_dir() else ()):
-        _remove_tree(p)
-    for d in made:   # deepest first
-        with contextlib.suppress(OSError):
-            d.rmdir()
-
-
-def _remove_tree(p: Path) -> None:
-    if p.is_dir() and not p.is_symlink():
-        shutil.rmtree(p, ignore_errors=True)
-    else:
-        p.unlink(missing_ok=True)
+        remove_scratch(p)
+    for d in made:   # deepest first; only while empty
+        remove_owned(d, listed={})
 
 
 def run_summary(run: TrainingRun) -> dict:

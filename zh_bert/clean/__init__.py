@@ -33,13 +33,13 @@ from zh_bert.clean.dedup import Deduplicator, MinHashConfig
 from zh_bert.clean.filters import FilterConfig
 from zh_bert.clean.normalize import NormalizeConfig
 from zh_bert.clean.readers import ReadOptions, expand_inputs, read_input
-from zh_bert.clean.report import Tally, read_report, report_path, written_by_clean
+from zh_bert.clean.report import Tally, is_clean_report, read_report, report_path, written_by_clean
 from zh_bert.clean.source import Problems, RawDoc
 from zh_bert.config import build_parser as _build_parser
 from zh_bert.config import config_from_args, option
 from zh_bert.errors import ZhBertError
 from zh_bert.executors import ExecutorOptions, start_method
-from zh_bert.fileio import atomic_write, recover, write_json
+from zh_bert.fileio import atomic_write, claim_file, recover, write_json
 
 __all__ = ["main", "clean", "build_parser", "report_path", "read_report", "CleanJob", "CleanConfig",
            "ReadOptions", "DocCleaner"]
@@ -50,7 +50,7 @@ class CleanJob:
     """`zh-bert clean INPUT... -o OUT.jsonl [options]` as one value: `clean(CleanJob(...))`. Only `config`
     reaches the worker processes; the rest is the main process's business."""
     inputs: list[str] = option(positional=True, metavar="INPUT",
-                               help="files or directories (recursive); .gz/.bz2 are decompressed on the fly")
+                               help="files or directories (recursive); .gz/.bz2/.xz are decompressed on the fly")
     output: str = option(flags=("-o",), metavar="OUT.jsonl|OUTDIR", help="output JSONL file; with --executor, "
                          "a directory of parts (part-00000.jsonl ...) and report.json")
     read: ReadOptions = field(default_factory=ReadOptions)
@@ -101,17 +101,20 @@ def _map_ordered(cfg: CleanConfig, batches: Iterable[list[RawDoc]], workers: int
 
 
 # --- outputs -------------------------------------------------------------------------------------
-def _prepare_output(out: Path) -> Path:
-    """Check `-o` before any work: leftovers of killed runs are removed, and an existing file is replaced
-    only when it is a clean output (its report beside it names it) or empty. Returns the report path."""
+def _prepare_output(out: Path, inputs: list[str]) -> Path:
+    """Claim `-o` and its report before any work: never an input nor a file inside an input directory (its
+    walk would read an earlier output back as input); leftovers of killed runs are removed; an existing
+    output is replaced only when it is a clean output (its report beside it names it) or empty, and an
+    existing report only when it is a clean report. Returns the report path."""
     rpath = report_path(out)
     if out.is_dir():
         raise ZhBertError(f"-o {out}: is a directory; give a file name such as {out}/docs.jsonl")
     for p in (out, rpath):
         recover(p)
-    if out.exists() and out.stat().st_size and not written_by_clean(out):
-        raise ZhBertError(f"-o {out}: exists and was not written by zh-bert clean (no {rpath.name} naming it "
-                          f"beside it); refusing to overwrite it")
+    claim_file(out, inputs=inputs, ours=lambda p: p.stat().st_size == 0 or written_by_clean(p),
+               what=f"an output of zh-bert clean (no {rpath.name} naming it beside it)")
+    claim_file(rpath, inputs=inputs, ours=is_clean_report, flag="-o's report",
+               what="a report of zh-bert clean")
     return rpath
 
 
@@ -158,7 +161,7 @@ def clean(job: CleanJob) -> dict | None:
         return clean_on_executor(job)
     t0 = time.time()
     read, cfg, out = job.read, job.config, Path(job.output)
-    rpath = _prepare_output(out)
+    rpath = _prepare_output(out, job.inputs)
     files, skipped = expand_inputs(job.inputs, output=str(out))
     if not files:
         raise ZhBertError(f"no input files found in {', '.join(job.inputs)}")

@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import gzip
 import os
-import shutil
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -39,15 +38,16 @@ from datatrove.pipeline.dedup.minhash import MinhashDedupBuckets
 
 from zh_bert.clean.cleaner import DocCleaner, batched
 from zh_bert.clean.dedup import LSHIndex, lsh_params
-from zh_bert.clean.readers import check_outdir_apart, expand_inputs, line_delimited, read_input
-from zh_bert.clean.report import Tally, file_digest, merge_report
+from zh_bert.clean.readers import expand_inputs, line_delimited, read_input
+from zh_bert.clean.report import Tally, file_digest, merge_report, read_report
 from zh_bert.clean.source import Problems
 from zh_bert.clean.work import (DISK_FULL, DiskFull, Work, running_task, task_spans, work_file, work_json,
                                 working_seconds)
 from zh_bert.corpus_io import CLEAN_REPORT, Segment, plan_shares
 from zh_bert.errors import ZhBertError
-from zh_bert.executors import JobMarker, Stage, check_engine, run_stages
-from zh_bert.fileio import atomic_write, read_json, recover, write_json
+from zh_bert.executors import JobMarker, Stage, check_engine, remove_stage_folder, run_stages
+from zh_bert.fileio import (atomic_write, open_for_write, read_json, recover, refuse_overlap, remove_scratch,
+                            truncate_owned, write_json)
 
 PART = "part-{:05d}.jsonl"
 _KEY_WORDS = 4   # a 16-byte exact key as 4 uint32 "hashes" of one datatrove bucket
@@ -123,7 +123,7 @@ class KeyRecords:
             order = np.lexsort([rec[:, j] for j in reversed(range(rec.shape[1]))])
             with work_file(folder / f"{self.rank:05d}.minhash.sig") as f:
                 f.write(rec[order].tobytes())
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        remove_scratch(self.tmp)
 
 
 class CleanTaskStep(_JobStep):
@@ -225,7 +225,7 @@ class DedupStep(_JobStep):
         for x in removed:
             by_rank[x >> 32].append(x & 0xFFFFFFFF)
         for r, idx in by_rank.items():
-            with work_file(work.removed(r)) as f:
+            with open_for_write(work.removed(r)) as f:
                 np.save(f, np.sort(np.asarray(idx, dtype=np.int64)))
         counts = {"exact": 0, "near": 0}
         for why in removed.values():
@@ -286,7 +286,7 @@ class WritePartStep(_JobStep):
                 out.close()
         path = Path(self.outdir) / name
         if docs == 0:
-            path.unlink()
+            truncate_owned(path)
         size, digest = file_digest(path) if docs else (0, None)
         self.stat_update("documents", value=docs)
         work_json(work.written(rank), {"name": name, "docs": docs, "chars": n_chars, "bytes": size,
@@ -315,7 +315,7 @@ class ReportStep(_JobStep):
                               f"none left after cleaning (filtered: {report['filtered'] or 'none'}; unreadable "
                               f"lines: {report['unreadable']['counts'] or 'none'}); nothing written")
         write_json(outdir / CLEAN_REPORT, report)
-        shutil.rmtree(work.root, ignore_errors=True)
+        remove_scratch(work.root)
 
 
 def clean_on_executor(job) -> dict | None:
@@ -325,7 +325,7 @@ def clean_on_executor(job) -> dict | None:
         raise ZhBertError(f"-o {out}: with --executor the output is a directory of parts; give a directory "
                           f"name such as {out.parent / out.name.split('.')[0]}/")
     check_engine(opts)   # before anything is written
-    check_outdir_apart(job.inputs, job.output)
+    refuse_overlap(out, job.inputs, "-o")   # emptied and filled with parts: never an input, around or in one
     files, skipped = expand_inputs(job.inputs)
     if not files:
         raise ZhBertError(f"no input files found in {', '.join(job.inputs)}")
@@ -336,7 +336,8 @@ def clean_on_executor(job) -> dict | None:
                 "compression": job.compression}
     marker = JobMarker(out, "zh-bert clean", settings)
     logdir = Path(opts.logging_dir) if opts.logging_dir else marker.state / "logs"
-    resumed = marker.claim(opts.force, logdir=logdir, done=CLEAN_REPORT,
+    resumed = marker.claim(opts.force, logdir=logdir, done=CLEAN_REPORT, inputs=job.inputs,
+                           finished=lambda d: read_report(d) is not None,
                            owned=lambda p: p.name == CLEAN_REPORT or p.name.lstrip(".").startswith("part-"))
     if resumed and (out / CLEAN_REPORT).is_file():
         return read_json(out / CLEAN_REPORT)
@@ -359,11 +360,11 @@ def clean_on_executor(job) -> dict | None:
 def _reset(out: Path, logdir: Path, stages: list[Stage]) -> None:
     """After a full disk: remove what this job wrote so far (work files, parts, its stages' completion
     markers, so that a rerun starts over), keeping only its marker: nothing half-done fills the disk."""
-    shutil.rmtree(Work(str(out)).root, ignore_errors=True)
+    remove_scratch(Work(str(out)).root)
     for stage in stages:
-        shutil.rmtree(logdir / stage.name, ignore_errors=True)
+        remove_stage_folder(logdir / stage.name)
     for p in out.glob("*part-*"):
-        p.unlink(missing_ok=True)
+        truncate_owned(p)
 
 
 def _clean_stages(job, out: Path, files: list[Path], skipped: list[str], tasks: int, workers: int) -> list[Stage]:

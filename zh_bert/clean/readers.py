@@ -11,6 +11,7 @@ import codecs
 import gzip
 import io
 import json
+import lzma
 import os
 import re
 import typing
@@ -30,7 +31,7 @@ Format = Literal["auto", "text", "jsonl", "json", "wikiextractor", "mediawiki"]
 DocSep = Literal["line", "blank", "file"]
 FORMATS = typing.get_args(Format)
 DOC_SEPS = typing.get_args(DocSep)
-# File name endings a directory walk picks up (after removing .gz/.bz2); anything else (README.md,
+# File name endings a directory walk picks up (after removing .gz/.bz2/.xz); anything else (README.md,
 # SOURCE.md, scripts) is skipped and listed in the report. Files named on the command line are always read.
 CORPUS_SUFFIXES = ("", ".txt", ".text", ".jsonl", ".json", ".xml")
 
@@ -88,20 +89,6 @@ def expand_inputs(inputs: list[str], output: str | None = None) -> tuple[list[Pa
         else:
             raise ZhBertError(f"{name}: no such file or directory")
     return files, skipped
-
-
-def check_outdir_apart(inputs: list[str], outdir: str) -> None:
-    """`clean --executor -o OUTDIR`: OUTDIR is emptied and filled with parts, so it must not be an input,
-    hold one, or lie inside an input directory (whose walk would read its parts back as input)."""
-    out = Path(outdir).resolve()
-    for name in inputs:
-        p = Path(name).resolve()
-        if p == out or p.is_relative_to(out):
-            what = "is the input" if p == out else "holds the input"
-            raise ZhBertError(f"-o {outdir}: {what} {name}; give an output directory apart from the inputs")
-        if p.is_dir() and out.is_relative_to(p):
-            raise ZhBertError(f"-o {outdir}: is inside the input directory {name}, whose parts a rerun would read "
-                              f"as input; give an output directory outside it")
 
 
 # Very frequent characters in both scripts: correctly decoded Chinese has ~20-30% of them, mojibake ~1%.
@@ -377,7 +364,7 @@ def read_input(path: Path, read: ReadOptions, problems: Problems,
     one-line error naming it (in-process or in a task), never a traceback."""
     try:
         yield from _read_format(path, read, problems, segment)
-    except (EOFError, zlib.error, gzip.BadGzipFile) as e:   # before OSError: BadGzipFile is one
+    except (EOFError, zlib.error, gzip.BadGzipFile, lzma.LZMAError) as e:   # before OSError: BadGzipFile is one
         raise ZhBertError(f"{path}: broken or truncated compressed file ({e or 'it ends early'}); "
                           f"download or compress it again") from None
     except OSError as e:   # bz2's "Invalid data stream", or the disk

@@ -67,6 +67,12 @@ def _read_dir_report(outdir: Path) -> dict | None:
     return report
 
 
+def is_clean_report(path: str | os.PathLike) -> bool:
+    """Whether `path` is a report `zh-bert clean` wrote (it names its output and counts its documents)."""
+    report = _load(Path(path))
+    return report is not None and "output" in report and "docs_out" in report
+
+
 def written_by_clean(out: str | os.PathLike) -> bool:
     """True when a clean report beside `out` names it: `out` is a clean output (possibly one whose
     replacement was interrupted), so a new run may replace it. Anything else is the user's file."""

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 MAX_RECORDED = 100  # file:line entries kept per problem kind in the report (counts are always exact)
-COMPRESSED = (".gz", ".bz2")
+COMPRESSED = (".gz", ".bz2", ".xz")   # zh_bert.corpus_io.open_binary reads each
 
 
 @dataclass
@@ -33,7 +33,7 @@ class Problems:
 
 
 def inner_name(path: Path) -> str:
-    """The lower-cased file name without a .gz/.bz2 ending (`wiki.xml.bz2` -> `wiki.xml`)."""
+    """The lower-cased file name without a .gz/.bz2/.xz ending (`wiki.xml.bz2` -> `wiki.xml`)."""
     name = path.name.lower()
     for ext in COMPRESSED:
         if name.endswith(ext):

@@ -7,19 +7,17 @@ import contextlib
 import errno
 import json
 import os
-import shutil
 import time
 from pathlib import Path
 
 from zh_bert.errors import ZhBertError
-from zh_bert.fileio import read_json
+from zh_bert.fileio import open_for_write, read_json, remove_scratch
 
 def work_file(path: Path):
     """Work files are written in place, not under temp names: a later stage reads them only after
     datatrove marked the task that wrote them complete, and a rerun of that task rewrites them (temp
     names would also land in the folders datatrove's bucket stage lists)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return open(path, "wb")
+    return open_for_write(path)
 
 
 def work_json(path: Path, obj) -> None:
@@ -92,6 +90,6 @@ def running_task(outdir: str, stage: str, rank: int, cwd: str):
         if e.errno not in DISK_FULL:
             raise ZhBertError(f"{e.filename or '-o ' + outdir}: {e.strerror or e} (stage {stage}, task {rank})") from None
         for p in list(work.root.rglob(f"{rank:05d}*")):
-            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+            remove_scratch(p)
         raise DiskFull(f"-o {outdir}: no space left on device (stage {stage}, task {rank}); the job's work files "
                        f"were removed: free some space, or give -o on another disk, and rerun") from None

@@ -21,7 +21,7 @@ from zh_bert.clean.report import file_digest, read_report
 from zh_bert.config import option
 from zh_bert.corpus_io import JOB_MARKER, corpus_files, document_text, iter_lines, line_number
 from zh_bert.errors import ZhBertError
-from zh_bert.fileio import atomic_dir, check_replaceable, read_json, recover
+from zh_bert.fileio import atomic_dir, atomic_write, claim_dir, open_for_write, read_json, recover
 from zh_bert.segment import DEFAULT_SEGMENTER, SEGMENTERS, Segmenter, check_segmenter
 from zh_bert.shard.encode import Packer, Specials, TextEncoder, build_pairs
 from zh_bert.sharddir import (FORMAT_VERSION, META, SPLIT_FILES, SPLITS, UNIGRAM_COUNTS, ids_dtype, split_file,
@@ -148,8 +148,8 @@ def _map_chunks(chunks: Iterator[Chunk], workers: int, encoder: TextEncoder, set
 class SplitWriter:
     def __init__(self, tmp: Path, split: str, seq_len: int, dtype: np.dtype, pairs: str | None, sp: Specials):
         self.tmp, self.split, self.seq_len, self.dtype, self.pairs = tmp, split, seq_len, dtype, pairs
-        self.f_ids = open(tmp / split_file(split, "ids.bin"), "wb")
-        self.f_ws = open(tmp / split_file(split, "word_start.bin"), "wb")
+        self.f_ids = open_for_write(tmp / split_file(split, "ids.bin"))
+        self.f_ws = open_for_write(tmp / split_file(split, "word_start.bin"))
         self.lengths, self.b_start, self.nsp, self.doc_starts = [], [], [], []
         self.rows = 0
         self.packer = None if pairs else Packer(seq_len, sp, self.write)
@@ -209,7 +209,7 @@ def write_npy(f, a: np.ndarray) -> None:
 
 
 def save_npy(path: Path, a: np.ndarray) -> None:
-    with open(path, "wb") as f:
+    with atomic_write(path, "wb") as f:
         write_npy(f, a)
 
 
@@ -332,21 +332,34 @@ def written_by_shard_job(out: Path) -> bool:
     return isinstance(marker, dict) and marker.get("command") == COMMAND
 
 
-def _up_to_date(out: Path, cache_key: str) -> bool:
-    """True when `out` holds shards with this cache key. Leftovers of an interrupted earlier build are
-    recovered first; an existing output that is not a shard dir this command wrote is refused."""
+def _shard_entry(name: str, is_dir: bool) -> bool:
+    """An entry of a SHARDDIR written before manifests: a one-part dir's files, or a multi-part job's."""
+    return (not is_dir and name in SHARD_FILES) or name == ".zh-bert" or PARTS_OWNED.fullmatch(name) is not None
+
+
+def shard_inputs(cfg: ShardConfig) -> list[str]:
+    """What a SHARDDIR must never be, hold or lie inside: the corpus, the tokenizer, the user dictionary."""
+    return [*cfg.corpus, cfg.tokenizer, cfg.user_dict or ""]
+
+
+def claim_output(out: Path, cfg: ShardConfig) -> None:
+    """Before any work: leftovers of an interrupted earlier build are recovered, then `out` is claimed
+    through the ownership layer: new or empty, or a shard dir this command wrote (every entry one of its
+    files, and its meta.json or a shard job's marker present); anything else is refused in one line."""
     recover(out)
-    if written_by_shard_job(out):   # replaced whole: every entry must be the job's own
-        foreign = sorted(p.name for p in out.iterdir() if p.name != ".zh-bert" and not owned_by_shard_job(p))
-        if foreign:
-            raise ZhBertError(f"{out}: exists and is not a shard directory (it holds {', '.join(foreign[:3])}); "
-                              f"refusing to overwrite it")
+    if os.path.lexists(out) and (not out.is_dir() or out.is_symlink()):
+        raise ZhBertError(f"-o {out}: exists and is not a shard directory; refusing to overwrite it")
+    claim_dir(out, inputs=shard_inputs(cfg), legacy=_shard_entry,
+              proof=lambda p: (p / META).is_file() or written_by_shard_job(p), what="a shard directory")
+
+
+def _up_to_date(out: Path, cache_key: str) -> bool:
+    """True when `out` (claimed: `claim_output`) holds shards with this cache key; a multi-part SHARDDIR of
+    a shard job is replaced whole by an in-process build."""
+    if written_by_shard_job(out) or not (out / META).is_file():
         return False
-    check_replaceable(out, META, SHARD_FILES.__contains__, "a shard directory")
-    if (out / META).is_file():
-        old = read_json(out / META, default={})
-        return isinstance(old, dict) and old.get("cache_key") == cache_key
-    return False
+    old = read_json(out / META, default={})
+    return isinstance(old, dict) and old.get("cache_key") == cache_key
 
 
 def sample_texts(paths: list[Path]) -> list[str]:
@@ -414,13 +427,14 @@ def shard_meta(cfg: ShardConfig, info: dict, cache_key: str, counts: dict, total
 def build_in_process(cfg: ShardConfig) -> Path:
     """Write the shard dir `cfg.output` (atomically) unless it already holds these shards; returns its path."""
     t0 = time.perf_counter()
+    out = Path(cfg.output)
+    claim_output(out, cfg)
     paths = corpus_files(cfg.corpus)
     n_docs = _count_docs(paths)
     n_valid = cfg.valid_docs if cfg.valid_docs is not None else (min(1000, n_docs // 100) if n_docs >= 100 else 0)
     if n_valid >= n_docs and cfg.valid_fraction is None:
         raise ZhBertError(f"--valid-docs {n_valid} must be in [0, {n_docs}) for {n_docs} documents")
     tok, info, zero_ids = tokenizer_info(cfg.tokenizer)
-    out = Path(cfg.output)
     hashes = [file_sha256(p) for p in paths]
     cache_key = _cache_key(cfg, hashes, info["tokenizer_fingerprint"])
     if _up_to_date(out, cache_key):
@@ -429,7 +443,7 @@ def build_in_process(cfg: ShardConfig) -> Path:
     valid = None if cfg.valid_fraction is not None else \
         np.sort(np.random.default_rng([cfg.seed, 1]).choice(n_docs, size=n_valid, replace=False))
     encoder = make_encoder(tok, cfg, sample_texts(paths))
-    with atomic_dir(out, overwrite=True) as tmp:
+    with atomic_dir(out, overwrite=True, legacy=_shard_entry) as tmp:
         counts, unigram, totals = write_splits(tmp, cfg, info, iter_chunks(paths), encoder, valid, cfg.workers)
         check_not_empty(counts, cfg, ", ".join(map(str, paths)))
         unigram[zero_ids] = 0

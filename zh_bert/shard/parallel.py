@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -24,11 +23,11 @@ from datatrove.pipeline.base import PipelineStep
 from zh_bert.corpus_io import corpus_files, iter_lines, line_number, plan_shares, segment_raw_lines
 from zh_bert.errors import ZhBertError
 from zh_bert.executors import ExecutorOptions, JobMarker, Stage, run_stages
-from zh_bert.fileio import atomic_dir, atomic_write, read_json, write_json
+from zh_bert.fileio import atomic_dir, atomic_write, read_json, refuse_overlap, remove_scratch, write_json
 from zh_bert.segment import Segmenter
 from zh_bert.shard.build import (COMMAND, Lines, ShardConfig, check_files, check_not_empty, owned_by_shard_job,
-                                 chunk_lines, file_sha256, make_encoder, sample_texts, save_npy, shard_meta,
-                                 summary, tokenizer_info, write_npy, write_splits)
+                                 chunk_lines, file_sha256, make_encoder, sample_texts, save_npy, shard_inputs,
+                                 shard_meta, summary, tokenizer_info, write_npy, write_splits)
 from zh_bert.shard.encode import TextEncoder
 from zh_bert.sharddir import (FORMAT_VERSION, META, PART_META, SPLITS, UNIGRAM_COUNTS, part_name, read_meta,
                               write_meta)
@@ -198,20 +197,28 @@ def _task_error(out: Path) -> str | None:
     return None
 
 
+def _finished_sharddir(out: Path) -> bool:
+    """Whether `out`'s meta.json is one a shard build wrote (not a user's file of that name)."""
+    meta = read_json(out / META, default=None)
+    return isinstance(meta, dict) and "format_version" in meta
+
+
 def build_parts(cfg: ShardConfig, opts: ExecutorOptions) -> Path:
     """Write the multi-part SHARDDIR `cfg.output` on `opts.executor`; returns its path (for Slurm: once
     the jobs are submitted)."""
-    cfg, job = _plan_job(cfg, opts)
     out = Path(cfg.output)
+    refuse_overlap(out, shard_inputs(cfg), "-o")   # before the corpus is read
+    cfg, job = _plan_job(cfg, opts)
     marker = JobMarker(out, COMMAND, job["settings"])
     logdir = Path(opts.logging_dir) if opts.logging_dir else out / ".zh-bert" / "logs"
-    resumed = marker.claim(opts.force, owned_by_shard_job, logdir, done=META)
+    resumed = marker.claim(opts.force, owned_by_shard_job, logdir, done=META, inputs=shard_inputs(cfg),
+                           finished=_finished_sharddir)
     job["key"] = marker.job["key"]
     stages = _shard_stages(job)
     if resumed and (out / META).is_file():
         print(f"zh-bert shard: {out} is up to date (same inputs and settings, job {job['key']})")
         return out
-    shutil.rmtree(out / ".zh-bert" / "errors", ignore_errors=True)
+    remove_scratch(out / ".zh-bert" / "errors")
     try:
         ran = run_stages(stages, opts, cfg.workers, logdir)
     except Exception:

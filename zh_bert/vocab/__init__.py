@@ -18,9 +18,9 @@ from pathlib import Path
 from zh_bert.config import build_parser as _build_parser
 from zh_bert.config import config_from_args
 from zh_bert.errors import ZhBertError
-from zh_bert.fileio import read_json, write_json
+from zh_bert.fileio import claim_file, read_json, write_json
 from zh_bert.vocab.build import KINDS, META_FILE, VocabConfig, VocabOptions, build_vocab
-from zh_bert.vocab.report import ReportConfig, format_reports, vocab_report, vocab_reports
+from zh_bert.vocab.report import ReportConfig, format_reports, is_vocab_report, vocab_report, vocab_reports
 
 __all__ = ["main", "build_vocab", "VocabConfig", "VocabOptions", "KINDS", "vocab_report", "vocab_reports",
            "ReportConfig"]
@@ -45,6 +45,9 @@ def report_main(argv: list[str]) -> int:
     if cfg.json_path and Path(cfg.json_path).is_dir():  # before the work, not after it
         raise ZhBertError(f"--json {cfg.json_path}: is a directory; give a file name such as "
                           f"{Path(cfg.json_path) / 'report.json'}")
+    if cfg.json_path:   # never an input (the corpus, a tokenizer's own file) nor a file of the user's
+        claim_file(cfg.json_path, inputs=[cfg.tokdir, *cfg.compare, *cfg.text], ours=is_vocab_report, flag="--json",
+                   what="a vocab report zh-bert wrote")
     reports = vocab_reports(cfg)
     print(format_reports(reports))
     if cfg.json_path:

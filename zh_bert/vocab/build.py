@@ -35,7 +35,7 @@ from typing import Iterable, Literal, Optional
 
 from zh_bert.config import option
 from zh_bert.errors import ZhBertError
-from zh_bert.fileio import atomic_dir, check_replaceable, read_vocab_txt, recover
+from zh_bert.fileio import atomic_dir, claim_dir, read_vocab_txt, recover, write_bytes, write_text
 from zh_bert.vocab.counts import CorpusCounts, CorpusStream, by_frequency, continuation_counts, count_corpus
 from zh_bert.vocab.spm import SPM_SAMPLE_MB, spm_tokenizer, train_sentencepiece
 from zh_bert.vocab.tokenizer_json import (SPECIALS, bert_tokenizer, special_layout, special_tokens_map,
@@ -246,23 +246,24 @@ TOKDIR_FILES = frozenset({"tokenizer.json", "tokenizer_config.json", "special_to
                           "spiece.model", META_FILE})
 
 
+def _tokdir_entry(name: str, is_dir: bool) -> bool:
+    return not is_dir and name in TOKDIR_FILES
+
+
 def write_tokdir(out: Path, tk, tokens: list[str], kind: str, extra: dict[str, bytes], meta: dict) -> None:
     """Write every file of a TOKDIR into `out` (a fresh temp dir: the caller renames it when complete)."""
     out.mkdir(parents=True, exist_ok=True)
     out.chmod(0o755)  # a temp dir is created 0700; the TOKDIR is meant to be shared like any model dir
     # tokenizers' own save() reports a full disk as a bare Exception; Python's write gives the OSError (errno)
     # that atomic_dir turns into the one-line disk error. Same bytes as save().
-    (out / "tokenizer.json").write_text(tk.to_str(pretty=True), encoding="utf-8")
-    (out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(kind), ensure_ascii=False, indent=2)
-                                               + "\n", encoding="utf-8")
-    (out / "special_tokens_map.json").write_text(json.dumps(special_tokens_map(), indent=2) + "\n",
-                                                 encoding="utf-8")
+    write_text(out / "tokenizer.json", tk.to_str(pretty=True))
+    write_text(out / "tokenizer_config.json", json.dumps(tokenizer_config(kind), ensure_ascii=False, indent=2) + "\n")
+    write_text(out / "special_tokens_map.json", json.dumps(special_tokens_map(), indent=2) + "\n")
     if kind != "sentencepiece":  # BERT-style: vocab.txt for transformers 4.x / original BERT code
-        (out / "vocab.txt").write_text("\n".join(tokens) + "\n", encoding="utf-8")
+        write_text(out / "vocab.txt", "\n".join(tokens) + "\n")
     for name, data in extra.items():
-        (out / name).write_bytes(data)
-    (out / "zh_bert_vocab.json").write_text(json.dumps(meta, ensure_ascii=False, indent=2) + "\n",
-                                            encoding="utf-8")
+        write_bytes(out / name, data)
+    write_text(out / "zh_bert_vocab.json", json.dumps(meta, ensure_ascii=False, indent=2) + "\n")
 
 
 def verify_tokdir(tokdir: Path, tk, tokens: list[str], sample: list[str]) -> None:
@@ -291,9 +292,10 @@ def build_vocab(config: VocabConfig) -> Path:
     verified); returns its path. Its zh_bert_vocab.json says what was built."""
     out, o = Path(config.output), config.options
     recover(out)
-    if out.exists() and not config.force:
+    if out.exists() and not config.force:   # the hint first; what --force may replace is the layer's to say
         raise ZhBertError(f"{out}: output directory exists; pass --force to replace it")
-    check_replaceable(out, META_FILE, TOKDIR_FILES.__contains__, "a tokenizer dir written by zh-bert vocab")
+    claim_dir(out, inputs=[*config.corpus, o.base_vocab], legacy=_tokdir_entry, force=config.force, need_force=True,
+              proof=lambda p: (p / META_FILE).is_file(), what="a tokenizer dir written by zh-bert vocab")
     if o.base_vocab:
         load_base_vocab(o.base_vocab)  # a bad --base-vocab is refused before the corpus is read
     t0 = time.perf_counter()
@@ -307,7 +309,7 @@ def build_vocab(config: VocabConfig) -> Path:
         "tokenizer_class": tokenizer_config(o.kind)["tokenizer_class"],
         "encoding": ENCODING_NOTE[o.kind], **{k: v for k, v in stats.items() if v is not None},
     }
-    with atomic_dir(out, overwrite=config.force) as tmp:
+    with atomic_dir(out, overwrite=config.force, legacy=_tokdir_entry) as tmp:
         write_tokdir(tmp, tk, tokens, o.kind, extra, meta)
         verify_tokdir(tmp, tk, tokens, docs.head)
     return out

@@ -47,6 +47,11 @@ def _encode_batch(tok, texts: list[str]) -> list[tuple[list[int], list[tuple[int
     return list(zip(enc["input_ids"], enc["offset_mapping"]))
 
 
+REPORT_FORMAT = "zh-bert vocab report"   # the `written_by` of every report: what `--json` may replace
+REPORT_KEYS = frozenset({"tokdir", "kind", "vocab_size", "docs", "chars", "tokens", "unk_tokens", "unk_rate",
+                         "chars_per_token", "char_coverage", "distinct_chars", "distinct_chars_unk", "top_unk_chars"})
+
+
 def vocab_report(tokdir: str | Path, texts: list[str], top_unk: int = 10) -> dict:
     """Statistics of `texts` encoded with the tokenizer in `tokdir` (characters exclude whitespace)."""
     tokdir = Path(tokdir)
@@ -68,6 +73,7 @@ def vocab_report(tokdir: str | Path, texts: list[str], top_unk: int = 10) -> dic
                 n_unk_chars += len(span)
     n_chars = sum(chars.values())
     return {
+        "written_by": REPORT_FORMAT,
         "tokdir": str(tokdir),
         "kind": meta.get("kind") or type(tok).__name__,
         "vocab_size": len(tok),
@@ -82,6 +88,16 @@ def vocab_report(tokdir: str | Path, texts: list[str], top_unk: int = 10) -> dic
         "distinct_chars_unk": len(unk_chars),
         "top_unk_chars": [[c, n] for c, n in unk_chars.most_common(top_unk)],
     }
+
+
+def is_vocab_report(path: str | Path) -> bool:
+    """Whether `path` is the JSON `vocab report --json` writes (one report, or a list of them): each carries
+    `written_by` (or, from before that field, every key a report has), so a user's JSON never passes."""
+    obj = read_json(path, default=None)
+    items = obj if isinstance(obj, list) else [obj]
+    return bool(items) and all(isinstance(r, dict) and (r.get("written_by") == REPORT_FORMAT or
+                                                        (REPORT_KEYS <= r.keys() and "written_by" not in r))
+                               for r in items)
 
 
 def format_reports(reports: list[dict]) -> str:

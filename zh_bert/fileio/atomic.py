@@ -11,18 +11,16 @@ import shutil
 import signal
 import tempfile
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Iterator
 
 from zh_bert.errors import ZhBertError
+from zh_bert.fileio.claims import _ACTIVE, MANIFEST, _check_replace_file, check_dir_ours
 
 
 def _tmp_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp-{os.getpid()}")
 
 
-# Temp and old paths this process is using right now: a leftover carrying our own pid but not in here
-# was left by an earlier, interrupted call in this process (or a killed process whose pid we now have).
-_ACTIVE: set[Path] = set()
 # errnos that mean "the disk or the file system said no", not a bug: one line naming the path.
 _DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG, errno.EACCES, errno.EPERM}
 
@@ -55,17 +53,27 @@ def _remove_made(made: list[Path]) -> None:
             d.rmdir()  # only if still empty
 
 
+class DiskError(ZhBertError):
+    """A full or read-only disk, as one line naming the output; `cause` is the OSError."""
+
+    def __init__(self, path: Path, cause: OSError):
+        super().__init__(f"{path}: cannot write ({cause.strerror or cause}); nothing was changed")
+        self.cause = cause
+
+
 def _disk_error(path: Path, e: OSError) -> ZhBertError:
-    return ZhBertError(f"{path}: cannot write ({e.strerror or e}); nothing was changed")
+    return DiskError(path, e)
 
 
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
     """Open a temp file beside `path`; rename it onto `path` only if the block finishes without error.
-    A full disk or a read-only folder is a one-line ZhBertError naming `path`; `path` is then unchanged."""
+    An existing `path` is replaced only where zh-bert owns it (`may_replace`). A full disk or a read-only
+    folder is a one-line ZhBertError naming `path`; `path` is then unchanged and no temp file is left."""
     path = Path(path)
     if path.is_dir():
         raise ZhBertError(f"{path}: is a directory; give a file name")
+    _check_replace_file(path)
     tmp, made = _tmp_name(path), []
     try:
         made = _make_parents(path)
@@ -77,15 +85,18 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None 
         raise
     try:
         yield f
-        f.flush()
-        os.fsync(f.fileno())
-        f.close()
+        try:
+            f.flush()
+            os.fsync(f.fileno())
+        finally:
+            f.close()
         fault_point(f"written:{path.name}")
         os.replace(tmp, path)
         fault_point(f"replaced:{path.name}")
     except BaseException as e:
-        f.close()
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(OSError):
+            f.close()   # a full disk makes close() flush and fail again: the temp file goes all the same
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
         _remove_made(made)
         if isinstance(e, OSError) and e.errno in _DISK_ERRNOS:
@@ -194,16 +205,21 @@ def replace_dir(tmp: Path, path: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_dir(path: str | os.PathLike, overwrite: bool = False) -> Iterator[Path]:
-    """Yield a fresh temp directory beside `path`; on success it replaces `path` (see `replace_dir`).
+def atomic_dir(path: str | os.PathLike, overwrite: bool = False, legacy=None) -> Iterator[Path]:
+    """Yield a fresh temp directory beside `path`; on success it replaces `path` (see `replace_dir`) and
+    carries `MANIFEST` (every file in it), the proof a later replace or delete asks for.
 
     Leftovers of interrupted earlier runs are recovered first (`recover`). If `path` exists and `overwrite`
-    is False, FileExistsError is raised before anything is written. A full disk is a one-line ZhBertError.
+    is False, FileExistsError is raised before anything is written; with `overwrite`, a `path` holding an
+    entry that neither its manifest nor `legacy` (name, is_dir) -> bool of a writer's older outputs
+    lists is refused in one line (`check_dir_ours`). A full disk is a one-line ZhBertError.
     """
     path = Path(path)
     recover(path)
     if path.exists() and not overwrite:
         raise FileExistsError(path)
+    if os.path.lexists(path):
+        check_dir_ours(path, legacy)
     made = []
     try:
         made = _make_parents(path)
@@ -219,11 +235,14 @@ def atomic_dir(path: str | os.PathLike, overwrite: bool = False) -> Iterator[Pat
     os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700; a published dir should read like any other
     try:
         yield tmp
+        write_dir_manifest(tmp)
         fault_point(f"written:{path.name}")
         replace_dir(tmp, path)
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
         _remove_made(made)
+        if isinstance(e, DiskError):   # a file inside the temp dir: the user knows the output, not the temp name
+            raise _disk_error(path, e.cause) from None
         if isinstance(e, OSError) and e.errno in _DISK_ERRNOS:
             raise _disk_error(path, e) from None
         raise
@@ -231,63 +250,13 @@ def atomic_dir(path: str | os.PathLike, overwrite: bool = False) -> Iterator[Pat
         _ACTIVE.discard(tmp)
 
 
-def check_replaceable(path: str | os.PathLike, marker: str, allowed, what: str) -> None:
-    """Refuse (one line) to replace an existing `path` that this command did not write: a directory is
-    replaceable when it is empty, or holds `marker` and nothing but plain files `allowed(name)` accepts.
-    Guards `--force` and rebuilds against deleting a folder that happens to be named like the output."""
-    path = Path(path)
-    if not os.path.lexists(path):
-        return
-    if not path.is_dir() or path.is_symlink():
-        raise ZhBertError(f"{path}: exists and is not {what}; refusing to overwrite it")
-    entries = list(path.iterdir())
-    if not entries:
-        return
-    foreign = [p.name for p in entries if not (p.is_file() and not p.is_symlink() and allowed(p.name))]
-    if not (path / marker).is_file() or foreign:
-        extra = f" (it holds {', '.join(sorted(foreign)[:3])})" if foreign else f" (no {marker})"
-        raise ZhBertError(f"{path}: exists and is not {what}{extra}; refusing to overwrite it")
-
-
-def read_text(path: str | os.PathLike, encoding: str = "utf-8") -> str:
-    """A whole text file, or a one-line ZhBertError saying it is missing or not valid `encoding`."""
-    path = Path(path)
-    if not path.is_file():
-        raise ZhBertError(f"{path}: no such file")
-    try:
-        return path.read_text(encoding=encoding)
-    except UnicodeDecodeError as e:
-        raise ZhBertError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-
-
-_MISSING = object()
-
-
-def read_json(path: str | os.PathLike, default: Any = _MISSING) -> Any:
-    """A whole JSON file; a missing, unreadable or broken file is a one-line ZhBertError naming the file
-    and the line, or `default` when one is given (for optional files: a run's summary, a card's metrics)."""
-    path = Path(path)
-    try:
-        return json.loads(read_text(path))
-    except (ZhBertError, OSError) as e:
-        if default is not _MISSING:
-            return default
-        if isinstance(e, ZhBertError):
-            raise
-        raise ZhBertError(f"{path}: cannot read ({e.strerror or e})") from None
-    except json.JSONDecodeError as e:
-        if default is not _MISSING:
-            return default
-        raise ZhBertError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
-
-
-def read_vocab_txt(path: str | os.PathLike) -> list[str]:
-    """Tokens of a BERT vocab.txt, one per line. Split on '\\n' only: Google's vocab has U+2028 inside
-    two entries, and str.splitlines() would shift every later id."""
-    text = Path(path).read_text(encoding="utf-8")
-    if text.endswith("\n"):
-        text = text[:-1]
-    return [t.rstrip("\r") for t in text.split("\n")] if text else []
+def write_dir_manifest(folder: str | os.PathLike) -> None:
+    """`MANIFEST`: the relative path of every file under `folder`, sorted; written last, by the layer only.
+    Names only, so that an output reproducible byte for byte stays so."""
+    folder = Path(folder)
+    files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")
+                   if p.is_file() and not p.is_symlink() and p.name != MANIFEST)
+    write_json(folder / MANIFEST, {"written_by": "zh-bert", "files": files}, indent=1)
 
 
 def write_vocab_txt(path: str | os.PathLike, tokens: list[str]) -> None:
