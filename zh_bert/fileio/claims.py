@@ -56,8 +56,11 @@ def is_claimed(path: str | os.PathLike) -> bool:
     real = Path(path).resolve()
     if STATE_DIR in real.parts:   # the state folder a job keeps inside its output, proven by its job marker
         root = Path(*real.parts[:real.parts.index(STATE_DIR) + 1])
-        if (root / "job.json").is_file():   # (workers of any engine see it, whatever their environment)
+        if (root / "job.json").is_file():
             return True
+    if (real.parent / STATE_DIR / "job.json").is_file():
+        return True   # a part of an executor job's OUTDIR, which the job claimed before any work: its workers
+        #               (forkserver, Slurm, Ray) may not inherit the environment the claim is recorded in
     return any(_inside(real, c) for c in _claims()) or any(_inside(real, t.resolve()) for t in _ACTIVE)
 
 
