@@ -379,9 +379,9 @@ def _guard(run: TrainingRun, res: dict, streak: int) -> int:
 
 
 class Fp16Tally:
-    """What the loss scaler did to this session's steps. A scale far too high skips step after step for
-    overflow; one far too low rounds every gradient to 0 in fp16: either way the run 'finishes' having
-    learned nothing, which must not end with exit 0 (`check`)."""
+    """What the loss scaler did to the steps this command ran (a resume counts its own). A scale far too
+    high skips step after step for overflow; one far too low rounds every gradient to 0 in fp16: either
+    way the run 'finishes' having learned nothing, which must not end with exit 0 (`check`)."""
 
     def __init__(self):
         self.steps = self.overflows = self.applied = self.nonzero = 0
