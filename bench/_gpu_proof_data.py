@@ -24,7 +24,7 @@ from concurrent.futures import ProcessPoolExecutor
 from datetime import date
 from pathlib import Path
 
-from zh_bert.fileio import atomic_write, copy_file, remove_scratch, write_bytes, write_text
+from zh_bert.core.fileio import atomic_write, copy_file, remove_scratch, write_bytes, write_text
 
 REPO = Path(__file__).resolve().parent.parent
 SCIENCE_CORPUS = REPO.parent / "shared" / "data" / "zh_real_text"
@@ -114,7 +114,7 @@ def unpack(data: Path, manifest: dict, name: str, work: Path) -> tuple[Path, Pat
 def prepare(dest: Path, quick: bool, corpus: Path | None, command: str, log=print) -> dict:
     """Build DIR (`dest`, new or empty): main data always, science data from `corpus` when it exists (a
     --quick toy falls back to the bundled sample, saying so); returns the manifest."""
-    from zh_bert.fileio import atomic_dir
+    from zh_bert.core.fileio import atomic_dir
 
     t0 = time.time()
     with atomic_dir(dest, overwrite=False) as tmp:
@@ -179,17 +179,17 @@ def _science_text(corpus: Path, work: Path, quick: bool) -> list[Path]:
 def _dataset(dest: Path, name: str, text: list[Path], work: Path, quick: bool, log, correction: bool = False) -> dict:
     """clean -> char vocab -> shards (seq 128) of `text` through zh-bert's own pipeline, then tokenizer copied
     and shards packed under dest/name; with `correction`, the similar-word table is built first and shipped."""
-    from zh_bert.data import ShardDataset
-    from zh_bert.pipeline import prepare_data
-    from zh_bert.recipe import load_recipe
-    from zh_bert.sharddir import read_meta
+    from zh_bert.train.data import ShardDataset
+    from zh_bert.corpus.pipeline import prepare_data
+    from zh_bert.train.recipe import load_recipe
+    from zh_bert.corpus.sharddir import read_meta
 
     recipe = load_recipe(None, {"data": [str(p) for p in text], "vocab_kind": "char", "vocab_size": VOCAB_SIZE,
                                 "valid_docs": 20 if quick else 200, "seq_len": 128,
                                 "data_cache": str(work / f"cache-{name}"), "out_dir": str(work / f"run-{name}")})
     prepared = prepare_data(recipe, log=lambda m: log(f"[prepare {name}] {m}"))
     if correction:
-        from zh_bert.similar_words import load_or_build
+        from zh_bert.corpus.similar_words import load_or_build
 
         load_or_build(ShardDataset(prepared.sharddir, "train"), log=lambda m: log(f"[prepare {name}] {m}"))
     for p in sorted(prepared.tokdir.iterdir()):

@@ -54,7 +54,7 @@ def precisions(device: torch.device) -> list[str]:
     """The precisions this device computes natively: fp32 everywhere; TF32 and bf16 from Ampere on; fp16
     on every GPU (Pascal's GP102 slowly) and, through zh-bert's own scaler, on a CPU."""
     if device.type == "cpu":
-        from zh_bert.hardware import cpu_supports_bf16
+        from zh_bert.core.hardware import cpu_supports_bf16
 
         return ["fp32", "fp16"] + (["bf16"] if cpu_supports_bf16() else [])
     major, _ = torch.cuda.get_device_capability(device)
@@ -116,7 +116,7 @@ def _plan_spec(device: torch.device):
     assumed utilisation are what the measurement corrects."""
     if device.type != "cuda":
         return None
-    from zh_bert.hardware import GPUS
+    from zh_bert.core.hardware import GPUS
 
     cap = tuple(torch.cuda.get_device_capability(device))
     return next((s for s in GPUS.values() if s.capability == cap), None)
@@ -128,7 +128,7 @@ def throughput_section(ctx) -> dict:
     from train_throughput import bench_pair, real_batches
     from transformers.utils import logging as hf_logging
 
-    from zh_bert.model import build_config, flops_per_token
+    from zh_bert.train.model import build_config, flops_per_token
 
     hf_logging.set_verbosity_error()
     cuda = ctx.device.type == "cuda"
@@ -157,7 +157,7 @@ def throughput_section(ctx) -> dict:
                    "trainer_useful_flop_utilisation": round(base * fpt / ctx.peaks[prec], 4) if trainer_side else None}
             if not trainer_side:
                 row["trainer_note"] = ("Trainer not run for fp16 on a CPU (Accelerate would compute it in fp32); "
-                                       "zh-bert timed alone (zh_bert.plan_measure.measure, random ids)")
+                                       "zh-bert timed alone (zh_bert.plan.measure.measure, random ids)")
             if spec is not None and prec in ("fp32", "tf32", "fp16", "bf16"):
                 key = "fp32" if prec == "tf32" else prec
                 peak = spec.peak_tflops(key) * 1e12
@@ -177,7 +177,7 @@ def throughput_section(ctx) -> dict:
 
 
 def _zh_bert_alone(model: str, batch: int, seq: int, precision: str, steps: int) -> float:
-    from zh_bert.plan_measure import measure
+    from zh_bert.plan.measure import measure
 
     return measure(model, seq, batch, precision, steps=steps, device="cpu")["tokens_per_s"]
 
@@ -195,7 +195,7 @@ def memory_section(ctx) -> dict:
     (bench/plan_memory_check.py's method; the allocator's figure does not exist there)."""
     rows = []
     if ctx.device.type == "cuda":
-        from zh_bert.hardware import decide_precision
+        from zh_bert.core.hardware import decide_precision
 
         auto, _ = decide_precision("auto", tuple(torch.cuda.get_device_capability(ctx.device)))
         for prec in dict.fromkeys([auto, "fp32"]):
@@ -205,7 +205,7 @@ def memory_section(ctx) -> dict:
                                  "skipped": "time budget"})
                     continue
                 rows.append(_cuda_case(ctx, model, mb, seq, prec))
-        method = "torch.cuda.max_memory_allocated over 2 timed steps (zh_bert.plan_measure.measure)"
+        method = "torch.cuda.max_memory_allocated over 2 timed steps (zh_bert.plan.measure.measure)"
     else:
         import plan_memory_check as pmc
 
@@ -240,8 +240,8 @@ def _rss_peaks(cases: list[tuple]) -> list[float]:
 
 def _cuda_case(ctx, model: str, mb: int, seq: int, prec: str) -> dict:
     """One shape on the GPU: measured peak allocated/reserved and device use vs the plan's figures."""
-    from zh_bert.memory_model import GiB, ModelShape, estimate_memory, model_config
-    from zh_bert.plan_measure import measure
+    from zh_bert.plan.memory_model import GiB, ModelShape, estimate_memory, model_config
+    from zh_bert.plan.measure import measure
 
     gc.collect()
     torch.cuda.empty_cache()

@@ -1,7 +1,7 @@
 """gpu_proof sections that train: fp16 against fp32 from the same init, kill -9 + `--resume auto` of a real
-`python -m zh_bert pretrain` process, and the --science objective grid (`zh_bert.ablate`).
+`python -m zh_bert pretrain` process, and the --science objective grid (`zh_bert.evaluation.ablate`).
 
-All of them run zh-bert's own entry points on the prepared shards (`zh_bert.pretrain.train`, the CLI, the
+All of them run zh-bert's own entry points on the prepared shards (`zh_bert.train.pretrain.train`, the CLI, the
 ablation machinery) rather than re-implementing a loop: what is proven is what a user runs."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import time
 from dataclasses import fields
 from pathlib import Path
 
-from zh_bert.fileio import open_append, open_for_write, write_text
+from zh_bert.core.fileio import open_append, open_for_write, write_text
 
 REPO = Path(__file__).resolve().parent.parent
 BASE_RECIPE = REPO / "recipes" / "tiny-cpu.yaml"
@@ -28,7 +28,7 @@ GRID = ("mlm+wwm", "mlm+correction", "electra")
 def recipe_for(ctx, dataset: str, overrides: dict):
     """tiny-cpu.yaml on the prepared `dataset`, with `overrides`; keys this zh-bert does not know yet
     (deterministic, tf32: newer recipe keys) are dropped rather than refused."""
-    from zh_bert.recipe import Recipe, load_recipe
+    from zh_bert.train.recipe import Recipe, load_recipe
 
     tok, shards = ctx.dataset(dataset)
     known = {f.name for f in fields(Recipe)}
@@ -37,7 +37,7 @@ def recipe_for(ctx, dataset: str, overrides: dict):
 
 
 def _loss_rows(run: Path) -> list[dict]:
-    from zh_bert.curves import read_metrics
+    from zh_bert.train.curves import read_metrics
 
     return [r for r in read_metrics(run / "metrics.jsonl") if "loss" in r]
 
@@ -52,7 +52,7 @@ def fp16_section(ctx) -> dict:
     """The same recipe from the same init (same seed: same weights, data order and masks) in fp32 and in fp16
     with zh-bert's dynamic loss scaler: loss curves side by side, their largest relative gap, the scale's
     trace and the steps the scaler skipped."""
-    from zh_bert.pretrain import train
+    from zh_bert.train.pretrain import train
 
     steps = 8 if ctx.quick else 300
     batch = 4 if ctx.quick else 32   # fp16 matmuls on a CPU without fp16 units run at ~1/40 of fp32
@@ -158,7 +158,7 @@ def _tail(log: Path, n: int = 3) -> str:
 def _kill_then_resume(cmd: list[str], run: Path, env: dict, step: int, last: int, log: Path) -> int:
     """Start `cmd`, SIGKILL it as soon as the checkpoint of `step` is complete, check the kill landed
     mid-run, rerun with `--resume auto`; returns the last step the killed process logged."""
-    from zh_bert.checkpoint import step_dir_name
+    from zh_bert.train.checkpoint import step_dir_name
 
     marker = run / "checkpoints" / step_dir_name(step) / "trainer_state.json"
     with open_for_write(log, "w") as f:
@@ -193,8 +193,8 @@ def science_overrides(ctx, vocab: int) -> dict:
     if ctx.quick:
         return {**sets, "model": "tiny", "max_steps": 6, "global_batch": 8, "micro_batch": 8, "warmup_steps": 1,
                 "eval_batches": 2, "finetune_seeds": 1, "finetune_epochs": 1, "finetune_seq_len": 32}
-    from zh_bert.ablation_spec import recipe_flops_per_token
-    from zh_bert.recipe import load_recipe
+    from zh_bert.evaluation.ablation_spec import recipe_flops_per_token
+    from zh_bert.train.recipe import load_recipe
 
     base = {"data": str(shards), "model": "mini", "vocab_size": vocab, "mask_rate": 0.15}
     ratio = min(1.0, recipe_flops_per_token(load_recipe(None, base))
@@ -208,10 +208,10 @@ def science_overrides(ctx, vocab: int) -> dict:
 
 
 def science_section(ctx) -> dict:
-    """recipes/ablations/objective-compute.yaml through `zh_bert.ablate` on the prepared zh_real_text shards:
+    """recipes/ablations/objective-compute.yaml through `zh_bert.evaluation.ablate` on the prepared zh_real_text shards:
     one `--only` invocation per objective (the time budget is checked between them, and a rerun in the same
     --work reuses finished runs), then the whole grid, which reuses them and adds random init."""
-    from zh_bert import ablate
+    from zh_bert.evaluation import ablate
 
     manifest = ctx.manifest["datasets"]["science"]
     sets = {**science_overrides(ctx, manifest["vocab_size"]), **ctx.science_set}

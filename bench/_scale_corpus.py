@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from zh_bert.fileio import atomic_dir, atomic_write, write_text
+from zh_bert.core.fileio import atomic_dir, atomic_write, write_text
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "corpora" / "sample"
@@ -90,9 +90,9 @@ def sentence_pool(sample_dir: Path = SAMPLE) -> Pool:
     """Distinct sentences of 8-300 characters, at least half Han, no character pair covering over 20% of a
     sentence of 30+ characters (runs such as ◆◆◆◆ would fail the documents' repetition filter), and unchanged by zh-bert's
     normaliser."""
-    from zh_bert.clean.filters import top_ngram_frac
-    from zh_bert.clean.normalize import NormalizeConfig, Normalizer
-    from zh_bert.text import cjk_ratio
+    from zh_bert.corpus.clean.filters import top_ngram_frac
+    from zh_bert.corpus.clean.normalize import NormalizeConfig, Normalizer
+    from zh_bert.core.text import cjk_ratio
 
     norm = Normalizer(NormalizeConfig())
     seen: dict[str, None] = {}
@@ -213,7 +213,7 @@ _STATE: dict = {}   # pool, spec, plan: set before the worker processes fork
 
 def _write_file(f: int, path: Path) -> dict:
     """Write file f; returns its hashes, planted records and a sample of its base documents."""
-    from zh_bert.clean.normalize import NormalizeConfig, Normalizer
+    from zh_bert.corpus.clean.normalize import NormalizeConfig, Normalizer
 
     pool, spec, plan = _STATE["pool"], _STATE["spec"], _STATE["plan"]
     normalize = Normalizer(NormalizeConfig())

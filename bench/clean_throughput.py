@@ -27,9 +27,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from _timing import machine, timed  # noqa: E402
-from zh_bert.clean import main as clean_main  # noqa: E402
-from zh_bert.clean.readers import expand_inputs  # noqa: E402
-from zh_bert.fileio import atomic_write, remove_scratch, scratch_dir, write_text  # noqa: E402
+from zh_bert.corpus.clean import main as clean_main  # noqa: E402
+from zh_bert.corpus.clean.readers import expand_inputs  # noqa: E402
+from zh_bert.core.fileio import atomic_write, remove_scratch, scratch_dir, write_text  # noqa: E402
 
 
 def baseline(files: list[Path], out: Path) -> int:
@@ -108,7 +108,7 @@ def main() -> None:
             speed[name] = mb / wall
             print(f"{name:<48} {speed[name]:6.1f} MB/s wall   {mb / cpu:6.1f} MB per CPU-second", flush=True)
         # MinHash signatures alone: ours (numpy, 32-bit lanes) vs datasketch 2.0, same shingles/perms.
-        from zh_bert.clean.dedup import MinHashConfig, MinHasher
+        from zh_bert.corpus.clean.dedup import MinHashConfig, MinHasher
 
         docs = [l for f in files if f.suffix == ".txt" for l in f.read_text(encoding="utf-8").split("\n") if l]
         docs_mb = sum(len(d.encode()) for d in docs) / 1e6

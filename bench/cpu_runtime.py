@@ -25,13 +25,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from zh_bert.fileio import scratch_dir, write_text  # noqa: E402
+from zh_bert.core.fileio import scratch_dir, write_text  # noqa: E402
 
 from _timing import machine  # noqa: E402
 
 CHILD = """
 import json, resource, sys
-import zh_bert.pretrain as pretrain
+import zh_bert.train.pretrain as pretrain
 if sys.argv[1] == "default":
     pretrain.keep_freed_memory = lambda: "unchanged: benchmark baseline"
 out = sys.argv[2]

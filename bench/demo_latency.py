@@ -18,7 +18,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from zh_bert.fileio import copy_file, save_pretrained, scratch_dir  # noqa: E402
+from zh_bert.core.fileio import copy_file, save_pretrained, scratch_dir  # noqa: E402
 
 from _timing import machine, timed  # noqa: E402
 
@@ -57,7 +57,7 @@ def main() -> int:
         torch.set_num_threads(args.threads)
     from transformers import pipeline
 
-    from zh_bert.demo import fill, load_model
+    from zh_bert.release.demo import fill, load_model
 
     with scratch_dir("zh-bert-bench-") as tmp:
         path = tiny_model(Path(tmp) / "tiny")

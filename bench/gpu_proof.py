@@ -40,8 +40,8 @@ sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(1, str(REPO))
 
 from _gpu_proof_data import SCIENCE_CORPUS, ProofError, prepare, read_manifest, unpack  # noqa: E402
-from zh_bert.errors import ZhBertError  # noqa: E402
-from zh_bert.fileio import claim_dir, open_append, read_json, remove_scratch, scratch_dir, write_text  # noqa: E402
+from zh_bert.core.errors import ZhBertError  # noqa: E402
+from zh_bert.core.fileio import claim_dir, open_append, read_json, remove_scratch, scratch_dir, write_text  # noqa: E402
 
 WORK_MARKER = ".gpu-proof-work"   # a --work dir of gpu_proof's own (with only WORK_NAMES in it): may be replaced
 WORK_NAMES = {WORK_MARKER, "data", "fp16", "resume", "science", "prepared", "gpu_proof.log", "science.log"}
@@ -330,7 +330,7 @@ def claim_outputs(args, work: Path | None) -> None:
 
 
 def main(argv=None) -> int:
-    from zh_bert.hardware import omp_wait_policy
+    from zh_bert.core.hardware import omp_wait_policy
 
     # before torch loads (OpenMP reads it once), as `zh-bert pretrain` does: spinning threads on a shared CPU
     # made a tiny step 15x slower here; the subprocesses inherit it

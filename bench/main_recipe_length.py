@@ -22,7 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from zh_bert.fileio import claim_dir, scratch_dir, write_text  # noqa: E402
+from zh_bert.core.fileio import claim_dir, scratch_dir, write_text  # noqa: E402
 
 from _timing import machine  # noqa: E402
 
@@ -38,7 +38,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="toy size in a temp folder: a smoke test")
     args = ap.parse_args()
     if not args.quick:
-        from zh_bert.errors import ZhBertError
+        from zh_bert.core.errors import ZhBertError
 
         try:   # before any work: --out holds only this bench's steps-N run dirs (pretrain checks each itself)
             claim_dir(args.out, flag="--out", what="a folder of bench/main_recipe_length.py",
@@ -65,10 +65,10 @@ def measure(args, recipe: dict, ft: dict, every: int = 1) -> int:
     example of each split, print the table."""
     import dataclasses
 
-    from zh_bert.finetune import FinetuneConfig, run
-    from zh_bert.pretrain import train
-    from zh_bert.recipe import load_recipe
-    from zh_bert.tasks import load_task
+    from zh_bert.evaluation.finetune import FinetuneConfig, run
+    from zh_bert.train.pretrain import train
+    from zh_bert.train.recipe import load_recipe
+    from zh_bert.evaluation.tasks import load_task
 
     task = load_task("chnsenticorp")
     task = dataclasses.replace(task, train=task.train[::every], dev=task.dev[::every],

@@ -25,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from zh_bert.fileio import atomic_write, scratch_dir  # noqa: E402
+from zh_bert.core.fileio import atomic_write, scratch_dir  # noqa: E402
 
 from _timing import machine, timed  # noqa: E402
 
@@ -33,8 +33,8 @@ EXAMPLES = ("中国", "北京", "美国", "我们", "电影", "大学", "非常"
 
 
 def build_shards(tmp: Path, vocab_size: int, seq_len: int, lines: int | None = None) -> tuple[Path, Path]:
-    from zh_bert.shard import main as shard_main
-    from zh_bert.vocab import main as vocab_main
+    from zh_bert.corpus.shard import main as shard_main
+    from zh_bert.corpus.vocab import main as vocab_main
 
     corpus = tmp / "sample.jsonl"
     with atomic_write(corpus) as f:
@@ -59,8 +59,8 @@ def examples(table, tok) -> dict[str, list[str]]:
 def masking_speed(ds, table, repeat: int) -> dict:
     import numpy as np
 
-    from zh_bert.masking import MaskingConfig, mask_batch
-    from zh_bert.segment import word_units
+    from zh_bert.train.masking import MaskingConfig, mask_batch
+    from zh_bert.corpus.segment import word_units
 
     b = ds.batch(np.arange(min(len(ds), 512)))
     kw = dict(mask_id=ds.mask_id, special_ids=ds.special_ids, vocab_size=ds.vocab_size, similar=table)
@@ -112,9 +112,9 @@ def main() -> None:
     if args.quick:
         args.repeat = 1
 
-    from zh_bert import similar_words as sw
-    from zh_bert.data import ShardDataset
-    from zh_bert.tokenizer_files import load_tokenizer
+    from zh_bert.corpus import similar_words as sw
+    from zh_bert.train.data import ShardDataset
+    from zh_bert.corpus.tokenizer_files import load_tokenizer
 
     with scratch_dir("zh-bert-bench-") as tmp:
         if args.sharddir:

@@ -25,8 +25,8 @@ sys.path.insert(0, str(REPO))
 import torch  # noqa: E402
 
 from _timing import machine  # noqa: E402
-from zh_bert.model import PretrainModel, build_config  # noqa: E402
-from zh_bert.modernbert import build_modernbert_config  # noqa: E402
+from zh_bert.train.model import PretrainModel, build_config  # noqa: E402
+from zh_bert.train.modernbert import build_modernbert_config  # noqa: E402
 
 VOCAB = 8000   # the main command's char vocab
 

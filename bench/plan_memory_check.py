@@ -7,7 +7,7 @@ two optimizer steps of two accumulated micro-batches each (zh-bert's sparse-head
 VmHWM − baseline. glibc's malloc keeps freed memory unless large blocks are mmap'ed, so the child runs
 with MALLOC_MMAP_THRESHOLD_=65536 (fixed threshold: every tensor buffer ≥ 64 KiB is its own mapping and
 goes back to the OS when freed); then peak RSS tracks peak live tensor bytes. The planner's estimate is
-`zh_bert.memory_model.estimate_memory(..., device="cpu")` (live tensors, no CUDA context/allocator slack).
+`zh_bert.plan.memory_model.estimate_memory(..., device="cpu")` (live tensors, no CUDA context/allocator slack).
 `--objective electra` does the same for a generator + discriminator pair (`ElectraPretrainModel`).
 
     python bench/plan_memory_check.py            # prints a table; exit 1 if any case is off by > 25%
@@ -43,8 +43,8 @@ def child(model: str, micro_batch: int, seq_len: int, precision: str, attention_
     import torch
     from transformers import BertForMaskedLM
 
-    from zh_bert.model import ElectraPretrainModel, PretrainModel, build_electra
-    from zh_bert.memory_model import model_config
+    from zh_bert.train.model import ElectraPretrainModel, PretrainModel, build_electra
+    from zh_bert.plan.memory_model import model_config
 
     torch.set_num_threads(2)
     dtype = {"bf16": torch.bfloat16}.get(precision)
@@ -92,7 +92,7 @@ def measure(model: str, micro_batch: int, seq_len: int = 128, precision: str = "
 
 def estimate(model: str, micro_batch: int, seq_len: int = 128, precision: str = "fp32",
              attention_dropout: float = 0.0, objective: str = "mlm") -> float:
-    from zh_bert.memory_model import estimate_memory, model_config, shape_and_flops
+    from zh_bert.plan.memory_model import estimate_memory, model_config, shape_and_flops
     from zh_bert.plan import PlanArgs
 
     args = PlanArgs(model=model, seq_len=seq_len, objective=objective, attention_dropout=attention_dropout)

@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(REPO))
 
-from zh_bert.fileio import claim_dir, claim_file, open_for_write, read_json, remove_scratch, scratch_dir, write_text  # noqa: E402
+from zh_bert.core.fileio import claim_dir, claim_file, open_for_write, read_json, remove_scratch, scratch_dir, write_text  # noqa: E402
 
 WORK_MARKER = ".zh-bert-scale-work"
 
@@ -271,7 +271,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def main(argv=None) -> None:
-    from zh_bert.errors import ZhBertError
+    from zh_bert.core.errors import ZhBertError
 
     args = parse_args(argv)
     try:

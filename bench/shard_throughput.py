@@ -26,7 +26,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from zh_bert.fileio import atomic_write, claim_dir, remove_scratch, save_pretrained  # noqa: E402
+from zh_bert.core.fileio import atomic_write, claim_dir, remove_scratch, save_pretrained  # noqa: E402
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
 
 from _timing import machine, timed  # noqa: E402
@@ -49,9 +49,9 @@ def main() -> None:
 
     from transformers import BertTokenizer
 
-    from zh_bert.segment import Segmenter
-    from zh_bert.shard import TextEncoder
-    from zh_bert.shard import main as shard_main
+    from zh_bert.corpus.segment import Segmenter
+    from zh_bert.corpus.shard import TextEncoder
+    from zh_bert.corpus.shard import main as shard_main
 
     texts = []
     for name in ("zhwiki_sampled.txt", "CLUECorpusSmall_sampled.txt"):
@@ -116,9 +116,9 @@ def main() -> None:
     print("3. loader + masking per step vs one mini-model training step (batch 32 x 128, fp32)")
     import torch
 
-    from zh_bert.data import ShardDataset, ShardLoader
-    from zh_bert.masking import MaskingConfig
-    from zh_bert.model import PretrainModel, build_config, model_class
+    from zh_bert.train.data import ShardDataset, ShardLoader
+    from zh_bert.train.masking import MaskingConfig
+    from zh_bert.train.model import PretrainModel, build_config, model_class
 
     ds = ShardDataset(tmp / f"shards{args.workers}")
     for strategy in ("wwm", "ngram", "unigram-noise"):

@@ -7,7 +7,7 @@ batch (32 × 128), same precision, same optimizer (AdamW). Steps alternate (Trai
 Trainer, ...) so all three see the same load on a shared machine; medians are compared. The Trainer
 computes the full-vocabulary head at every position, as `BertForMaskedLM.forward` does; zh-bert runs its
 real `train_step` (sparse head, fused AdamW, Accelerate). Useful-FLOP utilisation = useful FLOPs (encoder,
-and the MLM head at masked positions only; `zh_bert.model.flops_per_token`) per second ÷ the FLOP/s of a
+and the MLM head at masked positions only; `zh_bert.train.model.flops_per_token`) per second ÷ the FLOP/s of a
 2048² matmul in the same precision.
 
     python bench/train_throughput.py                       # mini + small, fp32 (+ bf16 if the CPU has it)
@@ -34,7 +34,7 @@ def real_batches(n_batches: int, batch: int, seq_len: int, seed: int = 0) -> lis
     """Packed, masked batches of real Chinese text (token masking, 80/10/10)."""
     from transformers import BertTokenizer
 
-    from zh_bert.masking import MaskingConfig, mask_batch
+    from zh_bert.train.masking import MaskingConfig, mask_batch
 
     tok = BertTokenizer(vocab=str(VOCAB))
     need = n_batches * batch * (seq_len - 2)
@@ -87,9 +87,9 @@ def bench_pair(cfg, batches, precision: str, warmup: int, device: str = "cpu",
     """
     from transformers import BertForMaskedLM, Trainer, TrainerCallback, TrainingArguments
 
-    from zh_bert.model import PretrainModel
-    from zh_bert.recipe import Recipe
-    from zh_bert.training import StepStats, lr_lambda, make_accelerator, make_optimizer, make_scaler, train_step
+    from zh_bert.train.model import PretrainModel
+    from zh_bert.train.recipe import Recipe
+    from zh_bert.train.training import StepStats, lr_lambda, make_accelerator, make_optimizer, make_scaler, train_step
 
     cuda = device == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
@@ -136,7 +136,7 @@ def bench_pair(cfg, batches, precision: str, warmup: int, device: str = "cpu",
     if precision == "fp16":   # Accelerate's one process-wide state: zh-bert's "no" (its own scaler) vs the
         from accelerate.state import AcceleratorState   # Trainer's "fp16" would be refused; zh-bert's prepared
         AcceleratorState._reset_state(reset_partial_state=False)   # model and its step need none of it
-    from zh_bert.fileio import claim_dir, remove_scratch
+    from zh_bert.core.fileio import claim_dir, remove_scratch
 
     output_dir = tempfile.mkdtemp(prefix="zh-bert-bench-trainer-")
     claim_dir(output_dir)   # the Trainer's scratch folder, ours to delete
@@ -165,8 +165,8 @@ def main():
     args = p.parse_args()
     from transformers.utils import logging as hf_logging
 
-    from zh_bert.hardware import cpu_supports_bf16
-    from zh_bert.model import build_config, flops_per_token
+    from zh_bert.core.hardware import cpu_supports_bf16
+    from zh_bert.train.model import build_config, flops_per_token
 
     hf_logging.set_verbosity_error()
     torch.set_num_threads(args.threads)

@@ -19,9 +19,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from _timing import machine, timed  # noqa: E402
-from zh_bert.vocab.build import VocabOptions, build_tokenizer  # noqa: E402
-from zh_bert.vocab.tokenizer_json import bert_normalizer, special_layout  # noqa: E402
-from zh_bert.corpus_io import read_documents  # noqa: E402
+from zh_bert.corpus.vocab.build import VocabOptions, build_tokenizer  # noqa: E402
+from zh_bert.corpus.vocab.tokenizer_json import bert_normalizer, special_layout  # noqa: E402
+from zh_bert.corpus.corpus_io import read_documents  # noqa: E402
 
 SAMPLE = REPO / "corpora" / "sample"
 GOOGLE = REPO / "tests" / "data" / "bert_base_chinese_vocab" / "vocab.txt"

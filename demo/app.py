@@ -13,8 +13,8 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]  # zh_bert/ beside app.py (Space) or in the checkout above it
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
-from zh_bert.demo import DEFAULT_RUN, build_app, default_models, serve  # noqa: E402
-from zh_bert.rundir import is_model_dir  # noqa: E402
+from zh_bert.release.demo import DEFAULT_RUN, build_app, default_models, serve  # noqa: E402
+from zh_bert.train.rundir import is_model_dir  # noqa: E402
 
 requested = sys.argv[1:] or [m for m in os.environ.get("ZH_BERT_MODELS", "").split(",") if m]
 models = default_models(requested) if requested or is_model_dir(DEFAULT_RUN) else ["uer-tiny"]

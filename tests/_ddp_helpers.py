@@ -21,7 +21,7 @@ from pathlib import Path
 
 
 def _patch_loader() -> None:
-    from zh_bert.data import ShardLoader
+    from zh_bert.train.data import ShardLoader
 
     original = ShardLoader.next_numpy
     log_dir = os.environ.get("ZH_BERT_TEST_INDEX_DIR")

@@ -30,7 +30,7 @@ def nudged_tiny(tmp_path_factory, tiny_model_dir) -> Path:
 
 @pytest.fixture(scope="module")
 def demo_url(nudged_tiny, tiny_model_dir):
-    from zh_bert.demo import build_app, serve
+    from zh_bert.release.demo import build_app, serve
 
     app = build_app([str(nudged_tiny), str(tiny_model_dir)])
     port = free_port()

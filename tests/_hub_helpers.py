@@ -50,7 +50,7 @@ def make_run_dir(root: Path, model_dir: Path) -> Path:
                                      "  - corpora/sample/CLUECorpusSmall_sampled.txt\nmodel: tiny\nmasking: wwm\n")
     (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 10 - s / 10}) + "\n" for s in range(10)))
     (run / "curves.png").write_bytes(tiny_png())
-    (run / "run.json").write_text(json.dumps({  # the layout zh_bert/pretrain.py writes
+    (run / "run.json").write_text(json.dumps({  # the layout zh_bert/train/pretrain.py writes
         "status": "finished",
         "model": {"preset": "tiny", "class": "BertForMaskedLM", "num_hidden_layers": 2, "hidden_size": 128,
                   "attention_init": "neighbour", "parameters": 3_120_000},

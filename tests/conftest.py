@@ -95,8 +95,8 @@ def tiny_modernbert_dir(tmp_path_factory, google_tokdir) -> Path:
     import torch
     from transformers import ModernBertForMaskedLM
 
-    from zh_bert.fileio import claim_dir
-    from zh_bert.modernbert import build_modernbert_config, write_portable_config
+    from zh_bert.core.fileio import claim_dir
+    from zh_bert.train.modernbert import build_modernbert_config, write_portable_config
 
     out = tmp_path_factory.mktemp("tiny_modernbert")
     claim_dir(out)   # the test's own model folder: write_portable_config rewrites its config.json
@@ -113,7 +113,7 @@ def tiny_modernbert_dir(tmp_path_factory, google_tokdir) -> Path:
 def build_shards(tmp_path_factory):
     """`build_shards(corpus, tokdir, *flags)`: `zh-bert shard` with these arguments, built once per distinct
     argument list for the whole test run and shared by every test that asks for the same shards."""
-    from zh_bert.shard import main
+    from zh_bert.corpus.shard import main
 
     built: dict[tuple, Path] = {}
 
@@ -135,7 +135,7 @@ CHAR_SEQ = 64   # sequence length of `char_shards`
 def char_shards(tmp_path_factory, sample_jsonl, build_shards) -> tuple[Path, Path]:
     """(TOKDIR, SHARDDIR) that the pretraining tests train on: a 4,000-character vocab built by `zh-bert vocab`
     and 64-token shards (40 validation documents) of the 600 sample documents."""
-    from zh_bert.vocab import main as vocab_main
+    from zh_bert.corpus.vocab import main as vocab_main
 
     tokdir = tmp_path_factory.mktemp("char_tok") / "tok"
     assert vocab_main([str(sample_jsonl), "-o", str(tokdir), "--kind", "char", "--size", "4000", "-q"]) == 0

@@ -8,9 +8,11 @@ import pytest
 import yaml
 
 from conftest import REPO, SAMPLE, read_lines
-from zh_bert import ablate, ablation_results, cli
-from zh_bert.ablation_spec import load_spec, plan_runs
-from zh_bert.errors import ZhBertError
+from zh_bert.evaluation import ablate
+from zh_bert.evaluation import ablation_results
+from zh_bert import cli
+from zh_bert.evaluation.ablation_spec import load_spec, plan_runs
+from zh_bert.core.errors import ZhBertError
 
 CHNSENTI = REPO / "corpora" / "tasks" / "chnsenticorp"
 
@@ -86,7 +88,7 @@ def test_ablate_spec_errors(tmp_path, capsys):
     lr = write_yaml(tmp_path / "lr.yaml", {"name": "x", "grid": {"masking": ["token", "wwm"]}, "finetune_lr": 5})
     with pytest.raises(ZhBertError, match=r"lr.yaml: finetune_lr must be in \(0, 1\), got 5"):
         load_spec(lr)
-    from zh_bert.ablation_spec import AblationSpec
+    from zh_bert.evaluation.ablation_spec import AblationSpec
 
     with pytest.raises(ZhBertError, match="'eval_masking' must be one of"):
         AblationSpec(name="x", grid={"masking": ["token", "wwm"]}, eval_masking="words")   # the Python API too
@@ -98,7 +100,7 @@ def test_ablate_spec_errors(tmp_path, capsys):
 def test_eval_cache_is_keyed_per_task_on_the_whole_finetune_spec(tmp_path, monkeypatch):
     """Changing only finetune_precision re-runs a run's fine-tuning (and the random-init baseline); the same
     spec again reuses it; adding a task runs only the new task, for the run and the baseline."""
-    from zh_bert.fileio import claim_dir
+    from zh_bert.core.fileio import claim_dir
 
     claim_dir(tmp_path)   # what `zh-bert ablate` does with its out_dir before the first run
     corpus = tmp_path / "wiki.txt"
@@ -143,7 +145,7 @@ def test_eval_cache_is_keyed_per_task_on_the_whole_finetune_spec(tmp_path, monke
 
 def test_bundled_ablation_recipes_parse():
     from conftest import REPO
-    from zh_bert.recipe import load_recipe
+    from zh_bert.train.recipe import load_recipe
 
     specs = sorted((REPO / "recipes" / "ablations").rglob("*.yaml"))
     assert len(specs) >= 12   # six grids for this CPU + the same six for one 1080 Ti
@@ -159,7 +161,7 @@ def test_bundled_ablation_recipes_parse():
 def test_flops_budget_gives_each_run_the_first_runs_training_flops(tmp_path):
     """`budget: flops`: ELECTRA (generator + discriminator) trains fewer steps than MLM, by plan's FLOP ratio."""
     from conftest import REPO
-    from zh_bert.ablation_spec import recipe_flops_per_token, run_recipe
+    from zh_bert.evaluation.ablation_spec import recipe_flops_per_token, run_recipe
 
     path = REPO / "recipes" / "ablations" / "objective-compute.yaml"
     spec = load_spec(path)
@@ -207,7 +209,7 @@ def test_dry_run_checks_everything_and_writes_nothing(small_spec, tmp_path, monk
 
 def test_a_bad_last_grid_value_is_refused_before_the_first_run_trains(small_spec, monkeypatch, capsys):
     """Run 1 is valid, run 2 is not: nothing is pretrained, carved or written (not even with --only run 1)."""
-    from zh_bert import pretrain
+    from zh_bert.train import pretrain
 
     trained = []
     monkeypatch.setattr(pretrain, "train", lambda *a, **k: trained.append(a) or {"status": "finished"})
@@ -222,7 +224,7 @@ def test_a_bad_last_grid_value_is_refused_before_the_first_run_trains(small_spec
 def test_spec_errors_name_the_key(tmp_path):
     with pytest.raises(ZhBertError, match="empty spec"):
         load_spec(_empty(tmp_path))
-    from zh_bert.ablation_spec import AblationSpec
+    from zh_bert.evaluation.ablation_spec import AblationSpec
 
     with pytest.raises(ZhBertError, match="'a' appears twice|x=a"):   # the Python API checks labels too
         AblationSpec(name="x", grid={"x": [{"label": "a", "set": {}}, {"label": "a", "set": {"masking": "wwm"}}]})
@@ -243,10 +245,10 @@ def test_a_corpus_carved_from_other_settings_is_refused(small_spec, tmp_path):
     """heldout_docs changed after a carve: the old training copies and held-out text are not reused."""
     from pathlib import Path
 
-    from zh_bert.ablation_corpus import carve_corpus
+    from zh_bert.evaluation.ablation_corpus import carve_corpus
 
     files = [tmp_path / "wiki.txt"]
-    from zh_bert.fileio import claim_dir
+    from zh_bert.core.fileio import claim_dir
 
     claim_dir(tmp_path / "out")   # what `zh-bert ablate` does with its out_dir before carving
     train, held = carve_corpus(files, tmp_path / "out" / "corpus", 5, {1.0}, "line")
@@ -261,8 +263,8 @@ def test_a_corpus_carved_from_other_settings_is_refused(small_spec, tmp_path):
 
 
 def test_a_later_run_dir_from_other_settings_is_refused_before_any_training(small_spec, monkeypatch, capsys):
-    from zh_bert import pretrain
-    from zh_bert.recipe import load_recipe, save_recipe
+    from zh_bert.train import pretrain
+    from zh_bert.train.recipe import load_recipe, save_recipe
 
     trained = []
     monkeypatch.setattr(pretrain, "train", lambda *a, **k: trained.append(a) or {"status": "finished"})
@@ -289,7 +291,7 @@ def test_ablate_correction_corpus_too_small_refused_before_any_training_dry_run_
                                                                                     capsys):
     """12 short documents cannot give correction's 20,000 train tokens at any tokenizer: `--dry-run` refuses the
     grid (it exited 0 before), and so does the real run before `mlm+wwm` trains (it trained it, then failed)."""
-    from zh_bert import pretrain
+    from zh_bert.train import pretrain
 
     trained = []
     monkeypatch.setattr(pretrain, "train", lambda *a, **k: trained.append(a) or {"status": "finished"})
@@ -308,7 +310,7 @@ def test_ablate_correction_corpus_counted_in_its_shards_before_the_first_run_tra
                                                                                     capsys):
     """35 training documents could hold 20,000 tokens by their bytes, but hold fewer: the real run prepares
     the correction run's shards (the cache its run would reuse) and refuses before `mlm+wwm` trains."""
-    from zh_bert import pretrain
+    from zh_bert.train import pretrain
 
     trained = []
     monkeypatch.setattr(pretrain, "train", lambda *a, **k: trained.append(a) or {"status": "finished"})

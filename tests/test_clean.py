@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 from conftest import DATA, GOOGLE_VOCAB, SAMPLE, TASKS, read_lines
 
-from zh_bert.clean import CleanConfig, DocCleaner, main, report_path
-from zh_bert.clean.dedup import MinHashConfig, MinHasher, lsh_params
-from zh_bert.clean.filters import FilterConfig, quality_reason, remove_boilerplate
-from zh_bert.clean.normalize import (PII_TOKENS, NormalizeConfig, Normalizer, collapse_whitespace,
+from zh_bert.corpus.clean import CleanConfig, DocCleaner, main, report_path
+from zh_bert.corpus.clean.dedup import MinHashConfig, MinHasher, lsh_params
+from zh_bert.corpus.clean.filters import FilterConfig, quality_reason, remove_boilerplate
+from zh_bert.corpus.clean.normalize import (PII_TOKENS, NormalizeConfig, Normalizer, collapse_whitespace,
                                      fullwidth_to_halfwidth, mask_pii, remove_invisible, strip_html)
-from zh_bert.errors import ZhBertError
-from zh_bert.fileio import read_vocab_txt
+from zh_bert.core.errors import ZhBertError
+from zh_bert.core.fileio import read_vocab_txt
 
 CLEAN = DATA / "clean"
 WIKI00 = SAMPLE / "zhwiki_wikiextractor" / "AA" / "wiki_00"
@@ -32,7 +32,7 @@ DRCD = DATA / "drcd_zh_tw" / "DRCD_dev.json"
 
 
 def run(inputs, out: Path, *args) -> tuple[list[dict], dict]:
-    """zh_bert.clean.main in-process (as the pretrain pipeline calls it); returns (docs, report)."""
+    """zh_bert.corpus.clean.main in-process (as the pretrain pipeline calls it); returns (docs, report)."""
     assert main([*map(str, inputs), "-o", str(out), "--workers", "1", *args]) == 0
     docs = [json.loads(l) for l in out.read_text(encoding="utf-8").split("\n") if l]
     return docs, json.loads(report_path(out).read_text(encoding="utf-8"))
@@ -222,7 +222,7 @@ def test_undetectable_encoding_rejected(tmp_path):
 def test_utf8_sample_cut_mid_character_is_utf8(tmp_path, clue_lines):
     """One real Chinese line longer than the 64 KiB encoding sample: the sample ends inside a character,
     which is not a reason to call the file something other than UTF-8."""
-    from zh_bert.clean.readers import SNIFF_BYTES, detect_encoding
+    from zh_bert.corpus.clean.readers import SNIFF_BYTES, detect_encoding
 
     line = ""
     for l in clue_lines:
@@ -467,7 +467,7 @@ def test_forkserver_when_threads_run(tmp_path, clue_lines):
     event-loop thread (datatrove starts it) does not count: fsspec resets it in a forked child."""
     import threading
 
-    from zh_bert.executors import start_method as _start_method
+    from zh_bert.corpus.executors import start_method as _start_method
 
     src = tmp_path / "x.txt"
     src.write_text("\n".join(clue_lines[:200]) + "\n", encoding="utf-8")
@@ -511,7 +511,7 @@ def test_bad_flags(tmp_path, clue_lines):
 
 def test_report_lookup_finds_exactly_the_file_clean_writes(tmp_path, clue_lines):
     """`report_path`/`read_report` (used by shard and the pipeline) name the one file clean writes."""
-    from zh_bert.clean.report import read_report
+    from zh_bert.corpus.clean.report import read_report
 
     src = tmp_path / "src" / "a.txt"
     src.parent.mkdir()
@@ -528,8 +528,8 @@ def test_report_lookup_finds_exactly_the_file_clean_writes(tmp_path, clue_lines)
 
 
 def test_python_api_validates_like_the_cli(tmp_path, clue_lines):
-    from zh_bert.clean import CleanJob, clean
-    from zh_bert.clean.readers import ReadOptions
+    from zh_bert.corpus.clean import CleanJob, clean
+    from zh_bert.corpus.clean.readers import ReadOptions
 
     for make, msg in ((lambda: CleanJob(inputs=["x"], output="o.jsonl", workers=0), "--workers must be at least 1"),
                       (lambda: MinHashConfig(threshold=1.5), "--minhash-threshold"),
@@ -552,7 +552,7 @@ def test_python_api_validates_like_the_cli(tmp_path, clue_lines):
 def test_fsspec_io_thread_does_not_force_forkserver():
     import threading
 
-    from zh_bert.executors import start_method
+    from zh_bert.corpus.executors import start_method
 
     before = start_method()
     stop = threading.Event()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from zh_bert import cli
-from zh_bert.corpus_io import corpus_files, read_jsonl
+from zh_bert.corpus.corpus_io import corpus_files, read_jsonl
 
 REPORT_COUNTS = ("docs_in", "docs_out", "chars_in", "chars_out", "bytes_in", "filtered", "duplicates", "pii",
                  "lines_removed", "unreadable")
@@ -147,7 +147,7 @@ def test_near_duplicate_rule_checks_every_kept_document_in_a_bucket():
     duplicate, by the rule (an earlier kept document shares a band and agrees), not only the bucket's first."""
     import numpy as np
 
-    from zh_bert.clean.dedup import LSHIndex, MinHashConfig
+    from zh_bert.corpus.clean.dedup import LSHIndex, MinHashConfig
 
     cfg = MinHashConfig()
     index = LSHIndex(cfg)

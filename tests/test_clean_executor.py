@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from zh_bert import cli
-from zh_bert.clean import CleanConfig, DocCleaner
-from zh_bert.clean.source import RawDoc
-from zh_bert.corpus_io import corpus_files, read_jsonl
+from zh_bert.corpus.clean import CleanConfig, DocCleaner
+from zh_bert.corpus.clean.source import RawDoc
+from zh_bert.corpus.corpus_io import corpus_files, read_jsonl
 
 REPO = Path(__file__).resolve().parent.parent
 REPORT_COUNTS = ("docs_in", "docs_out", "chars_in", "chars_out", "bytes_in", "filtered", "duplicates", "pii",

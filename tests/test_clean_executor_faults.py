@@ -76,7 +76,7 @@ def test_kill_9_of_the_main_process_leaves_no_process_behind(tmp_path, raw, goog
 
 # ------------------------------------------------------------------------------------ timing (defect 9)
 def test_working_seconds_count_overlapping_tasks_once_and_skip_gaps():
-    from zh_bert.clean.work import working_seconds
+    from zh_bert.corpus.clean.work import working_seconds
 
     assert working_seconds([(0, 2), (1, 3), (100, 101), (100.5, 100.7)]) == pytest.approx(4.0)
     assert working_seconds([]) == 0

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from zh_bert.errors import ZhBertError
+from zh_bert.core.errors import ZhBertError
 
 
 def split_into_parts(src: Path, out: Path, n: int = 3, gzip_part: int = 1) -> Path:
@@ -53,7 +53,7 @@ def parts(tmp_path_factory, small_jsonl) -> Path:
 
 
 def test_vocab_from_parts_is_the_vocab_of_the_concatenated_file(tmp_path, sample_jsonl):
-    from zh_bert.vocab import main
+    from zh_bert.corpus.vocab import main
 
     outdir = as_clean_outdir(split_into_parts(sample_jsonl, tmp_path / "p"), tmp_path / "outdir")
     for name, corpus in (("file", sample_jsonl), ("outdir", outdir)):
@@ -67,7 +67,7 @@ def test_xz_and_bz2_parts_are_read_like_gz_ones(tmp_path, small_jsonl):
     import bz2
     import lzma
 
-    from zh_bert.corpus_io import corpus_files, iter_documents
+    from zh_bert.corpus.corpus_io import corpus_files, iter_documents
 
     d = split_into_parts(small_jsonl, tmp_path / "p", gzip_part=-1)
     for p, pack in ((d / "part-00001.jsonl", lzma.compress), (d / "part-00002.jsonl", bz2.compress)):
@@ -100,7 +100,7 @@ def test_eval_mlm_on_parts_equals_the_concatenated_file(tiny_model_dir, tmp_path
     ("subdir", False),              # parts one level down: a raw tree, as clean walks it
 ])
 def test_the_rule_for_data_directories(tmp_path, parts, small_jsonl, layout, cleaned):
-    from zh_bert.pipeline import is_cleaned_dir
+    from zh_bert.corpus.pipeline import is_cleaned_dir
 
     d = tmp_path / "d"
     if layout == "outdir":
@@ -120,8 +120,8 @@ def test_the_rule_for_data_directories(tmp_path, parts, small_jsonl, layout, cle
 
 def test_recipe_data_dir_of_parts_skips_clean_and_keys_the_cache_on_every_part(tmp_path, parts, small_jsonl,
                                                                                   monkeypatch):
-    import zh_bert.pipeline as pipeline
-    from zh_bert.recipe import load_recipe
+    import zh_bert.corpus.pipeline as pipeline
+    from zh_bert.train.recipe import load_recipe
 
     def no_clean(*_a, **_k):
         raise AssertionError("cleaned documents were cleaned again")
@@ -135,7 +135,7 @@ def test_recipe_data_dir_of_parts_skips_clean_and_keys_the_cache_on_every_part(t
     assert [s.split()[1] for s in said] == [f"{outdir}:", "vocab", "shard"]
     assert prepared.clean_report == json.loads((outdir / "report.json").read_text(encoding="utf-8"))
     assert not (prepared.sharddir.parent / "docs.jsonl").exists()
-    from zh_bert.sharddir import read_meta
+    from zh_bert.corpus.sharddir import read_meta
 
     counts = read_meta(prepared.sharddir)["counts"]
     assert counts["train"]["documents"] + counts["valid"]["documents"] == 150
@@ -148,8 +148,8 @@ def test_recipe_data_dir_of_parts_skips_clean_and_keys_the_cache_on_every_part(t
 
 
 def test_raw_text_directory_is_still_cleaned_and_kinds_do_not_mix(tmp_path, sample_docs, parts):
-    from zh_bert.pipeline import data_inputs, prepare_data
-    from zh_bert.recipe import load_recipe
+    from zh_bert.corpus.pipeline import data_inputs, prepare_data
+    from zh_bert.train.recipe import load_recipe
 
     raw = tmp_path / "raw"
     raw.mkdir()
@@ -167,9 +167,9 @@ def test_raw_text_directory_is_still_cleaned_and_kinds_do_not_mix(tmp_path, samp
 
 def test_ablate_carves_a_directory_of_parts(tmp_path, parts, small_jsonl):
     """`zh-bert ablate` holds documents out of each part, `.gz` ones too; its copies are plain JSONL."""
-    from zh_bert.ablation_corpus import carve_corpus
-    from zh_bert.corpus_io import read_documents
-    from zh_bert.pipeline import data_inputs
+    from zh_bert.evaluation.ablation_corpus import carve_corpus
+    from zh_bert.corpus.corpus_io import read_documents
+    from zh_bert.corpus.pipeline import data_inputs
 
     files, cleaned = data_inputs([parts])
     assert cleaned and [f.name for f in files] == ["part-00000.jsonl", "part-00001.jsonl.gz", "part-00002.jsonl"]

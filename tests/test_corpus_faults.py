@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from zh_bert import fileio
-from zh_bert.clean.report import read_report, report_path
-from zh_bert.errors import ZhBertError
+from zh_bert.core import fileio
+from zh_bert.corpus.clean.report import read_report, report_path
+from zh_bert.core.errors import ZhBertError
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -66,7 +66,7 @@ def test_replace_dir_interrupted_between_renames_is_undone_by_recover(tmp_path, 
     target = tmp_path / "out"
     target.mkdir()
     (target / "a.txt").write_text("previous, complete", encoding="utf-8")
-    monkeypatch.setattr("zh_bert.fileio.atomic._exchange", lambda a, b: False)    # the two-rename path
+    monkeypatch.setattr("zh_bert.core.fileio.atomic._exchange", lambda a, b: False)    # the two-rename path
     real, calls = os.replace, []
 
     def replace(src, dst):
@@ -110,7 +110,7 @@ def test_recover_leaves_a_live_process_alone(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- vocab
 def test_vocab_force_killed_between_renames_keeps_previous_tokdir(tmp_path, docs, capsys):
-    from zh_bert.vocab import main as vocab_main
+    from zh_bert.corpus.vocab import main as vocab_main
 
     tok = tmp_path / "tok"
     assert vocab_main([str(docs), "-o", str(tok), "--kind", "char", "--size", "3000", "-q"]) == 0
@@ -127,8 +127,8 @@ def test_vocab_force_killed_between_renames_keeps_previous_tokdir(tmp_path, docs
 
 
 def test_killed_vocab_and_shard_leave_temp_dirs_the_next_run_removes(tmp_path, docs, google_tokdir):
-    from zh_bert.shard import main as shard_main
-    from zh_bert.vocab import main as vocab_main
+    from zh_bert.corpus.shard import main as shard_main
+    from zh_bert.corpus.vocab import main as vocab_main
 
     _killed_at("written:tok", "vocab", str(docs), "-o", "tok", "--kind", "char", "--size", "3000", "-q",
                cwd=tmp_path)
@@ -171,7 +171,7 @@ def test_shard_refuses_a_dir_it_did_not_write(tmp_path, docs, google_tokdir, cap
 
 def test_shard_full_disk_is_one_line_and_keeps_previous_output(tmp_path, docs, google_tokdir, capsys,
                                                                 monkeypatch):
-    from zh_bert.shard import build as shard_build
+    from zh_bert.corpus.shard import build as shard_build
 
     out = tmp_path / "sh"
     args = ["shard", str(docs), "--tokenizer", str(google_tokdir), "-o", str(out), "--workers", "1"]
@@ -193,7 +193,7 @@ def _clean(src: Path, out: Path, capsys, *extra: str) -> tuple[int, list[str]]:
 
 
 def test_clean_killed_between_renames_report_is_not_taken_for_the_old_output(tmp_path, capsys):
-    from zh_bert.shard import file_sha256
+    from zh_bert.corpus.shard import file_sha256
 
     src = tmp_path / "raw.txt"
     src.write_text("\n".join(f"第{i}篇文档：北京是中国的首都，也是一座历史悠久的文化名城。" for i in range(50)) + "\n",
@@ -273,7 +273,7 @@ def test_clean_skips_a_lone_surrogate_and_names_it(tmp_path, capsys):
 
 def test_lone_surrogate_in_a_corpus_is_one_line_for_every_reader(tmp_path):
     """vocab, vocab report, shard and eval mlm all read documents through corpus_io."""
-    from zh_bert.corpus_io import read_documents
+    from zh_bert.corpus.corpus_io import read_documents
 
     src = tmp_path / "c.jsonl"
     src.write_text('{"text": "好的"}\n{"text": "\\udfff"}\n', encoding="utf-8")

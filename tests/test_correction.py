@@ -9,9 +9,9 @@ import shutil
 import numpy as np
 import pytest
 
-from zh_bert import similar_words as sw
-from zh_bert.errors import ZhBertError
-from zh_bert.masking import MaskingConfig, mask_batch
+from zh_bert.corpus import similar_words as sw
+from zh_bert.core.errors import ZhBertError
+from zh_bert.train.masking import MaskingConfig, mask_batch
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +25,7 @@ def sharddir(build_shards, sample_jsonl, google_tokdir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def ds(sharddir):
-    from zh_bert.data import ShardDataset
+    from zh_bert.train.data import ShardDataset
 
     return ShardDataset(sharddir, "train")
 
@@ -164,7 +164,7 @@ def test_one_generator_per_row_masks_each_row_as_if_alone(ds, rows, table):
 
 
 def test_table_is_cached_and_rebuilt_when_the_shards_change(sharddir, ds, table, monkeypatch):
-    from zh_bert.data import ShardDataset
+    from zh_bert.train.data import ShardDataset
 
     path = sharddir / sw.TABLE_FILE
     assert path.is_file() and sw.SimilarWords.load(path).fingerprint == table.fingerprint
@@ -200,7 +200,7 @@ def test_too_small_a_corpus_is_one_line(tmp_path):
 def test_loader_masks_with_the_train_table_and_resumes_exactly(sharddir, ds, table):
     """ShardLoader builds/loads the table once (train and valid loaders share the train split's table);
     masks are keyed per sequence, so a loader restored from state_dict() gives the very same batches."""
-    from zh_bert.data import ShardDataset, ShardLoader
+    from zh_bert.train.data import ShardDataset, ShardLoader
 
     cfg = MaskingConfig("correction")
     a = ShardLoader(ds, 8, cfg, seed=3)

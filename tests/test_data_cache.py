@@ -1,4 +1,4 @@
-"""The recipe data cache (`zh_bert.pipeline`: corpus -> shards, keyed by the inputs): a clean OUTDIR is keyed
+"""The recipe data cache (`zh_bert.corpus.pipeline`: corpus -> shards, keyed by the inputs): a clean OUTDIR is keyed
 by the sha256 of its parts that its report.json lists only while the report still vouches for them; a part
 edited in place at the same size is hashed again, so the shards are rebuilt, never stale."""
 
@@ -9,8 +9,8 @@ import json
 import os
 from pathlib import Path
 
-from zh_bert.pipeline import cache_key, data_inputs, prepare_data
-from zh_bert.recipe import load_recipe
+from zh_bert.corpus.pipeline import cache_key, data_inputs, prepare_data
+from zh_bert.train.recipe import load_recipe
 
 
 def _outdir(root: Path, docs: list[str]) -> Path:

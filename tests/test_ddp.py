@@ -109,7 +109,7 @@ def draws(run: Path, rank: int) -> list[dict]:
 SINGLE_PROCESS_BUG = (
     "the 2-process launch trained as two independent single processes (log: '1 process(es)'): on a machine "
     "without CUDA, Accelerate sets up gloo data parallelism only for PartialState(cpu=True) / "
-    "Accelerator(cpu=True), so zh_bert/pretrain.py must pass cpu=not torch.cuda.is_available() to both")
+    "Accelerator(cpu=True), so zh_bert/train/pretrain.py must pass cpu=not torch.cuda.is_available() to both")
 
 
 def assert_two_processes(run: Path) -> None:
@@ -120,7 +120,7 @@ def assert_two_processes(run: Path) -> None:
 @pytest.fixture(scope="module")
 def ddp(tmp_path_factory, google_tokdir):
     """Shards from 120 real zhwiki documents; a 1-process and a 2-process run of the same recipe."""
-    from zh_bert.shard import main as shard_main
+    from zh_bert.corpus.shard import main as shard_main
 
     root = tmp_path_factory.mktemp("ddp")
     docs = root / "docs.jsonl"
@@ -199,7 +199,7 @@ def test_resume_under_two_processes(ddp):
 
 def test_every_rank_writes_its_part_of_each_checkpoint_and_the_manifest_lists_it(ddp):
     """The main process writes manifest.json after a collective: rank 1's RNG file is listed with its size."""
-    from zh_bert import checkpoint as ckpt
+    from zh_bert.train import checkpoint as ckpt
 
     two = ddp["two"]
     assert_two_processes(two)
@@ -212,7 +212,7 @@ def test_every_rank_writes_its_part_of_each_checkpoint_and_the_manifest_lists_it
 def test_a_full_disk_on_one_rank_stops_every_rank_with_one_line(ddp, tmp_path):
     """Rank 1 cannot write its part of the step-4 checkpoint: both processes stop (none waits forever at a
     barrier), the error is one line, step-2 is intact and no temp dir is left."""
-    from zh_bert import checkpoint as ckpt
+    from zh_bert.train import checkpoint as ckpt
 
     out = tmp_path / "full"
     env = {**_env(out), "ZH_BERT_TEST_FULL_DISK": "1@4"}

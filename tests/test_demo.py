@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from zh_bert.demo import (FillError, ModelPool, check_input, fill, filled_text, masked_ids, parse_blanks, result_html,
+from zh_bert.release.demo import (FillError, ModelPool, check_input, fill, filled_text, masked_ids, parse_blanks, result_html,
                           run_fill)
 
 
@@ -40,7 +40,7 @@ def test_messages_for_bad_input():
 
 @pytest.fixture(scope="module")
 def tok(google_tokdir):
-    from zh_bert.tokenizer_files import load_tokenizer
+    from zh_bert.corpus.tokenizer_files import load_tokenizer
 
     t = load_tokenizer(google_tokdir)
     assert t.convert_tokens_to_ids("北") == 1266
@@ -92,7 +92,7 @@ def test_joint_filling_gives_whole_words(tok):
 
 
 def test_fill_real_tiny_model(nudged_tiny):
-    from zh_bert.demo import load_model
+    from zh_bert.release.demo import load_model
 
     model, tok = load_model(str(nudged_tiny))
     res = fill(model, tok, "北京是中国的[MASK]都。他是＿＿。", top_k=5)
@@ -220,8 +220,8 @@ def test_model_arguments(nudged_tiny, tmp_path):
     `zh-bert demo ORG/NAME` says); a missing local path is refused by name."""
     import shutil
 
-    from zh_bert.demo import DemoConfig, model_arg
-    from zh_bert.errors import ZhBertError
+    from zh_bert.release.demo import DemoConfig, model_arg
+    from zh_bert.core.errors import ZhBertError
 
     run = tmp_path / "run"
     shutil.copytree(nudged_tiny, run / "final")

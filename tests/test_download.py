@@ -118,7 +118,7 @@ def test_pickle_only_repo_is_converted(hub, tiny_model_dir, online, tmp_path, ca
     names = {p.name for p in out.iterdir()}
     assert "model.safetensors" in names and "pytorch_model.bin" not in names and "tf_model.h5" not in names
     assert "tokenizer_config.json" in names  # added so AutoTokenizer (transformers 5) loads a vocab.txt-only repo
-    from zh_bert.tokenizer_files import load_tokenizer
+    from zh_bert.corpus.tokenizer_files import load_tokenizer
 
     assert load_tokenizer(out).convert_tokens_to_ids("北") == 1266
     assert top5(out) == top5(tiny_model_dir)
@@ -168,7 +168,7 @@ def test_full_disk_is_one_line_and_leaves_nothing(tiny_model_dir, sandbox, monke
     def full(*a, **k):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr("zh_bert.download.copy_file", full)
+    monkeypatch.setattr("zh_bert.release.download.copy_file", full)
     out = sandbox / "cwd" / "out"
     with modelscope_server(_model_files(tiny_model_dir)) as url:
         rc = download("tiny/bert", "--source", "modelscope", "--endpoint", url, "-o", out)
@@ -336,8 +336,8 @@ def test_hub_hostile_listing_writes_nothing(bad, hub, tiny_model_dir, online, sa
 
 
 def test_remote_name_rules():
-    from zh_bert.errors import ZhBertError
-    from zh_bert.hub import check_listing, local_path, remote_name
+    from zh_bert.core.errors import ZhBertError
+    from zh_bert.release.hub import check_listing, local_path, remote_name
 
     good = ["model.safetensors", "onnx/model.onnx", "a b/中文.txt", "x..y.json", "~/x"]
     assert check_listing(good, "w") == good
@@ -349,7 +349,7 @@ def test_remote_name_rules():
 
 
 def test_catalog():
-    from zh_bert.catalog import BY_ALIAS, CATALOG, resolve
+    from zh_bert.release.catalog import BY_ALIAS, CATALOG, resolve
 
     assert resolve("bert-base-chinese") == ("google-bert/bert-base-chinese", BY_ALIAS["bert-base-chinese"])
     assert resolve("hfl/rbt3")[1].alias == "rbt3"
@@ -371,7 +371,7 @@ def test_catalog_modernbert_params_match_transformers():
     """The ModernBERT formula is checked against a real ModernBertModel of the same shape, not a hand number."""
     from transformers import ModernBertConfig, ModernBertModel
 
-    from zh_bert.catalog import CatalogEntry
+    from zh_bert.release.catalog import CatalogEntry
 
     e = CatalogEntry("tiny-modernbert", "test/tiny-modernbert", 2, 64, 2, 96, 500, "test vocab", "n/a",
                      "modernbert", architecture="modernbert")
@@ -387,8 +387,8 @@ def test_catalog_modernbert_params_match_transformers():
 def test_catalog_architecture_in_table_json_and_checked():
     import json
 
-    from zh_bert.catalog import CATALOG, CatalogEntry, _as_json, format_table
-    from zh_bert.errors import ZhBertError
+    from zh_bert.release.catalog import CATALOG, CatalogEntry, _as_json, format_table
+    from zh_bert.core.errors import ZhBertError
 
     header, _, first = format_table().splitlines()[:3]
     assert header.split()[:3] == ["alias", "repo", "id"] and "arch" in header.split()
@@ -405,8 +405,8 @@ def test_models_cli_fast_and_offline():
 
 
 def test_download_config_validates_like_the_cli():
-    from zh_bert.download import DownloadConfig
-    from zh_bert.errors import ZhBertError
+    from zh_bert.release.download import DownloadConfig
+    from zh_bert.core.errors import ZhBertError
 
     with pytest.raises(ZhBertError, match="--source: must be 'hf' or 'modelscope', got 's3'"):
         DownloadConfig(name="uer-tiny", source="s3")
@@ -417,8 +417,8 @@ def test_hub_error_messages():
     """Each Hub failure reads as one line that says what to do; anything else is not swallowed."""
     from huggingface_hub import errors as E
 
-    from zh_bert.errors import ZhBertError
-    from zh_bert.hub import hub_errors
+    from zh_bert.core.errors import ZhBertError
+    from zh_bert.release.hub import hub_errors
 
     for exc, needle in [(E.OfflineModeIsEnabled("offline"), "HF_HUB_OFFLINE=1 is set"),
                         (ConnectionRefusedError("refused"), "cannot reach mirror.example"),
@@ -437,7 +437,7 @@ def test_scratch_dir_removes_leftovers_of_killed_runs(tmp_path, monkeypatch):
     is removed by the next run, a live process's folder is kept, and the new one is gone after the block."""
     import os
 
-    from zh_bert.hub import scratch_dir
+    from zh_bert.release.hub import scratch_dir
 
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
     dead = tmp_path / "zh-bert-ms-999999999-abcd"   # above Linux's pid_max: no such process

@@ -36,8 +36,8 @@ def write_recipe(path: Path, char_shards, **over) -> Path:
 
 
 def tiny_electra(char_shards, dropout: float = 0.0):
-    from zh_bert.model import ElectraPretrainModel, build_config, build_electra
-    from zh_bert.tokenizer_files import load_tokenizer
+    from zh_bert.train.model import ElectraPretrainModel, build_config, build_electra
+    from zh_bert.corpus.tokenizer_files import load_tokenizer
 
     torch.manual_seed(0)
     cfg = build_config("tiny", len(load_tokenizer(char_shards[0])), dropout=dropout)
@@ -45,8 +45,8 @@ def tiny_electra(char_shards, dropout: float = 0.0):
 
 
 def loader_batches(char_shards, n: int, size: int, seed: int = 3) -> list[dict]:
-    from zh_bert.data import ShardDataset, ShardLoader
-    from zh_bert.masking import MaskingConfig
+    from zh_bert.train.data import ShardDataset, ShardLoader
+    from zh_bert.train.masking import MaskingConfig
 
     it = iter(ShardLoader(ShardDataset(char_shards[1], "train"), size, MaskingConfig(strategy="wwm"), seed=seed))
     return [next(it) for _ in range(n)]
@@ -55,7 +55,7 @@ def loader_batches(char_shards, n: int, size: int, seed: int = 3) -> list[dict]:
 # ------------------------------------------------------------------------------------------------ the pieces
 
 def test_sampler_draws_from_the_softmax_and_a_sure_generator_replaces_nothing():
-    from zh_bert.model import replaced_token_labels, sample_replacements
+    from zh_bert.train.model import replaced_token_labels, sample_replacements
 
     probs = torch.tensor([0.5, 0.0, 0.25, 0.25])
     u = torch.rand(20000, generator=torch.Generator().manual_seed(0))
@@ -74,7 +74,7 @@ def test_rtd_labels_are_one_exactly_where_the_sampled_token_differs(char_shards)
     """A real tiny generator/discriminator on a real masked batch: the discriminator sees the original text
     with the masked positions replaced by the generator's samples, and its labels are 1 exactly where that
     differs from the original; a generator whose logits put all mass on the original gives all zeros."""
-    from zh_bert.model import add_sampling_noise
+    from zh_bert.train.model import add_sampling_noise
 
     model = tiny_electra(char_shards)
     batch = add_sampling_noise(loader_batches(char_shards, 1, 8), seed=7, step=0, rank=0, world=1)[0]
@@ -110,8 +110,8 @@ def test_accumulation_4x8_equals_1x32(char_shards):
     """One ELECTRA step on 32 sequences as 4 micro-batches of 8 equals one batch of 32: the samples are keyed
     by each sequence's place in the global batch, the MLM loss is normalised by the global masked count and
     the RTD loss by the global token count. Tolerance 1e-6 per parameter (fp32 summation order)."""
-    from zh_bert.training import StepStats, lr_lambda, make_accelerator, make_optimizer, train_step
-    from zh_bert.recipe import Recipe
+    from zh_bert.train.training import StepStats, lr_lambda, make_accelerator, make_optimizer, train_step
+    from zh_bert.train.recipe import Recipe
 
     micro = loader_batches(char_shards, 4, 8)
     whole = {k: torch.cat([m[k] for m in micro]) for k in micro[0]}
@@ -141,8 +141,8 @@ def test_plan_counts_both_networks(capsys):
     """plan's parameter count equals the built pair's, and its FLOPs are the generator's encoder + embedding
     projection + sparse head plus the discriminator's encoder + RTD head, counted by hand here."""
     from zh_bert.cli import main
-    from zh_bert.model import build_electra, count_params, electra_configs, electra_flops_per_token
-    from zh_bert.memory_model import ModelShape, model_config
+    from zh_bert.train.model import build_electra, count_params, electra_configs, electra_flops_per_token
+    from zh_bert.plan.memory_model import ModelShape, model_config
 
     for preset in ("tiny", "mini"):
         cfg = model_config(preset, 21128)
@@ -169,7 +169,7 @@ def test_plan_counts_both_networks(capsys):
 @pytest.fixture(scope="module")
 def electra_run(tmp_path_factory, char_shards):
     """A 20-step tiny ELECTRA run (in process): its run dir."""
-    from zh_bert.pretrain import main
+    from zh_bert.train.pretrain import main
 
     root = tmp_path_factory.mktemp("electra")
     torch.set_num_threads(1)
@@ -183,7 +183,7 @@ def test_nonfinite_gradient_guard_huge_rtd_weight_stops_with_one_line_at_the_fir
     """rtd_weight 1e30: the weighted loss is finite but its gradient norm is not. Every such step is skipped
     (never applied), counted, reported on stderr at the first one, and the streak guard stops the run
     (status diverged, exit 1 as for a NaN streak); before, it ended "finished" with skipped_steps 0."""
-    from zh_bert.pretrain import main
+    from zh_bert.train.pretrain import main
 
     capsys.readouterr()
     rc = main([str(write_recipe(tmp_path / "r.yaml", char_shards, rtd_weight=1e30, max_nan_streak=3,
@@ -201,7 +201,7 @@ def test_nonfinite_gradient_guard_huge_rtd_weight_stops_with_one_line_at_the_fir
 
 def test_nonfinite_gradient_guard_streak_of_one_is_one_line(tmp_path, char_shards, capsys):
     """max_nan_streak 1: the run stops at the first non-finite gradient with exactly one stderr line."""
-    from zh_bert.pretrain import main
+    from zh_bert.train.pretrain import main
 
     capsys.readouterr()
     rc = main([str(write_recipe(tmp_path / "r.yaml", char_shards, rtd_weight=1e30, max_nan_streak=1))])
@@ -214,7 +214,7 @@ def test_run_logs_rtd_metrics_and_writes_discriminator_and_generator(electra_run
     from transformers import (AutoModel, AutoModelForMaskedLM, AutoModelForPreTraining, ElectraForMaskedLM,
                               ElectraForPreTraining, ElectraModel, pipeline)
 
-    from zh_bert.rundir import masked_lm_dir, model_dir
+    from zh_bert.train.rundir import masked_lm_dir, model_dir
 
     rows = metrics(electra_run)
     train = [r for r in rows if "loss" in r]
@@ -250,7 +250,7 @@ def test_run_logs_rtd_metrics_and_writes_discriminator_and_generator(electra_run
 
 def test_eval_demo_finetune_and_publish_take_the_right_network(electra_run, tmp_path, capsys):
     from zh_bert.cli import main
-    from zh_bert.demo import load_model
+    from zh_bert.release.demo import load_model
 
     capsys.readouterr()
     assert main(["eval", "mlm", str(electra_run), "--text", str(REPO / "corpora/sample/zhwiki_sampled.txt"),
@@ -316,7 +316,7 @@ print(json.dumps({"version": transformers.__version__, "classes": [type(d).__nam
 def test_kill9_then_resume_auto_reproduces_the_losses(tmp_path, char_shards):
     """A real ELECTRA `zh-bert pretrain` killed with SIGKILL after its first checkpoint; `--resume auto` logs
     exactly the per-step MLM and RTD losses of an uninterrupted run (CPU, fp32, 1e-5)."""
-    from zh_bert.pretrain import main
+    from zh_bert.train.pretrain import main
 
     common = dict(max_steps=12, save_every=4, log_every=1, eval_every=0, keep_last=3)
     ref = write_recipe(tmp_path / "ref" / "r.yaml", char_shards, **common)

@@ -9,9 +9,9 @@ import pytest
 
 from conftest import REPO
 from zh_bert import cli
-from zh_bert.errors import ZhBertError
-from zh_bert.finetune import eval_entries, macro_f1, summarize
-from zh_bert.tasks import load_task, read_tsv
+from zh_bert.core.errors import ZhBertError
+from zh_bert.evaluation.finetune import eval_entries, macro_f1, summarize
+from zh_bert.evaluation.tasks import load_task, read_tsv
 
 CHNSENTI = REPO / "corpora" / "tasks" / "chnsenticorp"
 
@@ -128,7 +128,7 @@ def test_finetune_refuses_bad_options(tiny_model_dir, capsys, argv, message):
 
 
 def test_finetune_config_validates_like_the_cli():
-    from zh_bert.finetune import FinetuneConfig
+    from zh_bert.evaluation.finetune import FinetuneConfig
 
     with pytest.raises(ZhBertError, match="--precision: invalid choice 'fp16'.*choose from fp32, bf16"):
         FinetuneConfig(precision="fp16")
@@ -140,7 +140,7 @@ def test_finetune_config_validates_like_the_cli():
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
 def test_float_settings_must_be_finite(key, value):
     """`nan < x` is False for every x: each float setting is checked for nan/inf by name first."""
-    from zh_bert.finetune import FinetuneConfig
+    from zh_bert.evaluation.finetune import FinetuneConfig
 
     with pytest.raises(ZhBertError, match=f"--{key.replace('_', '-')} must be"):
         FinetuneConfig(**{key: value})
@@ -158,9 +158,9 @@ def test_train_split_needs_two_classes(tmp_path):
 
 def test_one_class_task_is_refused_before_any_model_is_loaded(tmp_path, monkeypatch):
     """The Python API too: a TaskData built by hand with one class never reaches training."""
-    from zh_bert import finetune
-    from zh_bert.finetune import FinetuneConfig
-    from zh_bert.tasks import Example, TaskData
+    from zh_bert.evaluation import finetune
+    from zh_bert.evaluation.finetune import FinetuneConfig
+    from zh_bert.evaluation.tasks import Example, TaskData
 
     monkeypatch.setattr(finetune, "load_tokenizer", lambda *a: pytest.fail("loaded a tokenizer"))
     task = TaskData("t", [Example("好", "1"), Example("棒", "1")], [Example("差", "0")], None, ["0", "1"])

@@ -21,12 +21,12 @@ def _parts(char_shards, micro: int = 8, **recipe_keys):
     """(model, optimizer, scheduler, fp16 accelerator, scaler, recipe, batches) for in-process steps."""
     from transformers import BertForMaskedLM
 
-    from zh_bert.data import ShardDataset, ShardLoader
-    from zh_bert.masking import MaskingConfig
-    from zh_bert.model import PretrainModel, build_config
-    from zh_bert.recipe import Recipe
-    from zh_bert.tokenizer_files import load_tokenizer
-    from zh_bert.training import lr_lambda, make_accelerator, make_optimizer, make_scaler
+    from zh_bert.train.data import ShardDataset, ShardLoader
+    from zh_bert.train.masking import MaskingConfig
+    from zh_bert.train.model import PretrainModel, build_config
+    from zh_bert.train.recipe import Recipe
+    from zh_bert.corpus.tokenizer_files import load_tokenizer
+    from zh_bert.train.training import lr_lambda, make_accelerator, make_optimizer, make_scaler
 
     tokdir, sharddir = char_shards
     loader = iter(ShardLoader(ShardDataset(sharddir, "train"), micro, MaskingConfig(strategy="wwm"), seed=3))
@@ -41,7 +41,7 @@ def _parts(char_shards, micro: int = 8, **recipe_keys):
 
 
 def test_fp16_on_a_cpu_computes_in_fp16_with_a_live_scaler(char_shards):
-    from zh_bert.training import StepStats, train_step
+    from zh_bert.train.training import StepStats, train_step
 
     model, opt, sched, acc, scaler, recipe, loader = _parts(char_shards)
     seen = []
@@ -56,7 +56,7 @@ def test_fp16_on_a_cpu_computes_in_fp16_with_a_live_scaler(char_shards):
 
 
 def test_an_overflow_skips_the_step_leaves_the_weights_and_halves_the_scale(char_shards, monkeypatch):
-    from zh_bert.training import StepStats, train_step
+    from zh_bert.train.training import StepStats, train_step
 
     model, opt, sched, acc, scaler, recipe, loader = _parts(char_shards)
     stats = StepStats()
@@ -72,7 +72,7 @@ def test_an_overflow_skips_the_step_leaves_the_weights_and_halves_the_scale(char
 
 
 def test_the_scale_grows_after_growth_interval_good_steps(char_shards):
-    from zh_bert.training import StepStats, train_step
+    from zh_bert.train.training import StepStats, train_step
 
     model, opt, sched, acc, scaler, recipe, loader = _parts(char_shards, loss_scale_init=1024.0,
                                                             loss_scale_growth_interval=3)
@@ -88,7 +88,7 @@ def test_accumulation_4x8_equals_1x32_under_fp16(char_shards):
     unscaled gradient the optimizer receives are equal within fp16 rounding (activations are rounded to fp16
     per micro-batch, so the sums are not bit-identical; Adam's first update, ±lr per weight, would turn that
     rounding into sign flips, so the gradients are compared)."""
-    from zh_bert.training import StepStats, train_step
+    from zh_bert.train.training import StepStats, train_step
 
     _, _, _, acc, _, recipe, loader = _parts(char_shards)
     micro = [next(loader) for _ in range(4)]
@@ -125,7 +125,7 @@ def test_fp16_run_logs_the_scale_and_kill9_resume_reproduces_its_losses(tmp_path
     import json
     import os
 
-    from zh_bert.pretrain import main
+    from zh_bert.train.pretrain import main
 
     monkeypatch.setenv("ZH_BERT_FAULT", "inf-gradient@7")
     ref = _recipe(tmp_path / "ref" / "r.yaml", char_shards)
@@ -154,7 +154,7 @@ def test_200_tiny_steps_in_fp16_end_within_2_percent_of_fp32(tmp_path, char_shar
     """Same init, same batches: fp16 with loss scaling trains like fp32 (final validation loss within 2%)."""
     import json
 
-    from zh_bert.pretrain import main
+    from zh_bert.train.pretrain import main
 
     val = {}
     for precision in ("fp32", "fp16"):
@@ -170,8 +170,8 @@ def test_200_tiny_steps_in_fp16_end_within_2_percent_of_fp32(tmp_path, char_shar
 def test_loss_scale_init_outside_its_bounds_is_one_line(value):
     """fp16 silent failure: 1e38 skipped every step, 1e-30 zeroed every gradient, both 'finished' with exit 0.
     The schema bounds loss_scale_init to [1, 2^24]; a value outside is refused on load, naming the key."""
-    from zh_bert.errors import ZhBertError
-    from zh_bert.recipe import load_recipe
+    from zh_bert.core.errors import ZhBertError
+    from zh_bert.train.recipe import load_recipe
 
     with pytest.raises(ZhBertError, match=r"'loss_scale_init' must be in \[1, 16777216\]"):
         load_recipe(None, {"data": "x", "loss_scale_init": float(value)})
@@ -197,7 +197,7 @@ def test_an_fp16_run_whose_every_gradient_is_zero_is_an_error():
     """The other end (gradients underflowing to 0): checked on the tally the training loop keeps."""
     from types import SimpleNamespace
 
-    from zh_bert.training import Fp16Tally
+    from zh_bert.train.training import Fp16Tally
 
     warned = []
     run = SimpleNamespace(scaler=object(), recipe=SimpleNamespace(loss_scale_init=1.0), status="finished",

@@ -10,9 +10,9 @@ import torch
 
 from _run_helpers import save_recipe
 from conftest import CHAR_SEQ
-from zh_bert.errors import ZhBertError
-from zh_bert.hardware import check_compile, kernel_settings, sdpa_backend
-from zh_bert.recipe import Recipe, load_recipe
+from zh_bert.core.errors import ZhBertError
+from zh_bert.core.hardware import check_compile, kernel_settings, sdpa_backend
+from zh_bert.train.recipe import Recipe, load_recipe
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -34,7 +34,7 @@ def test_compile_is_refused_in_one_line_on_gpus_triton_cannot_run(monkeypatch):
 
 
 def test_cpu_settings_and_sdpa_choice():
-    from zh_bert.model import build_config
+    from zh_bert.train.model import build_config
 
     assert kernel_settings(Recipe(), torch.device("cpu")) == {"deterministic": True, "tf32": False,
                                                                "pinned_memory": False, "compile": False}
@@ -53,7 +53,7 @@ def test_run_json_states_the_kernels_and_compile_trains_on_a_cpu(tmp_path, char_
     in-place compile of the encoder are zh-bert's part; Inductor is torch's.)"""
     from transformers import AutoModelForMaskedLM
 
-    from zh_bert.pretrain import main
+    from zh_bert.train.pretrain import main
 
     compiled, real = [], torch.nn.Module.compile
     monkeypatch.setattr(torch.nn.Module, "compile",

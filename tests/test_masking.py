@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from _shard_helpers import chi2_critical, chi2_stat
-from zh_bert.errors import ZhBertError
-from zh_bert.masking import STRATEGIES, MaskingConfig, mask_batch
+from zh_bert.core.errors import ZhBertError
+from zh_bert.train.masking import STRATEGIES, MaskingConfig, mask_batch
 
 # the strategies that show [MASK]; `correction` (similar words instead) is tested in test_correction.py
 MASK_STRATEGIES = tuple(s for s in STRATEGIES if s != "correction")
@@ -15,7 +15,7 @@ MASK_STRATEGIES = tuple(s for s in STRATEGIES if s != "correction")
 
 @pytest.fixture(scope="module")
 def ds(build_shards, sample_jsonl, google_tokdir):
-    from zh_bert.data import ShardDataset
+    from zh_bert.train.data import ShardDataset
 
     return ShardDataset(build_shards(sample_jsonl, google_tokdir,
                                      "--valid-docs", "20"))
@@ -92,7 +92,7 @@ def test_token_masking_splits_words(ds, rows):
 
 
 def test_ngram_spans_are_contiguous_whole_words_with_macbert_lengths(ds, rows):
-    from zh_bert.masking import _unit_starts
+    from zh_bert.train.masking import _unit_starts
 
     cfg = MaskingConfig(strategy="ngram", max_ngram=3)
     assert np.allclose(cfg.ngram_probs(), [4 / 9, 3 / 9, 2 / 9])
@@ -148,7 +148,7 @@ def test_unigram_noise_replacements_follow_corpus_frequencies(ds, rows):
 
 
 def test_uniform_replacements_skip_special_ids():
-    from zh_bert.masking import _random_tokens
+    from zh_bert.train.masking import _random_tokens
 
     r = _random_tokens(200_000, MaskingConfig("token"), np.random.default_rng(0), np.array([0, 1, 5, 9]), 10, None)
     assert set(np.unique(r)) == {2, 3, 4, 6, 7, 8}
@@ -192,6 +192,6 @@ def test_config_validation():
                 dict(max_ngram=0), dict(max_ngram=5)):
         with pytest.raises(ZhBertError):
             MaskingConfig(**bad)
-    from zh_bert.config import from_dict
+    from zh_bert.core.config import from_dict
 
     assert from_dict(MaskingConfig, {"strategy": "ngram", "mask_rate": "0.2"}).mask_rate == 0.2

@@ -1,5 +1,5 @@
-"""A row-by-row reference for `zh_bert.masking.mask_batch`: plain loops over one sequence, written from the
-module docstring of `zh_bert.masking`, must give the same masks (input ids and labels) as the vectorised
+"""A row-by-row reference for `zh_bert.train.masking.mask_batch`: plain loops over one sequence, written from the
+module docstring of `zh_bert.train.masking`, must give the same masks (input ids and labels) as the vectorised
 code for every strategy, on real shards of the sample corpus (Google's vocab, rjieba word boundaries).
 
 The reference masks one sequence with its own generator, so it is compared with `mask_batch` given one
@@ -24,7 +24,7 @@ import shutil
 import numpy as np
 import pytest
 
-from zh_bert.masking import STRATEGIES, MaskingConfig, mask_batch
+from zh_bert.train.masking import STRATEGIES, MaskingConfig, mask_batch
 
 SETTINGS = (dict(mask_rate=0.15, max_ngram=3), dict(mask_rate=0.4, max_ngram=4),
             dict(mask_rate=0.15, max_ngram=1, mask_token_prob=0.5, random_token_prob=0.4))
@@ -155,7 +155,7 @@ def reference_mask(ids, word_start, cfg, g, *, specials, mask_id, vocab_size, un
 @pytest.fixture(scope="module")
 def ds(build_shards, sample_jsonl, google_tokdir, tmp_path_factory):
     """The sample shards, in a private copy (the similar-word table is written into the shard dir)."""
-    from zh_bert.data import ShardDataset
+    from zh_bert.train.data import ShardDataset
 
     dst = tmp_path_factory.mktemp("masking_reference") / "shards"
     shutil.copytree(build_shards(sample_jsonl, google_tokdir, "--valid-docs", "20"), dst)
@@ -164,7 +164,7 @@ def ds(build_shards, sample_jsonl, google_tokdir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def table(ds):
-    from zh_bert.similar_words import load_or_build
+    from zh_bert.corpus.similar_words import load_or_build
 
     return load_or_build(ds)
 

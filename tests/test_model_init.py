@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import BertConfig, BertForMaskedLM
 
-from zh_bert.model import build_config, neighbour_attention_init
+from zh_bert.train.model import build_config, neighbour_attention_init
 
 
 def _attention(model, ids):

@@ -225,9 +225,9 @@ def test_init_from_refuses_only_shape_keys_that_differ_from_the_checkpoint(tmp_p
     """init_from keeps the checkpoint's window, global layers, RoPE, shape and dropout: a recipe value that differs
     is one line naming the key and init_from; the default, the checkpoint's own value, or another period giving
     the same layout (5 in a 2-layer model) is not refused."""
-    from zh_bert.errors import ZhBertError
-    from zh_bert.pretrain import check_init_keys
-    from zh_bert.recipe import Recipe
+    from zh_bert.core.errors import ZhBertError
+    from zh_bert.train.pretrain import check_init_keys
+    from zh_bert.train.recipe import Recipe
 
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
@@ -250,7 +250,7 @@ def test_vocab_extension_grows_a_modernbert_and_its_decoder_bias(tiny_modernbert
     import torch
     from transformers import ModernBertForMaskedLM
 
-    from zh_bert.model import extend_vocab
+    from zh_bert.train.model import extend_vocab
 
     model = ModernBertForMaskedLM.from_pretrained(str(tiny_modernbert_dir))
     old = model.config.vocab_size

@@ -67,7 +67,7 @@ def test_modernbert_sparse_head_equals_dense_logits(tiny_modernbert_dir):
     with padding in the batch; and no token_type_ids reach it."""
     import torch
 
-    from zh_bert.evaluate import load_mlm, masked_logits, model_batch
+    from zh_bert.evaluation.evaluate import load_mlm, masked_logits, model_batch
 
     model, tok, _ = load_mlm(tiny_modernbert_dir)
     enc = tok(["北京是中国的[MASK]都。", "今天天气很[MASK]，我们去公园散步吧。"], padding=True, return_tensors="pt")
@@ -84,7 +84,7 @@ def test_model_batch_keeps_token_types_for_bert(tiny_model_dir):
     import torch
     from transformers import AutoConfig
 
-    from zh_bert.evaluate import model_batch
+    from zh_bert.evaluation.evaluate import model_batch
 
     model = type("M", (), {"config": AutoConfig.from_pretrained(str(tiny_model_dir))})()
     ids = torch.ones((1, 4), dtype=torch.long)
@@ -131,8 +131,8 @@ def test_demo_fill_equals_dense_pipeline(tiny_modernbert_dir, nudged_modernbert,
     (special tokens aside, which the demo never offers)."""
     from transformers import ModernBertForMaskedLM
 
-    from zh_bert.demo import _token_text, fill, load_model
-    from zh_bert.evaluate import sparse_head
+    from zh_bert.release.demo import _token_text, fill, load_model
+    from zh_bert.evaluation.evaluate import sparse_head
 
     folder = nudged_modernbert if which == "nudged" else tiny_modernbert_dir
     model, tok = load_model(str(folder))
@@ -158,7 +158,7 @@ def test_demo_fill_equals_dense_pipeline(tiny_modernbert_dir, nudged_modernbert,
 
 
 def test_demo_joint_blank_and_compare_with_bert(nudged_modernbert, tiny_model_dir, no_token_types):
-    from zh_bert.demo import ModelPool, check_local_models, filled_text, run_fill
+    from zh_bert.release.demo import ModelPool, check_local_models, filled_text, run_fill
 
     check_local_models([str(nudged_modernbert)])   # config + weights check at start: no BERT-only assumption
     pool = ModelPool([str(nudged_modernbert)])
@@ -219,7 +219,7 @@ def test_publish_dry_run_modernbert_card(modernbert_run, tmp_path, capsys):
 
 def test_card_attention_for_deeper_modernbert(tmp_path, tiny_modernbert_dir):
     """A 6-layer config (the 4.x keys only, as an older writer would leave them): 'every 3 layers' and θ read."""
-    from zh_bert.card import build_card
+    from zh_bert.release.card import build_card
 
     folder = tmp_path / "m"
     shutil.copytree(tiny_modernbert_dir, folder)
@@ -243,7 +243,7 @@ def test_download_assembles_modernbert_folder(tiny_modernbert_dir, tmp_path, wei
     from safetensors.torch import load_file
     from transformers import AutoModelForMaskedLM
 
-    from zh_bert.download import assemble
+    from zh_bert.release.download import assemble
 
     snap = tmp_path / "snap"
     shutil.copytree(tiny_modernbert_dir, snap)

@@ -27,8 +27,8 @@ EVAL_TEXT = ("北京是中华人民共和国的首都，也是全国的政治中
 
 def build_data(root: Path, docs_jsonl: Path) -> tuple[Path, Path]:
     """The data the tests' `char_shards` fixture builds: 4,000-char vocab, 64-token shards, 40 valid docs."""
-    from zh_bert.shard import main as shard_main
-    from zh_bert.vocab import main as vocab_main
+    from zh_bert.corpus.shard import main as shard_main
+    from zh_bert.corpus.vocab import main as vocab_main
 
     tokdir, sharddir = root / "tok", root / "shards"
     assert vocab_main([str(docs_jsonl), "-o", str(tokdir), "--kind", "char", "--size", "4000", "-q"]) == 0
@@ -43,8 +43,8 @@ def measure(root: Path, tokdir: Path, sharddir: Path) -> dict:
     import yaml
     from safetensors.torch import load_file
 
-    from zh_bert.evaluate import MlmEvalConfig, eval_mlm, load_mlm
-    from zh_bert.pretrain import main as pretrain_main
+    from zh_bert.evaluation.evaluate import MlmEvalConfig, eval_mlm, load_mlm
+    from zh_bert.train.pretrain import main as pretrain_main
 
     torch.set_num_threads(1)
     recipe = {"out_dir": str(root / "run"), "data": str(sharddir), "tokenizer": str(tokdir), "model": "tiny",

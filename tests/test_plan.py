@@ -17,10 +17,10 @@ import yaml
 from conftest import REPO
 
 from zh_bert.cli import main as cli
-from zh_bert.errors import ZhBertError
-from zh_bert.hardware import GPUS, KNOWN_DEVICES, build_supports, decide_precision, get_spec, resolve_precision
-from zh_bert.config import config_from_args
-from zh_bert.memory_model import ModelShape, estimate_memory, model_config
+from zh_bert.core.errors import ZhBertError
+from zh_bert.core.hardware import GPUS, KNOWN_DEVICES, build_supports, decide_precision, get_spec, resolve_precision
+from zh_bert.core.config import config_from_args
+from zh_bert.plan.memory_model import ModelShape, estimate_memory, model_config
 from zh_bert.plan import PlanArgs, build_parser, make_plan
 
 HARDWARE_RECIPES = ["base-1080ti", "base-4xk80", "small-2xp100", "large-a100"]
@@ -108,7 +108,7 @@ def test_build_kernel_check():
 
 @pytest.mark.parametrize("model,objective", [("tiny", "mlm"), ("mini", "mlm"), ("tiny", "mlm+nsp")])
 def test_param_count_matches_the_real_model(model, objective):
-    from zh_bert.model import count_params, model_class
+    from zh_bert.train.model import count_params, model_class
 
     cfg = model_config(model, 21128)
     assert ModelShape.from_config(cfg, pairs=objective != "mlm").params == count_params(model_class(objective)(cfg))
@@ -118,7 +118,7 @@ def _modernbert(model: str, vocab: int = 21128):
     """The ModernBertForMaskedLM that pretrain builds for preset `model` (stock transformers, no zh-bert wrapper)."""
     from transformers import ModernBertForMaskedLM
 
-    from zh_bert.modernbert import build_modernbert_config
+    from zh_bert.train.modernbert import build_modernbert_config
 
     cfg = build_modernbert_config(model, vocab, special_ids={"pad": 0, "cls": 101, "sep": 102})
     return cfg, ModernBertForMaskedLM(cfg)
@@ -139,8 +139,8 @@ def test_modernbert_param_count_matches_the_built_model(model, capsys):
 @pytest.mark.parametrize("keys", [{}, {"global_attn_every_n_layers": 2, "local_attention": 64, "dropout": 0.0}])
 def test_modernbert_config_is_the_one_pretrain_builds(keys):
     """plan may not import pretrain, so it rebuilds `_modernbert_config`'s config from the same recipe keys."""
-    from zh_bert.pretrain import _modernbert_config
-    from zh_bert.recipe import Recipe
+    from zh_bert.train.pretrain import _modernbert_config
+    from zh_bert.train.recipe import Recipe
 
     recipe = Recipe(architecture="modernbert", model="mini", **keys)
     mine = model_config("mini", 21128, recipe.dropout, architecture="modernbert",
@@ -150,7 +150,7 @@ def test_modernbert_config_is_the_one_pretrain_builds(keys):
 
 
 def test_modernbert_flops_per_token():
-    from zh_bert.modernbert import modernbert_flops_per_token
+    from zh_bert.train.modernbert import modernbert_flops_per_token
 
     args = PlanArgs(gpu="cpu", model="tiny", architecture="modernbert", seq_len=512)
     plan = make_plan(args, get_spec("cpu"))
@@ -185,7 +185,7 @@ def _plan_from_recipe_header(path):
 
 @pytest.mark.parametrize("name", HARDWARE_RECIPES)
 def test_hardware_recipes_follow_their_plan_line(name):
-    from zh_bert.recipe import KEYS, load_recipe
+    from zh_bert.train.recipe import KEYS, load_recipe
 
     path = REPO / "recipes" / f"{name}.yaml"
     recipe = load_recipe(path)
@@ -229,7 +229,7 @@ def _modernbert_peak_child(model: str, micro_batch: int, seq_len: int = 128) -> 
     sys.path.insert(0, str(REPO / "bench"))
     from plan_memory_check import _status_kb
 
-    from zh_bert.model import PretrainModel, model_class
+    from zh_bert.train.model import PretrainModel, model_class
 
     torch.set_num_threads(2)
 
@@ -256,7 +256,7 @@ def _modernbert_peak_child(model: str, micro_batch: int, seq_len: int = 128) -> 
 
 def test_modernbert_memory_model_matches_a_measured_cpu_step():
     """The BERT case above for ModernBERT (tiny, micro-batch 16, seq 128, fp32), with the same ±25% bar."""
-    from zh_bert.memory_model import plan_config, shape_and_flops
+    from zh_bert.plan.memory_model import plan_config, shape_and_flops
 
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="0",
                PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))

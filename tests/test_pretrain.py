@@ -20,7 +20,7 @@ import yaml
 from _fs_helpers import tmpfs
 from _run_helpers import kill_then_resume, metrics, save_recipe
 from conftest import CHAR_SEQ, REPO
-from zh_bert.errors import ZhBertError
+from zh_bert.core.errors import ZhBertError
 
 SEQ = CHAR_SEQ
 ONE_THREAD = {**os.environ, "OMP_NUM_THREADS": "1"}   # the subprocesses match this process
@@ -41,7 +41,7 @@ def write_recipe(path: Path, tokdir, sharddir, **over) -> Path:
 def test_end_to_end_loss_falls_and_checkpoint_fills_masks(tmp_path, char_shards):
     from transformers import pipeline
 
-    from zh_bert.pretrain import main
+    from zh_bert.train.pretrain import main
 
     tokdir, sharddir = char_shards
     recipe = write_recipe(tmp_path / "r.yaml", tokdir, sharddir)
@@ -78,7 +78,7 @@ def test_end_to_end_loss_falls_and_checkpoint_fills_masks(tmp_path, char_shards)
 def test_kill9_then_resume_auto_reproduces_losses(tmp_path, char_shards):
     """A real `zh-bert pretrain` process is killed with SIGKILL after its first checkpoint; `--resume auto`
     must then log exactly the per-step losses of an uninterrupted run (CPU, same seed, tolerance 1e-5)."""
-    from zh_bert.pretrain import main
+    from zh_bert.train.pretrain import main
 
     tokdir, sharddir = char_shards
     common = dict(max_steps=14, save_every=4, log_every=1, eval_every=0, micro_batch=8, global_batch=16,
@@ -103,12 +103,12 @@ def test_accumulation_4x8_equals_1x32(char_shards):
     (fp32 summation order only)."""
     from transformers import BertForMaskedLM
 
-    from zh_bert.data import ShardDataset, ShardLoader
-    from zh_bert.masking import MaskingConfig
-    from zh_bert.model import PretrainModel, build_config
-    from zh_bert.training import StepStats, lr_lambda, make_accelerator, make_optimizer, train_step
-    from zh_bert.recipe import Recipe
-    from zh_bert.tokenizer_files import load_tokenizer
+    from zh_bert.train.data import ShardDataset, ShardLoader
+    from zh_bert.train.masking import MaskingConfig
+    from zh_bert.train.model import PretrainModel, build_config
+    from zh_bert.train.training import StepStats, lr_lambda, make_accelerator, make_optimizer, train_step
+    from zh_bert.train.recipe import Recipe
+    from zh_bert.corpus.tokenizer_files import load_tokenizer
 
     tokdir, sharddir = char_shards
     ds = ShardDataset(sharddir, "train")
@@ -136,8 +136,8 @@ def test_accumulation_4x8_equals_1x32(char_shards):
 
 
 def test_checkpoint_with_other_vocab_size_is_refused(tiny_model_dir, char_shards):
-    from zh_bert.model import load_init
-    from zh_bert.tokenizer_files import load_tokenizer
+    from zh_bert.train.model import load_init
+    from zh_bert.corpus.tokenizer_files import load_tokenizer
 
     tok = load_tokenizer(char_shards[0])
     with pytest.raises(ZhBertError) as e:
@@ -151,8 +151,8 @@ def test_vocab_extension_grows_embeddings_from_known_characters(tmp_path, tiny_m
     at the mean of its characters' rows, the output stays tied and the result is a stock checkpoint."""
     from transformers import BertForMaskedLM, BertTokenizer
 
-    from zh_bert.fileio import read_vocab_txt, write_vocab_txt
-    from zh_bert.model import load_init
+    from zh_bert.core.fileio import read_vocab_txt, write_vocab_txt
+    from zh_bert.train.model import load_init
 
     tokens = read_vocab_txt(tiny_model_dir / "vocab.txt") + ["新冠", "𠮷"]
     write_vocab_txt(tmp_path / "vocab.txt", tokens)
@@ -172,7 +172,7 @@ def test_vocab_extension_grows_embeddings_from_known_characters(tmp_path, tiny_m
 
 
 def test_global_batch_must_divide_over_processes(tmp_path, char_shards):
-    from zh_bert.pretrain import main
+    from zh_bert.train.pretrain import main
 
     tokdir, sharddir = char_shards
     with pytest.raises(ZhBertError, match="global_batch 24 is not a multiple of micro_batch 16"):
@@ -180,7 +180,7 @@ def test_global_batch_must_divide_over_processes(tmp_path, char_shards):
 
 
 def test_shards_of_another_tokenizer_are_refused(tmp_path, char_shards, google_tokdir):
-    from zh_bert.pretrain import main
+    from zh_bert.train.pretrain import main
 
     tokdir, sharddir = char_shards
     recipe = write_recipe(tmp_path / "r.yaml", google_tokdir, sharddir)
@@ -213,8 +213,8 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path, char_shards):
 def test_metrics_log_on_resume_keeps_the_lines_up_to_the_checkpoint(tmp_path):
     """A killed run may have logged steps after its last checkpoint (and a line cut by the kill): on resume
     they are dropped, to be logged again; a fresh run starts an empty file; other processes write nothing."""
-    from zh_bert.fileio import claim_dir
-    from zh_bert.training_run import MetricsLog
+    from zh_bert.core.fileio import claim_dir
+    from zh_bert.train.training_run import MetricsLog
 
     claim_dir(tmp_path)   # what pretrain's out_dir check does before a run writes into its folder
     path = tmp_path / "metrics.jsonl"
@@ -237,7 +237,7 @@ def test_curves_of_a_run_named_in_chinese_plot_without_missing_glyph_warnings(tm
     from font' once per character at the end of every such run; now a CJK font is used if installed, else quiet."""
     import warnings
 
-    from zh_bert.curves import plot_curves
+    from zh_bert.train.curves import plot_curves
 
     log = tmp_path / "metrics.jsonl"
     log.write_text("".join(json.dumps({"step": s, "loss": 9.0 - s, "mlm_acc": 0.1 * s, "lr": 1e-4}) + "\n"
@@ -252,7 +252,7 @@ def test_curves_of_a_run_named_in_chinese_plot_without_missing_glyph_warnings(tm
 def test_the_training_loop_fits_on_a_screen():
     import inspect
 
-    from zh_bert.training import fit
+    from zh_bert.train.training import fit
 
     assert len(inspect.getsource(fit).splitlines()) <= 80
 
@@ -260,7 +260,7 @@ def test_the_training_loop_fits_on_a_screen():
 def test_sentence_order_objective_trains_and_needs_matching_shards(tmp_path, char_shards, sample_jsonl, build_shards):
     """mlm+sop on `--pairs sop` shards logs the pair loss and accuracy; mlm+nsp on the same shards is refused
     before training, naming the flag that builds the right ones."""
-    from zh_bert.pretrain import main
+    from zh_bert.train.pretrain import main
 
     tokdir, _ = char_shards
     sop = build_shards(sample_jsonl, tokdir, "--seq-len", str(SEQ), "--valid-docs", "40", "--pairs", "sop")
@@ -276,7 +276,7 @@ def test_sentence_order_objective_trains_and_needs_matching_shards(tmp_path, cha
 def test_openmp_threads_spin_only_when_the_machine_is_idle(tmp_path, monkeypatch):
     """ACTIVE (spinning) OpenMP threads are ~25% faster alone and ~40% slower beside one busy process: pretrain
     picks from /proc/loadavg's runnable count, tolerates a kernel thread's blip, and never spins for N processes."""
-    from zh_bert.hardware import omp_wait_policy
+    from zh_bert.core.hardware import omp_wait_policy
 
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     loadavg = tmp_path / "loadavg"
@@ -293,7 +293,7 @@ def test_openmp_threads_spin_only_when_the_machine_is_idle(tmp_path, monkeypatch
     monkeypatch.setenv("WORLD_SIZE", "2")
     assert policy(1) == "PASSIVE"       # several processes share the cores
 
-    import zh_bert.hardware as hardware
+    import zh_bert.core.hardware as hardware
     reads = iter(["2", "1", "1", "1", "1", "1"])
     monkeypatch.delenv("WORLD_SIZE")
     real_open = open
@@ -311,7 +311,7 @@ def test_openmp_threads_spin_only_when_the_machine_is_idle(tmp_path, monkeypatch
 
 _FAULTS = """
 import resource, sys, torch
-from zh_bert.hardware import keep_freed_memory
+from zh_bert.core.hardware import keep_freed_memory
 said = keep_freed_memory() if sys.argv[1] == "kept" else "default"
 torch.ones(1).add_(1)   # warm up
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt

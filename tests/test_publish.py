@@ -9,7 +9,7 @@ import pytest
 from _hub_helpers import OTHER_TOKEN, SECRET, TOKEN
 from hub_server import free_port
 from zh_bert.cli import main
-from zh_bert.publish import MODEL_FILES, RUN_FILES
+from zh_bert.release.publish import MODEL_FILES, RUN_FILES
 
 ALLOWED = set(MODEL_FILES) | set(RUN_FILES) | {"README.md", ".gitattributes"}
 
@@ -96,7 +96,7 @@ def test_publish_upload_never_leaks(run_dir, hub, online, monkeypatch, capsys, t
 
 def test_publish_retries_transient_errors(run_dir, hub, online, monkeypatch, capsys):
     monkeypatch.setenv("HF_TOKEN", TOKEN)
-    monkeypatch.setattr("zh_bert.publish.RETRY_BACKOFF_S", 0.05)
+    monkeypatch.setattr("zh_bert.release.publish.RETRY_BACKOFF_S", 0.05)
     hub.fail_next[:] = [503, 502]
     rc, out, err = publish(capsys, run_dir, "--repo-id", "alice/retried", "--endpoint", hub.url)
     assert rc == 0, err
@@ -170,8 +170,8 @@ def test_private_repo(run_dir, hub, online, monkeypatch, capsys, tmp_path):
 
 
 def test_python_api_validates_like_the_cli(run_dir):
-    from zh_bert.errors import ZhBertError
-    from zh_bert.publish import PublishConfig
+    from zh_bert.core.errors import ZhBertError
+    from zh_bert.release.publish import PublishConfig
 
     with pytest.raises(ZhBertError, match="--repo-id 'no-namespace': expected ORG/NAME"):
         PublishConfig(source=str(run_dir), repo_id="no-namespace")
@@ -182,8 +182,8 @@ def test_python_api_validates_like_the_cli(run_dir):
 
 def test_run_dir_resolution(run_dir, tiny_model_dir, tmp_path):
     """A run dir means its final/; a checkpoint inside a run knows its run; a bare folder has none."""
-    from zh_bert.errors import ZhBertError
-    from zh_bert.rundir import find_run_dir, locate, model_dir
+    from zh_bert.core.errors import ZhBertError
+    from zh_bert.train.rundir import find_run_dir, locate, model_dir
 
     assert locate(run_dir).model_dir == run_dir / "final" and locate(run_dir).run_dir == run_dir.resolve()
     step = run_dir / "checkpoints" / "step-0000010"
@@ -306,13 +306,13 @@ def test_token_in_weights_metadata_is_refused(tiny_model_dir, tmp_path, scratch,
 @pytest.mark.parametrize("with_output", [True, False])
 def test_staging_is_removed_on_every_exit(failure, with_output, run_dir, tmp_path, scratch, monkeypatch):
     """Ctrl-C or a crash while the card is written (after the weights were copied): no staged folder remains."""
-    from zh_bert.publish import PublishConfig
-    from zh_bert.publish import publish as run_publish
+    from zh_bert.release.publish import PublishConfig
+    from zh_bert.release.publish import publish as run_publish
 
     def boom(*a, **k):
         raise failure("stop")
 
-    monkeypatch.setattr("zh_bert.publish.build_card", boom)
+    monkeypatch.setattr("zh_bert.release.publish.build_card", boom)
     out = tmp_path / "out"
     out.mkdir()
     cfg = PublishConfig(source=str(run_dir), repo_id="alice/x", dry_run=True,
@@ -328,7 +328,7 @@ def test_upload_failure_removes_the_staged_copy(run_dir, hub, online, scratch, m
     def boom(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("zh_bert.publish.upload", boom)
+    monkeypatch.setattr("zh_bert.release.publish.upload", boom)
     rc, _, _ = publish(capsys, run_dir, "--repo-id", "alice/interrupted", "--endpoint", hub.url)
     assert rc == 130 and not list(scratch.iterdir())
 
@@ -336,7 +336,7 @@ def test_upload_failure_removes_the_staged_copy(run_dir, hub, online, scratch, m
 def test_full_disk_while_staging_is_one_line(run_dir, tmp_path, scratch, monkeypatch, capsys):
     import errno
 
-    from zh_bert import publish as publish_module
+    from zh_bert.release import publish as publish_module
 
     real = publish_module.copy_file
 
@@ -345,7 +345,7 @@ def test_full_disk_while_staging_is_one_line(run_dir, tmp_path, scratch, monkeyp
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(src, dst, *a, **k)
 
-    monkeypatch.setattr("zh_bert.publish.copy_file", full)
+    monkeypatch.setattr("zh_bert.release.publish.copy_file", full)
     out = tmp_path / "out"
     out.mkdir()
     rc, _, err = publish(capsys, run_dir, "--repo-id", "alice/x", "--dry-run", "-o", out / "staged")

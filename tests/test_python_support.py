@@ -18,7 +18,7 @@ CHECK = r"""
 import pathlib, sys
 for path in sorted(pathlib.Path("zh_bert").rglob("*.py")):
     compile(path.read_text(encoding="utf-8"), str(path), "exec")   # syntax of this Python, nothing written
-from zh_bert.recipe import load_recipe
+from zh_bert.train.recipe import load_recipe
 names = sorted(str(p) for p in pathlib.Path("recipes").glob("*.yaml"))
 for name in names:
     load_recipe(name)

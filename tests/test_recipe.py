@@ -9,9 +9,9 @@ import sys
 import pytest
 
 from conftest import REPO
-from zh_bert.errors import ZhBertError
-from zh_bert.masking import MaskingConfig
-from zh_bert.recipe import KEYS, Recipe, load_recipe, save_recipe
+from zh_bert.core.errors import ZhBertError
+from zh_bert.train.masking import MaskingConfig
+from zh_bert.train.recipe import KEYS, Recipe, load_recipe, save_recipe
 
 
 def test_typo_names_key_and_suggestion(tmp_path):
@@ -73,7 +73,7 @@ def test_shipped_recipes_load(name):
 def test_max_ngram_5_is_refused_at_load_before_any_data_work(tmp_path):
     """The masking keys are checked with the recipe: a bad one fails `zh-bert pretrain` before the raw corpus
     is cleaned, tokenized or sharded (nothing is written to out_dir)."""
-    from zh_bert.pretrain import main
+    from zh_bert.train.pretrain import main
 
     path = tmp_path / "r.yaml"
     path.write_text(f"out_dir: {tmp_path / 'run'}\ndata: {REPO / 'corpora/sample/zhwiki_sampled.txt'}\n"
@@ -120,7 +120,7 @@ def test_python_api_validates_like_the_recipe_file():
 
 
 def test_resume_changes_name_the_key_that_cannot_change():
-    from zh_bert.recipe import CHANGEABLE_ON_RESUME, changes_on_resume
+    from zh_bert.train.recipe import CHANGEABLE_ON_RESUME, changes_on_resume
 
     saved = Recipe(max_steps=100).to_dict()
     assert changes_on_resume(saved, load_recipe(None, ["max_steps=200", "lr=5e-4"]), "--resume auto") == {
@@ -132,8 +132,8 @@ def test_resume_changes_name_the_key_that_cannot_change():
 
 def test_saved_recipe_marks_the_run_dir_and_loads_back(tmp_path):
     """save_recipe's first line is pretrain's run-dir marker; the file still loads as the same recipe."""
-    from zh_bert.recipe import save_recipe
-    from zh_bert.rundir import RECIPE_HEADER, written_by_pretrain
+    from zh_bert.train.recipe import save_recipe
+    from zh_bert.train.rundir import RECIPE_HEADER, written_by_pretrain
 
     recipe = load_recipe(None, ["max_steps=7"])
     save_recipe(recipe, tmp_path / "recipe.yaml")

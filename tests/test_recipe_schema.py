@@ -1,4 +1,4 @@
-"""The recipe schema is declared once (`zh_bert.recipe.Recipe`): `--print-recipe`, recipes/tiny-cpu.yaml's
+"""The recipe schema is declared once (`zh_bert.train.recipe.Recipe`): `--print-recipe`, recipes/tiny-cpu.yaml's
 comments and docs/pretrain.md's key table are generated from it, and the other recipes set only what they change.
 
 Regenerate after changing a field: `python tests/test_recipe_schema.py --update` (keeps tiny-cpu.yaml's header,
@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from zh_bert.masking import MaskingConfig
-from zh_bert.recipe import (KEYS, SECTIONS, Recipe, key_docs, load_recipe, markdown_table, recipe_comments,
+from zh_bert.train.masking import MaskingConfig
+from zh_bert.train.recipe import (KEYS, SECTIONS, Recipe, key_docs, load_recipe, markdown_table, recipe_comments,
                             render_recipe)
 
 ROOT = Path(__file__).resolve().parent.parent
 MAIN_RECIPE = ROOT / "recipes" / "tiny-cpu.yaml"
 DOCS = ROOT / "docs" / "pretrain.md"
-TABLE_START, TABLE_END = "<!-- recipe keys: generated from zh_bert/recipe.py -->", "<!-- end of recipe keys -->"
+TABLE_START, TABLE_END = "<!-- recipe keys: generated from zh_bert/train/recipe.py -->", "<!-- end of recipe keys -->"
 # the recipes that set only what they change, each under the `zh-bert plan` line that sized it (GPU recipes)
 OTHER_RECIPES = sorted(p for p in (ROOT / "recipes").glob("*.yaml") if p != MAIN_RECIPE)
 PLANNED = ("base-1080ti.yaml", "base-4xk80.yaml", "small-2xp100.yaml", "large-a100.yaml")
@@ -64,7 +64,7 @@ def test_main_recipe_sets_every_key():
 
 
 def test_print_recipe_is_the_schema_rendering_and_loads_back(tmp_path, capsys):
-    from zh_bert.pretrain import main
+    from zh_bert.train.pretrain import main
 
     assert main([str(MAIN_RECIPE), "--print-recipe", "--set", "max_steps=40"]) == 0
     out = capsys.readouterr().out
@@ -81,7 +81,7 @@ def test_print_recipe_is_the_schema_rendering_and_loads_back(tmp_path, capsys):
 
 
 def test_print_recipe_of_a_partial_recipe_shows_every_key_with_defaults(tmp_path, capsys):
-    from zh_bert.pretrain import main
+    from zh_bert.train.pretrain import main
 
     r = tmp_path / "r.yaml"
     r.write_text("lr: 3.0e-4  # half the usual\n", encoding="utf-8")

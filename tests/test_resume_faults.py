@@ -27,7 +27,7 @@ import yaml
 
 from _run_helpers import metrics, save_recipe
 from conftest import CHAR_SEQ, REPO
-from zh_bert import checkpoint as ckpt
+from zh_bert.train import checkpoint as ckpt
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
@@ -84,7 +84,7 @@ def assert_same_losses(got: dict, expected: dict) -> None:
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory, char_shards):
     """An uninterrupted 12-step run (checkpoints at 4, 8, 12): its losses and its run dir."""
-    from zh_bert.pretrain import main
+    from zh_bert.train.pretrain import main
 
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("reference")
@@ -231,8 +231,8 @@ def test_leftovers_of_killed_saves_are_removed_or_put_back(tmp_path, reference):
 
 
 def test_an_older_checkpoint_continues_only_in_a_new_out_dir(tmp_path, reference, capsys):
-    from zh_bert.training_run import resume_point
-    from zh_bert.recipe import load_recipe
+    from zh_bert.train.training_run import resume_point
+    from zh_bert.train.recipe import load_recipe
 
     run = tmp_path / "run"
     shutil.copytree(reference["run"], run)

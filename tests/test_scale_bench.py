@@ -84,8 +84,8 @@ def test_unplanted_documents_are_far_apart(corpus):
 
 
 def test_documents_pass_clean_unchanged(corpus):
-    from zh_bert.clean.filters import FilterConfig, quality_reason, remove_boilerplate
-    from zh_bert.clean.normalize import NormalizeConfig, Normalizer
+    from zh_bert.corpus.clean.filters import FilterConfig, quality_reason, remove_boilerplate
+    from zh_bert.corpus.clean.normalize import NormalizeConfig, Normalizer
 
     norm, cfg = Normalizer(NormalizeConfig()), FilterConfig()
     docs = list(itertools.chain.from_iterable(corpus[2]))

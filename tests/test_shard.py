@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from _shard_helpers import write_jsonl
-from zh_bert.errors import ZhBertError
+from zh_bert.core.errors import ZhBertError
 
 
 @pytest.fixture(scope="module")
 def tok(google_tokdir):
-    from zh_bert.tokenizer_files import load_tokenizer
+    from zh_bert.corpus.tokenizer_files import load_tokenizer
 
     t = load_tokenizer(google_tokdir)
     assert t.convert_tokens_to_ids("中") == 704 and t.mask_token_id == 103
@@ -42,8 +42,8 @@ def run_cli(argv, capsys):
 # ---------------------------------------------------------------------------------------------- encoding
 def test_char_lookup_ids_equal_the_tokenizer(tok, sample_docs):
     """The fast char->id path must give exactly BertTokenizer's ids, odd characters included."""
-    from zh_bert.segment import Segmenter
-    from zh_bert.shard import TextEncoder
+    from zh_bert.corpus.segment import Segmenter
+    from zh_bert.corpus.shard import TextEncoder
 
     odd = ["含有[MASK]和[SEP]的文本",
            "Ｆｕｌｌｗｉｄｔｈ ＡＢＣ１２３ café naïve 中\u0301文",
@@ -60,13 +60,13 @@ def test_char_lookup_ids_equal_the_tokenizer(tok, sample_docs):
 
 @pytest.fixture(scope="module")
 def jieba_seg():
-    from zh_bert.segment import Segmenter
+    from zh_bert.corpus.segment import Segmenter
 
     return Segmenter("jieba")
 
 
 def test_word_starts_follow_jieba_on_the_original_text(tok, sample_docs, jieba_seg):
-    from zh_bert.shard import TextEncoder
+    from zh_bert.corpus.shard import TextEncoder
 
     enc = TextEncoder(tok, jieba_seg)
     checked = 0
@@ -85,7 +85,7 @@ def test_word_starts_follow_jieba_on_the_original_text(tok, sample_docs, jieba_s
 
 
 def test_rjieba_agrees_with_jieba(sample_docs, jieba_seg):
-    from zh_bert.segment import Segmenter
+    from zh_bert.corpus.segment import Segmenter
 
     text = "\n".join(sample_docs[:150])
     a, b = jieba_seg.word_start_mask(text), Segmenter("rjieba").word_start_mask(text)
@@ -93,7 +93,7 @@ def test_rjieba_agrees_with_jieba(sample_docs, jieba_seg):
 
 
 def test_user_dict(tmp_path):
-    from zh_bert.segment import Segmenter
+    from zh_bert.corpus.segment import Segmenter
 
     d = tmp_path / "user.txt"
     d.write_text("北京大学学习 10 n\n", encoding="utf-8")
@@ -105,7 +105,7 @@ def test_user_dict(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- shards
 def test_packing_fills_every_sequence_but_the_last(shards, tok):
-    from zh_bert.data import ShardDataset
+    from zh_bert.train.data import ShardDataset
 
     ds = ShardDataset(shards, "train", tokenizer_fingerprint=tok)
     meta = ds.meta
@@ -138,7 +138,7 @@ def test_packing_fills_every_sequence_but_the_last(shards, tok):
 
 
 def test_unigram_counts_are_the_train_token_frequencies(shards):
-    from zh_bert.data import ShardDataset
+    from zh_bert.train.data import ShardDataset
 
     ds = ShardDataset(shards)
     counts = np.bincount(np.asarray(ds.ids).ravel(), minlength=ds.vocab_size)
@@ -165,9 +165,9 @@ def test_rerun_is_a_noop_and_workers_do_not_change_the_output(build_shards, tmp_
 
 
 def test_nsp_pairs_are_50_50_with_the_right_segment_ids(nsp_shards, tok, sample_jsonl):
-    from zh_bert.data import ShardDataset
-    from zh_bert.segment import Segmenter
-    from zh_bert.shard import TextEncoder
+    from zh_bert.train.data import ShardDataset
+    from zh_bert.corpus.segment import Segmenter
+    from zh_bert.corpus.shard import TextEncoder
 
     ds = ShardDataset(nsp_shards)
     assert ds.pairs == "nsp" and len(ds) > 500
@@ -193,9 +193,9 @@ def test_nsp_pairs_are_50_50_with_the_right_segment_ids(nsp_shards, tok, sample_
 
 
 def test_sop_pairs_swap_order(build_shards, tmp_path, sample_jsonl, google_tokdir, tok):
-    from zh_bert.data import ShardDataset
-    from zh_bert.segment import Segmenter
-    from zh_bert.shard import TextEncoder
+    from zh_bert.train.data import ShardDataset
+    from zh_bert.corpus.segment import Segmenter
+    from zh_bert.corpus.shard import TextEncoder
 
     docs = [json.loads(line)["text"] for line in open(sample_jsonl, encoding="utf-8")][:150]
     sh = build_shards(write_jsonl(tmp_path / "d.jsonl", docs), google_tokdir, "--pairs", "sop",
@@ -214,8 +214,8 @@ def test_sop_pairs_swap_order(build_shards, tmp_path, sample_jsonl, google_tokdi
 
 # ---------------------------------------------------------------------------------------------- loader
 def test_loader_fast_forward_equals_uninterrupted(shards):
-    from zh_bert.data import ShardDataset, ShardLoader
-    from zh_bert.masking import MaskingConfig
+    from zh_bert.train.data import ShardDataset, ShardLoader
+    from zh_bert.train.masking import MaskingConfig
 
     ds = ShardDataset(shards)
     bs = 97  # does not divide len(ds): batches straddle epoch ends
@@ -241,8 +241,8 @@ def test_loader_fast_forward_equals_uninterrupted(shards):
 
 
 def test_two_ranks_see_disjoint_data(shards):
-    from zh_bert.data import ShardDataset, ShardLoader
-    from zh_bert.masking import MaskingConfig
+    from zh_bert.train.data import ShardDataset, ShardLoader
+    from zh_bert.train.masking import MaskingConfig
 
     ds = ShardDataset(shards)
     r0 = ShardLoader(ds, 16, MaskingConfig(), seed=1, rank=0, world_size=2)
@@ -260,8 +260,8 @@ def test_two_ranks_see_disjoint_data(shards):
 
 
 def test_one_pass_is_fixed(shards):
-    from zh_bert.data import ShardDataset, ShardLoader
-    from zh_bert.masking import MaskingConfig
+    from zh_bert.train.data import ShardDataset, ShardLoader
+    from zh_bert.train.masking import MaskingConfig
 
     lo = ShardLoader(ShardDataset(shards, "valid"), 8, MaskingConfig(), seed=3)
     a, b = list(lo.one_pass()), list(lo.one_pass())
@@ -273,7 +273,7 @@ def test_one_pass_is_fixed(shards):
 def test_shards_from_another_tokenizer_are_refused(shards, tmp_path, tok):
     from transformers import BertTokenizer
 
-    from zh_bert.data import ShardDataset
+    from zh_bert.train.data import ShardDataset
 
     vocab = [t for t, _ in sorted(tok.get_vocab().items(), key=lambda kv: kv[1])][:8000]
     other = tmp_path / "other_tok"
@@ -289,7 +289,7 @@ def test_shards_from_another_tokenizer_are_refused(shards, tmp_path, tok):
 def test_truncated_shard_file_fails_at_open(shards, tmp_path):
     import shutil
 
-    from zh_bert.data import ShardDataset
+    from zh_bert.train.data import ShardDataset
 
     for name in ("train.ids.bin", "train.word_start.bin", "train.lengths.npy"):
         bad = tmp_path / name
@@ -301,7 +301,7 @@ def test_truncated_shard_file_fails_at_open(shards, tmp_path):
 
 
 def test_bad_inputs_give_one_line_errors(tmp_path, sample_jsonl, google_tokdir, capsys, shards):
-    from zh_bert.data import ShardDataset
+    from zh_bert.train.data import ShardDataset
 
     base = ["shard", "--tokenizer", str(google_tokdir), "-o", str(tmp_path / "o")]
     empty = tmp_path / "empty.jsonl"
@@ -361,11 +361,11 @@ def test_inspect_json_and_text(shards, google_tokdir, capsys):
 def test_other_vocab_kinds_take_the_tokenizer_path(build_shards, kind, tmp_path, sample_docs):
     """Multi-character tokens (`zh-bert vocab --kind sentencepiece|word`): ids still equal the tokenizer's,
     and a token is a word start iff a jieba word starts within or right before it."""
-    from zh_bert.data import ShardDataset
-    from zh_bert.segment import Segmenter
-    from zh_bert.shard import TextEncoder
-    from zh_bert.tokenizer_files import load_tokenizer
-    from zh_bert.vocab import main as vocab_main
+    from zh_bert.train.data import ShardDataset
+    from zh_bert.corpus.segment import Segmenter
+    from zh_bert.corpus.shard import TextEncoder
+    from zh_bert.corpus.tokenizer_files import load_tokenizer
+    from zh_bert.corpus.vocab import main as vocab_main
 
     corpus = write_jsonl(tmp_path / "d.jsonl", sample_docs[:150] + sample_docs[300:400])
     tokdir = tmp_path / "tok"
@@ -387,7 +387,7 @@ def test_other_vocab_kinds_take_the_tokenizer_path(build_shards, kind, tmp_path,
 
 # ---------------------------------------------------------------------------------------------- Python API
 def test_shard_config_validates_like_the_cli(sample_jsonl, google_tokdir):
-    from zh_bert.shard import ShardConfig
+    from zh_bert.corpus.shard import ShardConfig
 
     base = {"corpus": [str(sample_jsonl)], "tokenizer": str(google_tokdir), "output": "unused"}
     for kw, msg in (({"seq_len": 4}, "--seq-len 4 is too short"), ({"seq_len": 256, "max_positions": 128},
@@ -400,10 +400,10 @@ def test_shard_config_validates_like_the_cli(sample_jsonl, google_tokdir):
 def test_pipeline_builds_through_the_stage_functions_and_reuses_its_cache(tmp_path, sample_docs, monkeypatch):
     """Raw text -> clean -> vocab -> shard via `prepare_data`; the clean report it returns (and the one the
     shards record) is the file `zh-bert clean` wrote; a second call rebuilds nothing."""
-    import zh_bert.pipeline as pipeline
-    from zh_bert.clean.report import report_path
-    from zh_bert.sharddir import read_meta
-    from zh_bert.recipe import load_recipe
+    import zh_bert.corpus.pipeline as pipeline
+    from zh_bert.corpus.clean.report import report_path
+    from zh_bert.corpus.sharddir import read_meta
+    from zh_bert.train.recipe import load_recipe
 
     raw = tmp_path / "raw.txt"
     raw.write_text("\n".join(sample_docs[:150]) + "\n", encoding="utf-8")

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from conftest import CHAR_SEQ, REPO
-from zh_bert.errors import ZhBertError
+from zh_bert.core.errors import ZhBertError
 
 SEQ = 64
 FRACTION = "0.1"
@@ -27,7 +27,7 @@ ENV = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
 
 
 def shard(*argv: str) -> int:
-    from zh_bert.shard import main
+    from zh_bert.corpus.shard import main
 
     return main([str(a) for a in argv])
 
@@ -67,7 +67,7 @@ def parts(tmp_path_factory, sample_jsonl, google_tokdir):
 def documents(sharddir: Path, split: str) -> Counter:
     """The token sequence of every document in a packed split, recovered from the rows: within one part, the
     rows' contents ([CLS] and the row's last [SEP] dropped) are one stream of documents joined by [SEP]."""
-    from zh_bert.data import ShardDataset
+    from zh_bert.train.data import ShardDataset
 
     ds = ShardDataset(sharddir, split)
     sizes = [p["counts"][split]["sequences"] for p in ds.meta.get("parts", [{"counts": ds.meta["counts"]}])]
@@ -127,7 +127,7 @@ def test_directory_of_parts_with_gzip_is_the_same_corpus(tmp_path, sample_jsonl,
 
 
 def test_plan_cuts_big_files_and_keeps_compressed_ones_whole(tmp_path):
-    from zh_bert.shard.parallel import plan_shares, segment_lines
+    from zh_bert.corpus.shard.parallel import plan_shares, segment_lines
 
     text = "".join(json.dumps({"text": f"第{i}篇文档。" * (i % 7 + 1)}, ensure_ascii=False) + "\n" for i in range(200))
     big, small = tmp_path / "big.jsonl", tmp_path / "small.jsonl.gz"
@@ -144,8 +144,8 @@ def test_plan_cuts_big_files_and_keeps_compressed_ones_whole(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- reading
 def test_parts_read_as_one_dataset(parts):
-    from zh_bert.data import ShardDataset, ShardLoader
-    from zh_bert.masking import MaskingConfig
+    from zh_bert.train.data import ShardDataset, ShardLoader
+    from zh_bert.train.masking import MaskingConfig
 
     three = parts(3)
     ds = ShardDataset(three)
@@ -179,7 +179,7 @@ def test_parts_read_as_one_dataset(parts):
 
 
 def test_pairs_per_part(tmp_path, sample_jsonl, google_tokdir):
-    from zh_bert.data import ShardDataset
+    from zh_bert.train.data import ShardDataset
 
     out = tmp_path / "sop"
     assert shard(sample_jsonl, "--tokenizer", google_tokdir, "-o", out, "--seq-len", SEQ, "--pairs", "sop",
@@ -193,7 +193,7 @@ def test_pairs_per_part(tmp_path, sample_jsonl, google_tokdir):
 
 # ---------------------------------------------------------------------------------------------- kill -9, reruns
 def test_kill9_mid_job_then_rerun_finishes_with_the_same_bytes(tmp_path, sample_jsonl, google_tokdir, parts, capsys):
-    from zh_bert.sharddir import read_meta
+    from zh_bert.corpus.sharddir import read_meta
 
     out = tmp_path / "shards"
     argv = [sample_jsonl, "--tokenizer", google_tokdir, "-o", out, "--seq-len", SEQ, "--valid-fraction", FRACTION,
@@ -222,7 +222,7 @@ def test_kill9_mid_job_then_rerun_finishes_with_the_same_bytes(tmp_path, sample_
 
 
 def test_in_process_rebuild_replaces_a_multi_part_sharddir(tmp_path, sample_jsonl, google_tokdir):
-    from zh_bert.data import ShardDataset
+    from zh_bert.train.data import ShardDataset
 
     out = tmp_path / "shards"
     assert shard(sample_jsonl, "--tokenizer", google_tokdir, "-o", out, "--seq-len", SEQ, "--tasks", 2,
@@ -240,7 +240,7 @@ def test_multi_part_shards_train_and_resume_exactly_after_kill9(tmp_path, char_s
     import torch
 
     from test_resume_faults import assert_same_losses, cli, losses, write_recipe
-    from zh_bert.pretrain import main as pretrain_main
+    from zh_bert.train.pretrain import main as pretrain_main
 
     tokdir, _ = char_shards
     sharddir = tmp_path / "shards"

@@ -15,7 +15,7 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parent.parent / "zh_bert"
 MAX_FUNCTION_LINES = 100
 MAX_MODULE_LINES = 500
-CLI_HELPER = PKG / "config.py"    # the one place that calls argparse's add_argument
+CLI_HELPER = PKG / "core" / "config.py"    # the one place that calls argparse's add_argument
 COMMAND_PROTOCOL = {"main", "build_parser"}   # what zh_bert.cli calls in every command module
 
 
@@ -166,10 +166,33 @@ def long_modules(limit: int = MAX_MODULE_LINES) -> list[tuple[str, int]]:
 
 def wrong_way_imports() -> list[str]:
     """Arrows that point up: the shard writer (and the SHARDDIR format) loading the training side
-    (`zh_bert.data`, `zh_bert.masking`), and `zh_bert.plan` loading `zh_bert.pretrain`; each with its chain."""
-    rules = [(m, banned) for m in modules() if m.startswith("zh_bert.shard")
-             for banned in ("zh_bert.data", "zh_bert.masking")] + [("zh_bert.plan", "zh_bert.pretrain")]
+    (`zh_bert.train.data`, `zh_bert.train.masking`), and `zh_bert.plan` loading `zh_bert.train.pretrain`; each with its chain."""
+    rules = [(m, banned) for m in modules() if m.startswith("zh_bert.corpus.shard")
+             for banned in ("zh_bert.train.data", "zh_bert.train.masking")] + [("zh_bert.plan", "zh_bert.train.pretrain")]
     return [" -> ".join(path_to(m, banned)) for m, banned in rules if banned in imports_transitively(m)]
+
+
+#: the stages, bottom up: a module may import its own stage and the stages before it, never one after.
+#: plan comes before evaluation because `ablate` plans its grid; release after evaluation because the
+#: model card and the demo show evaluation results.
+LAYERS = ("core", "corpus", "train", "plan", "evaluation", "release")
+
+
+def layer_of(module: str) -> int | None:
+    """Index of a module's stage in LAYERS; None for the top (zh_bert, cli, __main__), which may import all."""
+    parts = module.split(".")
+    return LAYERS.index(parts[1]) if len(parts) > 1 and parts[1] in LAYERS else None
+
+
+def upward_imports() -> list[str]:
+    """`a -> b` for every import (module level or inside a function) from a stage to a later one."""
+    found = []
+    for m, targets in sorted(import_graph().items()):
+        for t in sorted(targets):
+            lm, lt = layer_of(m), layer_of(t)
+            if lm is not None and (lt is None or lt > lm):
+                found.append(f"{m} -> {t}")
+    return found
 
 
 def datatrove_loaded_by(module: str) -> list[str]:
@@ -198,9 +221,9 @@ def name_collisions() -> list[str]:
 
 
 def functions_named_like_modules() -> list[str]:
-    """Module-level functions named like a module beside them (a function `evaluate` in zh_bert.pretrain
-    beside the module zh_bert.evaluate; a function `report` in zh_bert/clean/__init__ beside
-    zh_bert.clean.report). A module's own entry function of its name (`zh_bert.publish.publish`) is fine."""
+    """Module-level functions named like a module beside them (a function `evaluate` in zh_bert.train.pretrain
+    beside the module zh_bert.evaluation.evaluate; a function `report` in zh_bert/corpus/clean/__init__ beside
+    zh_bert.corpus.clean.report). A module's own entry function of its name (`zh_bert.release.publish.publish`) is fine."""
     mods = modules()
     found = []
     for name, path in mods.items():
@@ -240,19 +263,27 @@ def test_no_module_over_500_lines():
     assert not long_modules(), f"modules over {MAX_MODULE_LINES} lines: {long_modules()}"
 
 
+def test_stages_import_only_themselves_and_earlier_stages():
+    layout = {p.name for p in PKG.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert layout == set(LAYERS), f"stage folders of zh_bert/ and LAYERS differ: {sorted(layout ^ set(LAYERS))}"
+    loose = sorted(p.name for p in PKG.glob("*.py") if p.stem not in ("__init__", "__main__", "cli"))
+    assert not loose, f"modules outside a stage folder: {loose}"
+    assert not upward_imports(), f"imports from a stage to a later one ({' <- '.join(LAYERS)}): {upward_imports()}"
+
+
 def test_shard_writer_does_not_import_the_loader_or_masking():
-    bad = [c for c in wrong_way_imports() if c.split(" -> ")[-1] in ("zh_bert.data", "zh_bert.masking")]
-    assert not bad, f"a zh_bert.shard* module loads the training side: {bad}"
+    bad = [c for c in wrong_way_imports() if c.split(" -> ")[-1] in ("zh_bert.train.data", "zh_bert.train.masking")]
+    assert not bad, f"a zh_bert.corpus.shard* module loads the training side: {bad}"
 
 
 def test_plan_does_not_import_pretrain():
     bad = [c for c in wrong_way_imports() if c.startswith("zh_bert.plan ")]
-    assert not bad, f"zh_bert.plan loads zh_bert.pretrain: {bad}"
+    assert not bad, f"zh_bert.plan loads zh_bert.train.pretrain: {bad}"
 
 
 def test_eval_mlm_does_not_import_datatrove():
-    loaded = datatrove_loaded_by("zh_bert.evaluate")
-    assert not loaded, f"importing zh_bert.evaluate loads datatrove: {loaded[:5]}"
+    loaded = datatrove_loaded_by("zh_bert.evaluation.evaluate")
+    assert not loaded, f"importing zh_bert.evaluation.evaluate loads datatrove: {loaded[:5]}"
 
 
 def test_one_name_for_one_thing():
@@ -285,8 +316,8 @@ if __name__ == "__main__":
     print(f"functions over {MAX_FUNCTION_LINES} lines:", *long_functions(), sep="\n  ")
     print(f"modules over {MAX_MODULE_LINES} lines:", *long_modules(), sep="\n  ")
     print("import cycles (package/submodule edges included):", *import_cycles(), sep="\n  ")
-    print("imports pointing the wrong way:", *wrong_way_imports(), sep="\n  ")
-    print("datatrove modules loaded by importing zh_bert.evaluate:", *datatrove_loaded_by("zh_bert.evaluate")[:5],
+    print("imports pointing the wrong way:", *wrong_way_imports(), *upward_imports(), sep="\n  ")
+    print("datatrove modules loaded by importing zh_bert.evaluation.evaluate:", *datatrove_loaded_by("zh_bert.evaluation.evaluate")[:5],
           sep="\n  ")
     print("module-level names defined in two modules:", *name_collisions(), sep="\n  ")
     print("functions named like a zh_bert module:", *functions_named_like_modules(), sep="\n  ")

@@ -1,8 +1,8 @@
-"""zh_bert.text: CJK detection and Chinese sentence splitting, on real sentences."""
+"""zh_bert.core.text: CJK detection and Chinese sentence splitting, on real sentences."""
 
 from conftest import SAMPLE, read_lines
 
-from zh_bert.text import cjk_ratio, count_cjk, is_cjk, split_sentences
+from zh_bert.core.text import cjk_ratio, count_cjk, is_cjk, split_sentences
 
 
 def test_is_cjk_and_ratio():
@@ -36,7 +36,7 @@ def test_bert_cjk_ranges_are_what_the_bert_normalizer_splits():
     """The one table of BERT's CJK ranges (used by vocab and shard) agrees with the tokenizers library."""
     from tokenizers import normalizers
 
-    from zh_bert.text import BERT_CJK_RANGES, CJK_RANGES, is_bert_cjk, is_bert_punct
+    from zh_bert.core.text import BERT_CJK_RANGES, CJK_RANGES, is_bert_cjk, is_bert_punct
 
     norm = normalizers.BertNormalizer(clean_text=False, handle_chinese_chars=True, strip_accents=False,
                                       lowercase=False)
@@ -50,7 +50,7 @@ def test_bert_cjk_ranges_are_what_the_bert_normalizer_splits():
 
 
 def test_sentence_end_offsets_are_where_split_sentences_cuts():
-    from zh_bert.text import sentence_end_offsets
+    from zh_bert.core.text import sentence_end_offsets
 
     text = "他说：“今天天气很好。”我们去公园吧！真的吗？？好……走吧\n嗯"
     cuts = [0, *sentence_end_offsets(text), len(text)]
@@ -62,8 +62,8 @@ def test_one_corpus_reader_with_path_line_errors(tmp_path):
     """Cleaned JSONL (by name or by content) and plain text read alike; broken input is `path:line: ...`."""
     import pytest
 
-    from zh_bert.corpus_io import iter_lines, read_documents
-    from zh_bert.errors import ZhBertError
+    from zh_bert.corpus.corpus_io import iter_lines, read_documents
+    from zh_bert.core.errors import ZhBertError
 
     (tmp_path / "a.jsonl").write_text('{"text": " 甲 ", "source": "s"}\n\n{"text": "  "}\n{"text": "乙"}\n',
                                       encoding="utf-8")

@@ -15,9 +15,9 @@ import pytest
 from _fs_helpers import tmpfs
 from _run_helpers import save_recipe
 from conftest import CHAR_SEQ
-from zh_bert import checkpoint as ckpt
+from zh_bert.train import checkpoint as ckpt
 from zh_bert.cli import main
-from zh_bert.fileio import MANIFEST
+from zh_bert.core.fileio import MANIFEST
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -108,7 +108,7 @@ def test_a_checkpoint_holding_a_users_file_is_never_replaced(finished, tmp_path,
     (step4 / "notes.txt").write_text("别删\n", encoding="utf-8")
     before = {p.name: sha(p) for p in step4.iterdir()}
     with pytest.raises(Exception) as e:
-        from zh_bert.fileio import check_dir_ours
+        from zh_bert.core.fileio import check_dir_ours
 
         check_dir_ours(step4, listed=ckpt.listed_files(step4))
     assert "notes.txt" in str(e.value) and {p.name: sha(p) for p in step4.iterdir()} == before

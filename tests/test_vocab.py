@@ -17,7 +17,7 @@ import pytest
 
 from conftest import GOOGLE_VOCAB, REPO, TASKS
 from zh_bert.cli import main as cli
-from zh_bert.fileio import read_vocab_txt
+from zh_bert.core.fileio import read_vocab_txt
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 KIND_ARGS = {
@@ -88,7 +88,7 @@ def test_every_kind_is_a_stock_tokenizer_dir(tokdirs, kind):
     enc = tok("今天天气很好[MASK]。", "我们去北京。")
     assert enc["input_ids"][0] == 101 and enc["input_ids"].count(102) == 2 and 103 in enc["input_ids"]
     assert set(enc["token_type_ids"]) == {0, 1}
-    from zh_bert.tokenizer_files import load_tokenizer, tokenizer_fingerprint
+    from zh_bert.corpus.tokenizer_files import load_tokenizer, tokenizer_fingerprint
 
     assert len(tokenizer_fingerprint(load_tokenizer(d))) == 16
 
@@ -134,8 +134,8 @@ def test_wordpiece_learner_is_the_trainer_algorithm_with_reproducible_ties(sampl
     the pieces agree with the trainer's except among equal counts at the cut-off."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-    from zh_bert.vocab.tokenizer_json import bert_normalizer, special_layout
-    from zh_bert.vocab.wordpiece import train_wordpieces
+    from zh_bert.corpus.vocab.tokenizer_json import bert_normalizer, special_layout
+    from zh_bert.corpus.vocab.wordpiece import train_wordpieces
 
     ours = train_wordpieces(sample_docs, 4000, 1, special_layout(99))
     tk = Tokenizer(models.WordPiece(unk_token="[UNK]"))
@@ -218,7 +218,7 @@ def test_sentencepiece_ids_equal_the_spm_model(tokdirs, kind):
     normalised text, and '的' maps to the same known id in both."""
     import sentencepiece as spm
 
-    from zh_bert.vocab.spm import spm_normalizer
+    from zh_bert.corpus.vocab.spm import spm_normalizer
 
     d = tokdirs[kind]
     sp = spm.SentencePieceProcessor(model_file=str(d / "spiece.model"))
@@ -273,7 +273,7 @@ def test_base_vocab_appends_without_moving_any_id(tmp_path, sample_jsonl):
 
 
 def test_report_and_compare(tokdirs, tmp_path, capsys):
-    from zh_bert.vocab.report import vocab_report
+    from zh_bert.corpus.vocab.report import vocab_report
 
     text = tmp_path / "reviews.txt"
     text.write_text("\n".join(chnsenticorp()[:400]) + "\n", encoding="utf-8")
@@ -376,7 +376,7 @@ def test_txt_corpus_and_unused_slots(tmp_path, sample_docs):
 
 
 def test_help_does_not_import_heavy_libraries():
-    code = ("import sys; from zh_bert.vocab import build_parser, build_report_parser; build_parser(); "
+    code = ("import sys; from zh_bert.corpus.vocab import build_parser, build_report_parser; build_parser(); "
             "build_report_parser(); print(sorted(m for m in ('tokenizers', 'transformers', 'torch', 'sentencepiece')"
             " if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
@@ -412,8 +412,8 @@ def test_sentencepiece_default_size_fits_a_small_corpus(tmp_path, sample_docs, c
 
 def test_python_api_is_the_cli(tmp_path, sample_jsonl):
     """`build_vocab(VocabConfig(...))` is what `zh-bert vocab` runs: same validation, same TOKDIR."""
-    from zh_bert.errors import ZhBertError
-    from zh_bert.vocab import ReportConfig, VocabConfig, VocabOptions, build_vocab
+    from zh_bert.core.errors import ZhBertError
+    from zh_bert.corpus.vocab import ReportConfig, VocabConfig, VocabOptions, build_vocab
 
     for make, msg in ((lambda: VocabOptions(kind="chars"), "--kind must be one of"),
                       (lambda: VocabOptions(kind="wordpiece", base_vocab="v.txt"), "--base-vocab works with"),

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from zh_bert.vocab import counts as vc
-from zh_bert.vocab.build import VocabOptions, build_tokenizer
-from zh_bert.vocab.counts import count_corpus
-from zh_bert.vocab.spm import _sentences_with_spaces, sample_sentences
+from zh_bert.corpus.vocab import counts as vc
+from zh_bert.corpus.vocab.build import VocabOptions, build_tokenizer
+from zh_bert.corpus.vocab.counts import count_corpus
+from zh_bert.corpus.vocab.spm import _sentences_with_spaces, sample_sentences
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _vocab_corpus import write_corpus  # noqa: E402

@@ -1,5 +1,5 @@
 """Ownership by construction: every file zh-bert (package and bench/) creates, replaces or deletes goes through
-`zh_bert.fileio`, which refuses a target no manifest of ours accounts for. This test reads the code (AST) and
+`zh_bert.core.fileio`, which refuses a target no manifest of ours accounts for. This test reads the code (AST) and
 fails on any call outside that layer that writes, renames or deletes by path: `open(..., "w"/"a"/"x")`,
 `write_text`, `write_bytes`, `unlink`, `rmdir`, `rmtree`, `os.rename`/`os.replace`/`os.remove`, a one-argument
 `.rename`/`.replace` (pathlib), `shutil.copy*`/`move`/`copytree`, `np.save*`, `.tofile`, `torch.save`,
@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LAYER = ROOT / "zh_bert" / "fileio"
+LAYER = ROOT / "zh_bert" / "core" / "fileio"
 SCANNED = (ROOT / "zh_bert", ROOT / "bench")
 BY_PATH = {"write_text", "write_bytes", "unlink", "rmdir", "rmtree", "tofile", "save_pretrained", "save_file",
            "savez", "savez_compressed", "copyfile", "copy2", "copytree", "move", "to_json_file", "removedirs",
@@ -30,7 +30,7 @@ LAYER_OPENERS = {"atomic_write", "open_append", "open_for_write"}   # `with LAYE
 EXCEPTIONS = {
     ("bench/plan_memory_check.py", "child", "write_text"):
         "/proc/self/clear_refs is a kernel control file (resets the peak RSS), not a file on disk",
-    ("zh_bert/executors.py", "add_task_logger", "open"):
+    ("zh_bert/corpus/executors.py", "add_task_logger", "open"):
         "datatrove's DataFolder writes its task logs inside the logging dir that `JobMarker.claim` claimed",
 }
 
@@ -72,7 +72,7 @@ def _writes(call: ast.Call, handles: set[str]) -> str | None:
 
 
 def unowned_writes() -> list[tuple[str, str, str, int]]:
-    """(file, function, call, line) for every write by path outside zh_bert/fileio/."""
+    """(file, function, call, line) for every write by path outside zh_bert/core/fileio/."""
     found = []
     for base in SCANNED:
         for path in sorted(base.rglob("*.py")):
@@ -97,7 +97,7 @@ def unowned_writes() -> list[tuple[str, str, str, int]]:
 def test_every_write_goes_through_the_ownership_layer():
     bad = [f"{f}:{line} {fn}() calls {what}" for f, fn, what, line in unowned_writes()
            if (f, fn, what) not in EXCEPTIONS]
-    assert not bad, "writes outside zh_bert.fileio:\n" + "\n".join(bad)
+    assert not bad, "writes outside zh_bert.core.fileio:\n" + "\n".join(bad)
 
 
 def test_every_exception_is_still_needed_and_says_why():

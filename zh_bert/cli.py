@@ -12,23 +12,23 @@ import os
 import sys
 
 from zh_bert import __version__
-from zh_bert.errors import ZhBertError, suggest
+from zh_bert.core.errors import ZhBertError, suggest
 
 # One row per command, in pipeline order: name, module, one-line help.
 _TABLE = """
-clean     zh_bert.clean           raw Chinese text -> cleaned, deduplicated documents (jsonl)
-vocab     zh_bert.vocab           cleaned docs -> tokenizer dir (char|wordpiece|sentencepiece|word); 'vocab report'
-shard     zh_bert.shard           cleaned docs + tokenizer -> packed token shards with jieba word boundaries
-inspect   zh_bert.inspect_shards  print shard sequences with masking and word boundaries visible
-pretrain  zh_bert.pretrain        train a masked LM from a recipe (Accelerate), with exact resume
-plan      zh_bert.plan            memory/time plan for a model on a GPU (1080ti, k80, p100, ...)
-eval      zh_bert.evaluate        evaluate a checkpoint: 'eval mlm' or 'eval cloze'
-finetune  zh_bert.finetune        fine-tune a checkpoint on sentence classification (chnsenticorp, tnews, tsv)
-ablate    zh_bert.ablate          run a grid of pretraining runs that differ in one setting
-publish   zh_bert.publish         upload a run/checkpoint to the Hugging Face Hub with a model card
-download  zh_bert.download        download a released Chinese checkpoint (alias or repo id)
-models    zh_bert.catalog         list released Chinese masked-LM checkpoints
-demo      zh_bert.demo            Gradio fill-in-the-blank (cloze) demo in the browser
+clean     zh_bert.corpus.clean          raw Chinese text -> cleaned, deduplicated documents (jsonl)
+vocab     zh_bert.corpus.vocab          cleaned docs -> tokenizer dir (char|wordpiece|sentencepiece|word); 'vocab report'
+shard     zh_bert.corpus.shard          cleaned docs + tokenizer -> packed token shards with jieba word boundaries
+inspect   zh_bert.train.inspect_shards  print shard sequences with masking and word boundaries visible
+pretrain  zh_bert.train.pretrain        train a masked LM from a recipe (Accelerate), with exact resume
+plan      zh_bert.plan                  memory/time plan for a model on a GPU (1080ti, k80, p100, ...)
+eval      zh_bert.evaluation.evaluate   evaluate a checkpoint: 'eval mlm' or 'eval cloze'
+finetune  zh_bert.evaluation.finetune   fine-tune a checkpoint on sentence classification (chnsenticorp, tnews, tsv)
+ablate    zh_bert.evaluation.ablate     run a grid of pretraining runs that differ in one setting
+publish   zh_bert.release.publish       upload a run/checkpoint to the Hugging Face Hub with a model card
+download  zh_bert.release.download      download a released Chinese checkpoint (alias or repo id)
+models    zh_bert.release.catalog       list released Chinese masked-LM checkpoints
+demo      zh_bert.release.demo          Gradio fill-in-the-blank (cloze) demo in the browser
 """
 #: command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"zh-bert: unknown command '{name}'{suggest(name, COMMANDS)}\n\n{_usage()}", file=sys.stderr)
         return 2
-    from zh_bert.fileio import reset_claims
+    from zh_bert.core.fileio import reset_claims
 
     reset_claims()   # a command owns only what it claims itself
     try:

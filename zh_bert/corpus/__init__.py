@@ -1,0 +1,1 @@
+"""Corpus stages: raw text -> cleaned documents (`clean`) -> tokenizer dir (`vocab`) -> packed shards (`shard`)."""

@@ -1,0 +1,1 @@
+"""Figures that compare checkpoints: `eval`, `finetune` and `ablate`."""

@@ -1,0 +1,57 @@
+"""`out_dir/eval_results.json`: evaluation figures stored with the run, turned into the card's model-index.
+
+A JSON list of objects with exactly the keys of huggingface_hub's `EvalResult` that the card needs
+(`task_type`, `task_name`, `dataset_type`, `dataset_name`, `metric_type`, `metric_name`, `metric_value`),
+so `EvalResult(**entry)` works. The newest entry per (task, dataset, metric) wins: re-evaluating replaces.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from zh_bert.core.errors import ZhBertError
+from zh_bert.core.fileio import claim_file, read_json, write_json
+from zh_bert.train.rundir import find_run_dir
+
+FILENAME = "eval_results.json"
+KEYS = ("task_type", "task_name", "dataset_type", "dataset_name", "metric_type", "metric_name", "metric_value")
+_IDENTITY = KEYS[:-1]
+
+
+def entry(task_type: str, task_name: str, dataset_type: str, dataset_name: str, metric_type: str,
+          metric_name: str, metric_value: float) -> dict:
+    return dict(zip(KEYS, (task_type, task_name, dataset_type, dataset_name, metric_type, metric_name,
+                           round(float(metric_value), 6))))
+
+
+def load(run_dir: str | Path) -> list[dict]:
+    path = Path(run_dir) / FILENAME
+    if not path.is_file():
+        return []
+    data = read_json(path)
+    if not isinstance(data, list) or not all(isinstance(d, dict) for d in data):
+        raise ZhBertError(f"{path}: expected a JSON list of objects")
+    return data
+
+
+def latest(entries: list[dict]) -> list[dict]:
+    """The newest entry per identity (entries are in time order), each where its identity first appeared."""
+    by_identity = {tuple(e.get(k) for k in _IDENTITY): e for e in entries}  # re-assigning keeps the place
+    return list(by_identity.values())
+
+
+def record(run_dir: str | Path, entries: list[dict]) -> Path:
+    """Merge `entries` into RUN/eval_results.json (atomic write); same identity -> replaced, kept in place."""
+    path = Path(run_dir) / FILENAME
+    old = load(run_dir)
+    claim_file(path, ours=lambda _: all(set(KEYS) <= e.keys() for e in old), flag="eval results",
+               what="an eval_results.json zh-bert wrote")
+    write_json(path, latest(old + list(entries)))
+    return path
+
+
+def record_for_checkpoint(ckpt: str | Path, entries: list[dict]) -> Path | None:
+    """Record when `ckpt` belongs to a run dir; a bare checkpoint folder has nowhere to store results."""
+    run_dir = find_run_dir(ckpt)
+    return record(run_dir, entries) if run_dir else None
+

@@ -1,0 +1,344 @@
+"""`zh-bert finetune CKPT --task chnsenticorp|tnews|tsv:TRAIN,DEV[,TEST]`: sentence(-pair) classification.
+
+The usual BERT recipe, nothing clever: AdamW (no decay on biases/LayerNorm), linear warmup then linear
+decay, dev evaluation every epoch (or `--eval-every` steps), early stop when dev accuracy has not improved
+for `--patience` evaluations, the best dev state restored before the test set is scored. The seed is a
+setting; `--seeds 3` runs seeds S, S+1, S+2 and reports mean ± sample std (ddof=1), because a single
+fine-tuning run of a small model varies by more than most differences people try to measure.
+`--random-init` trains the same architecture from random weights: the baseline pretraining must beat.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal, Optional
+
+import numpy as np
+
+from zh_bert.core.config import at_least, build_parser as derive_parser, check_choices, check_finite, config_from_args, option
+from zh_bert.core.errors import ZhBertError
+from zh_bert.evaluation.eval_results import entry, record_for_checkpoint
+from zh_bert.core.fileio import read_json
+from zh_bert.train.recipe import check_seed
+from zh_bert.train.rundir import model_dir
+from zh_bert.evaluation.evaluate import CheckpointArgs
+from zh_bert.evaluation.tasks import DATASET_NAMES, TaskData, load_task
+from zh_bert.corpus.tokenizer_files import load_tokenizer
+from zh_bert.train.weights import init_from_config, load_pretrained
+
+
+@dataclass
+class FinetuneConfig:
+    """How one fine-tuning run trains; `zh-bert ablate` keys its cached evaluations on the whole value."""
+    epochs: int = option(3, help="passes over the training set (early stop on dev may end sooner)")
+    lr: float = option(5e-5, help="peak learning rate")
+    seq_len: int = option(128, help="max tokens per example (longer ones are truncated)")
+    batch_size: int = option(32, help="examples per step")
+    warmup: float = option(0.1, help="warmup fraction of all steps")
+    weight_decay: float = option(0.01, help="AdamW weight decay (not on biases and LayerNorm)")
+    patience: int = option(2, help="early stop after N dev evals without gain")
+    eval_every: int = option(0, help="steps between dev evals (0: per epoch)")
+    max_train: int = option(0, help="use N training examples (0: all)")
+    random_init: bool = option(False, help="same architecture, random weights (baseline)")
+    precision: Literal["fp32", "bf16"] = option("fp32", help="bf16: CPU/GPU autocast (real on CPUs with "
+                                                             "avx512_bf16)")
+    pooling: Literal["cls", "mean"] = option("cls", help="cls: stock pooler on [CLS]; mean: masked mean of the "
+                                                         "last layer (MLM-only checkpoints never trained [CLS] "
+                                                         "or the pooler)")
+
+    def __post_init__(self):
+        check_finite(self)   # nan passes every `<` test: refuse it (and inf) before any comparison
+        check_choices(self)
+        at_least(self, 1, "epochs", "batch_size")
+        at_least(self, 0, "patience", "eval_every", "max_train")
+        if not 8 <= self.seq_len <= 4096:
+            raise ZhBertError(f"--seq-len must be between 8 and 4096, got {self.seq_len}")
+        if not (0 < self.lr < 1):
+            raise ZhBertError(f"--lr must be in (0, 1), got {self.lr}")
+        if not 0 <= self.warmup < 1:
+            raise ZhBertError(f"--warmup is a fraction of the steps in [0, 1), got {self.warmup}")
+        if self.weight_decay < 0:
+            raise ZhBertError(f"--weight-decay must be >= 0, got {self.weight_decay}")
+
+
+@dataclass
+class FinetuneJob:
+    """What to fine-tune on, and with which seeds."""
+    task: str = option(help="chnsenticorp | tnews | tsv:TRAIN,DEV[,TEST]")
+    columns: Optional[str] = option(None, help="TSV columns, e.g. label,text or text,label or label,text_a,text_b "
+                                               "(default: detected from the header or the values)")
+    seed: int = option(42, help="first seed")
+    seeds: int = option(1, help="number of seeds (S, S+1, ...); reports mean ± std")
+
+    def __post_init__(self):
+        at_least(self, 1, "seeds")
+        check_seed("--seed", self.seed, self.seed + self.seeds - 1)   # seeds S..S+N-1 (--seeds N)
+
+    def seed_list(self) -> list[int]:
+        return list(range(self.seed, self.seed + self.seeds))
+
+
+# --------------------------------------------------------------------------- metrics
+
+def accuracy(gold: np.ndarray, pred: np.ndarray) -> float:
+    return float((gold == pred).mean()) if len(gold) else float("nan")
+
+
+def macro_f1(gold: np.ndarray, pred: np.ndarray) -> float:
+    """Unweighted mean of per-class F1 over the classes present in gold or predictions (sklearn's default)."""
+    scores = []
+    for c in np.union1d(gold, pred):
+        tp = int(((pred == c) & (gold == c)).sum())
+        fp = int(((pred == c) & (gold != c)).sum())
+        fn = int(((pred != c) & (gold == c)).sum())
+        scores.append(2 * tp / (2 * tp + fp + fn) if tp else 0.0)
+    return float(np.mean(scores)) if scores else float("nan")
+
+
+def mean_std(xs: list[float]) -> tuple[float, float]:
+    return float(statistics.fmean(xs)), float(statistics.stdev(xs)) if len(xs) > 1 else 0.0
+
+
+# --------------------------------------------------------------------------- data
+
+def tokenize_examples(tok, examples, label_index: dict[str, int], seq_len: int) -> dict:
+    """Token ids per example (ragged lists) + labels; padding happens per batch."""
+    a = [e.text_a for e in examples]
+    b = [e.text_b or "" for e in examples] if any(e.text_b is not None for e in examples) else None
+    enc = tok(a, b, truncation=True, max_length=seq_len)
+    tt = enc.get("token_type_ids") or [[0] * len(x) for x in enc["input_ids"]]
+    labels = np.array([label_index.get(e.label, -1) for e in examples], dtype=np.int64)
+    return {"input_ids": enc["input_ids"], "token_type_ids": tt, "labels": labels}
+
+
+def batches(data: dict, order: np.ndarray, batch_size: int, pad_id: int):
+    import torch
+
+    for s in range(0, len(order), batch_size):
+        idx = order[s:s + batch_size]
+        width = max(len(data["input_ids"][i]) for i in idx)
+        ids = np.full((len(idx), width), pad_id, dtype=np.int64)
+        tt = np.zeros((len(idx), width), dtype=np.int64)
+        mask = np.zeros((len(idx), width), dtype=np.int64)
+        for r, i in enumerate(idx):
+            n = len(data["input_ids"][i])
+            ids[r, :n], tt[r, :n], mask[r, :n] = data["input_ids"][i], data["token_type_ids"][i], 1
+        yield {"input_ids": torch.from_numpy(ids), "token_type_ids": torch.from_numpy(tt),
+               "attention_mask": torch.from_numpy(mask), "labels": torch.from_numpy(data["labels"][idx])}
+
+
+def logits(model, batch: dict, pooling: str):
+    """Class logits. `mean` pools the last layer over real tokens instead of using [CLS] through the pooler:
+    an MLM-only checkpoint never trained [CLS] or the pooler (no NSP), but every token's representation.
+    ModernBERT has no token types and pools by its config (`load_classifier` set it to `pooling`)."""
+    if getattr(model.config, "model_type", None) == "modernbert":
+        return model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    if pooling == "cls":
+        return model(**batch).logits
+    hidden = model.base_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                              token_type_ids=batch.get("token_type_ids")).last_hidden_state
+    mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+    pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
+    if not hasattr(model, "dropout"):   # ELECTRA: its stock head (dropout, dense, GELU, dropout, output) reads position 0
+        return model.classifier(pooled.unsqueeze(1))
+    return model.classifier(model.dropout(pooled))
+
+
+def predict(model, data: dict, batch_size: int, pad_id: int, precision: str, pooling: str = "cls") -> np.ndarray:
+    import torch
+
+    model.eval()
+    preds = []
+    with torch.no_grad(), torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+        for batch in batches(data, np.arange(len(data["labels"])), batch_size * 2, pad_id):
+            batch.pop("labels")
+            batch = {k: v.to(model.device) for k, v in batch.items()}
+            preds.append(logits(model, batch, pooling).float().argmax(-1).cpu().numpy())
+    model.train()
+    return np.concatenate(preds) if preds else np.zeros(0, dtype=np.int64)
+
+
+def scores(model, data, cfg, pad_id) -> tuple[float, float]:
+    pred = predict(model, data, cfg.batch_size, pad_id, cfg.precision, cfg.pooling)
+    return accuracy(data["labels"], pred), macro_f1(data["labels"], pred)
+
+
+# --------------------------------------------------------------------------- training
+
+def load_classifier(ckpt_dir: Path, num_labels: int, random_init: bool, labels: list[str], pooling: str = "cls"):
+    """The stock *ForSequenceClassification of the checkpoint's architecture; a ModernBERT pools with its own
+    `classifier_pooling` (= `pooling`), saved in its config so the fine-tuned model predicts the same way."""
+    from transformers import AutoModelForSequenceClassification
+
+    id2label = dict(enumerate(labels))
+    kw = dict(num_labels=num_labels, id2label=id2label, label2id={v: k for k, v in id2label.items()})
+    if read_json(Path(ckpt_dir) / "config.json", default={}).get("model_type") == "modernbert":
+        kw["classifier_pooling"] = pooling
+    if random_init:
+        return init_from_config(AutoModelForSequenceClassification, ckpt_dir, "a classifier", **kw)
+    return load_pretrained(AutoModelForSequenceClassification, ckpt_dir, "a classifier", **kw)
+
+
+def train_subset(task: TaskData, cfg: FinetuneConfig, rng: np.random.Generator) -> list:
+    """The training examples one seed trains on: all of them, or `max_train` drawn with the seed's rng."""
+    if cfg.max_train and cfg.max_train < len(task.train):
+        return [task.train[i] for i in sorted(rng.permutation(len(task.train))[:cfg.max_train])]
+    return task.train
+
+
+def check_trainable(task: TaskData, cfg: FinetuneConfig, seeds: list[int]) -> None:
+    """Refuse, before any training, a seed whose training examples hold fewer than two classes: it would
+    learn a constant and report a dev accuracy that measures nothing."""
+    for seed in seeds:
+        classes = {e.label for e in train_subset(task, cfg, np.random.default_rng(seed))}
+        if len(classes) < 2 and cfg.max_train and cfg.max_train < len(task.train):
+            raise ZhBertError(f"--max-train {cfg.max_train}: seed {seed} draws training examples of one class "
+                              f"only ({next(iter(classes))!r}); use a larger --max-train (or 0: all)")
+        if len(classes) < 2:
+            raise ZhBertError(f"task {task.name}: the train split holds fewer than two classes "
+                              f"({', '.join(sorted(classes)) or 'no examples'}); a classifier needs at least two")
+
+
+def train_one(ckpt_dir: Path, task: TaskData, cfg: FinetuneConfig, seed: int, tok=None, log=print) -> dict:
+    """Fine-tune once with `seed`; returns dev/test accuracy and macro-F1 of the best-on-dev state."""
+    import torch
+    from transformers import get_linear_schedule_with_warmup
+
+    from zh_bert.train.model import decay_groups   # torch: imported when training, not for --help
+
+    tok = tok or load_tokenizer(ckpt_dir)
+    label_index = {l: i for i, l in enumerate(task.labels)}
+    rng = np.random.default_rng(seed)
+    train_ex = train_subset(task, cfg, rng)
+    train, dev = tokenize_examples(tok, train_ex, label_index, cfg.seq_len), tokenize_examples(tok, task.dev, label_index, cfg.seq_len)
+    test = tokenize_examples(tok, task.test, label_index, cfg.seq_len) if task.test else None
+    pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
+
+    torch.manual_seed(seed)
+    model = load_classifier(ckpt_dir, len(task.labels), cfg.random_init, task.labels, cfg.pooling)
+    if model.config.vocab_size < len(tok):
+        raise ZhBertError(f"{ckpt_dir}: tokenizer has {len(tok)} tokens but the model's vocab_size is "
+                          f"{model.config.vocab_size}")
+    model.to("cuda" if torch.cuda.is_available() else "cpu").train()
+    opt = torch.optim.AdamW(decay_groups(model, cfg.weight_decay), lr=cfg.lr)
+    steps_per_epoch = math.ceil(len(train["labels"]) / cfg.batch_size)
+    total = steps_per_epoch * cfg.epochs
+    sched = get_linear_schedule_with_warmup(opt, int(cfg.warmup * total), total)
+    eval_every = cfg.eval_every or steps_per_epoch
+
+    best = {"dev_acc": -1.0}
+    best_state, bad, step, t0 = None, 0, 0, time.perf_counter()
+    stop = False
+    for epoch in range(cfg.epochs):
+        order = rng.permutation(len(train["labels"]))
+        for batch in batches(train, order, cfg.batch_size, pad_id):
+            batch = {k: v.to(model.device) for k, v in batch.items()}
+            with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16"):
+                labels = batch.pop("labels")
+                loss = torch.nn.functional.cross_entropy(logits(model, batch, cfg.pooling).float(), labels)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            step += 1
+            if step % eval_every == 0 or step == total:
+                acc, f1 = scores(model, dev, cfg, pad_id)
+                log(f"  seed {seed} step {step}/{total} epoch {epoch + 1} loss {loss.item():.4f} "
+                    f"dev acc {acc:.4f} macro-F1 {f1:.4f}")
+                if acc > best["dev_acc"]:
+                    best, bad = {"dev_acc": acc, "dev_macro_f1": f1, "best_step": step}, 0
+                    best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+                else:
+                    bad += 1
+                    if bad >= cfg.patience:
+                        log(f"  seed {seed}: early stop at step {step} (no dev gain for {bad} evaluations)")
+                        stop = True
+                        break
+        if stop:
+            break
+    model.load_state_dict(best_state)
+    out = {"seed": seed, **best, "steps": step, "train_s": round(time.perf_counter() - t0, 1)}
+    if test is not None:
+        out["test_acc"], out["test_macro_f1"] = scores(model, test, cfg, pad_id)
+    return out
+
+
+def summarize(runs: list[dict]) -> dict:
+    out = {}
+    for key in ("dev_acc", "dev_macro_f1", "test_acc", "test_macro_f1"):
+        vals = [r[key] for r in runs if key in r]
+        if not vals:
+            out[key] = None
+            continue
+        out[key], std = mean_std(vals)
+        if len(vals) > 1:
+            out[f"{key}_std"] = std
+    return out
+
+
+def run(ckpt: str | Path, task: TaskData, cfg: FinetuneConfig, seeds: list[int], log=print) -> dict:
+    """Fine-tune once per seed; the summary dict is what the JSON line and ablate use."""
+    check_trainable(task, cfg, seeds)
+    ckpt_dir = model_dir(ckpt)
+    tok = load_tokenizer(ckpt_dir)
+    runs = []
+    for seed in seeds:
+        r = train_one(ckpt_dir, task, cfg, seed, tok=tok, log=log)
+        log(f"seed {seed}: dev acc {r['dev_acc']:.4f} macro-F1 {r['dev_macro_f1']:.4f}"
+            + (f" | test acc {r['test_acc']:.4f} macro-F1 {r['test_macro_f1']:.4f}" if "test_acc" in r else "")
+            + f" (best step {r['best_step']}, {r['train_s']} s)")
+        runs.append(r)
+    gold = [e.label for e in task.dev]
+    majority = max(set(gold), key=gold.count)
+    return {"task": task.name, "checkpoint": str(ckpt_dir), "init": "random" if cfg.random_init else "pretrained",
+            "seeds": seeds, **summarize(runs), "majority_dev_acc": gold.count(majority) / len(gold),
+            "n_train": min(len(task.train), cfg.max_train or len(task.train)), "n_dev": len(task.dev),
+            "n_test": len(task.test) if task.test else 0, "config": asdict(cfg),
+            "per_seed": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()} for r in runs]}
+
+
+def eval_entries(summary: dict, task_spec: str) -> list[dict]:
+    name, dtype = DATASET_NAMES.get(task_spec, (summary["task"], "tsv"))
+    n = len(summary["seeds"])
+    task_name = "Text classification" + (f" (mean of {n} seeds)" if n > 1 else "")
+    figures = [("dev", "dev_acc", "accuracy", "accuracy"), ("test", "test_acc", "accuracy", "accuracy"),
+               ("test", "test_macro_f1", "f1", "macro-F1")]
+    return [entry("text-classification", task_name, dtype, name, mtype, f"{split} {mname}", summary[key])
+            for split, key, mtype, mname in figures if summary.get(key) is not None]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    return derive_parser("zh-bert finetune", __doc__.split("\n\n")[0], CheckpointArgs, FinetuneJob, FinetuneConfig)
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    target, job, cfg = (config_from_args(c, args) for c in (CheckpointArgs, FinetuneJob, FinetuneConfig))
+    task = load_task(job.task, job.columns)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()  # "newly initialised classifier" warnings are expected here
+    hf_logging.disable_progress_bar()
+    print(f"task {task.name}: {len(task.train)} train / {len(task.dev)} dev / {len(task.test or [])} test, "
+          f"{len(task.labels)} labels{' (sentence pairs)' if task.pair else ''}", flush=True)
+    for note in task.notes:
+        print(f"note: {note}", flush=True)
+    for warning in task.warnings:
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
+    summary = run(target.ckpt, task, cfg, job.seed_list(), log=lambda m: print(m, flush=True))
+    summary["notes"] = task.notes
+    summary["warnings"] = task.warnings
+    if not target.no_record and not cfg.random_init:
+        where = record_for_checkpoint(target.ckpt, eval_entries(summary, job.task))
+        if where:
+            print(f"recorded in {where}", flush=True)
+    print(json.dumps(summary, ensure_ascii=False), flush=True)
+    return 0

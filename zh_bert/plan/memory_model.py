@@ -1,0 +1,261 @@
+"""What a training step holds in memory and computes, counted from a BertConfig (or ModernBertConfig), never
+from a built model: parameters, bytes per device by what holds them, training FLOPs per token.
+
+Activation bytes per token per encoder layer (post-LN BERT, tensors autograd saves for backward):
+fp32: QKV input 4h, Q/K/V 12h, attention output 4h, LayerNorm inputs 2×4h, FFN input 4h, FFN hidden
+before/after GELU 2×16h, two dropout masks 2×1h = 66h. AMP (autocast): matmul inputs/outputs in half,
+LayerNorm inputs in fp32 = 38h. A fused SDPA kernel keeps no s×s attention matrix; without one (Kepler;
+a CPU with attention dropout > 0, which PyTorch's CPU flash kernel does not support) the probabilities
+add 4·heads·s bytes per token, with attention dropout 9·heads·s (mask + dropped copy; 6 / 11 under AMP). The sparse MLM head stores per *masked* token its 4 h-sized inputs and
+2 V-sized fp32 tensors (logits, log-softmax), plus 2 more V-sized gradients at the start of backward.
+
+`--objective electra` plans both networks (`zh_bert.train.model.electra_configs`): parameters = discriminator +
+generator with the embeddings counted once; FLOPs = `model.electra_flops_per_token` (the generator's encoder
+and sparse head, the discriminator's encoder and per-token RTD head); activations = the generator's encoder at
+its width (its embeddings E = the discriminator's hidden size, plus the projection input) and sparse head with
+E in place of h, plus the discriminator's encoder and RTD head (3 h-sized inputs per token: 12h bytes fp32, 6h
+under AMP).
+
+`--architecture modernbert` (`ModelShape.from_modernbert`, stock ModernBertForMaskedLM; measured tensor by
+tensor with saved-tensor hooks, transformers 5.24): per layer the residual stream before the MLP norm and the
+layer output (2×4h, fp32 even under AMP), the two matmul inputs after the bias-free pre-norms (2·x·h, x = 4
+bytes fp32 / 2 under AMP), the fused QKV output (3·x·h: SDPA's V is a view that keeps all of it), RoPE-rotated
+Q and K (2·x·h), the attention output (x·h), the GeGLU's 2·i up-projection + GELU output + gated product
+(4·x·i) = 40h + 16i fp32, 24h + 8i AMP. Dropout masks: bool (1 byte) on CUDA, the input's dtype on a CPU.
+Each sliding-window layer on a fused kernel keeps its own s×s mask in the query's dtype (x·s bytes per token);
+the SDPA math path keeps copies of Q, K, V (3·x·h) and the probabilities instead. Embeddings: the token
+embedding output (4h; no position or token-type tables) and its dropout mask; RoPE cos/sin: 16·s·head_dim
+bytes per micro-batch. The MLM head is BERT's (dense, GELU, LayerNorm, tied decoder, masked rows only).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Optional
+
+GiB = 2 ** 30
+CUDA_CONTEXT_BYTES = 0.5 * GiB       # CUDA context + cuBLAS workspace + kernels, outside the allocator
+ALLOCATOR_SLACK = 0.10               # caching-allocator fragmentation on top of live tensors
+RECOMPUTE = 4 / 3                    # compute with gradient checkpointing: one extra forward of the encoder
+
+
+@dataclass
+class ModelShape:
+    """The numbers the memory and FLOP models need, from a BertConfig (or ModernBertConfig)."""
+    layers: int
+    hidden: int
+    heads: int
+    intermediate: int
+    vocab: int
+    positions: int
+    dropout: float                   # hidden dropout: two masks per layer
+    attention_dropout: float
+    params: int                      # BertForMaskedLM (tied decoder), or BertForPreTraining with pairs
+    # ^ counted from the config, so a plan never builds the model (a large one takes GBs and seconds);
+    #   tests/test_plan.py checks it equals model.count_params of the built model
+    generator: Optional["ModelShape"] = None   # electra: the generator (its params: only what it adds)
+    embedding: int = 0                         # electra: the generator's embedding width (= hidden here)
+    architecture: str = "bert"                 # "modernbert": `from_modernbert`, `modernbert_activation_bytes`
+    sliding_layers: int = 0                    # modernbert: layers attending in a window (each keeps its mask)
+    window: int = 0                            # modernbert: local_attention, in tokens
+
+    @classmethod
+    def from_config(cls, cfg, pairs: bool = False) -> "ModelShape":
+        h, i, v, l = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size, cfg.num_hidden_layers
+        p = cfg.max_position_embeddings
+        emb = v * h + p * h + cfg.type_vocab_size * h + 2 * h
+        layer = (4 * h * h + 4 * h) + (2 * h * i + i + h) + 2 * 2 * h
+        head = h * h + h + 2 * h + v                     # transform + LayerNorm + decoder bias (weight tied)
+        extra = (h * h + h + 2 * h + 2) if pairs else 0  # pooler + seq_relationship
+        return cls(l, h, cfg.num_attention_heads, i, v, p, cfg.hidden_dropout_prob,
+                   cfg.attention_probs_dropout_prob, emb + l * layer + head + extra)
+
+    @classmethod
+    def from_electra(cls, disc, gen) -> "ModelShape":
+        """Discriminator (ElectraForPreTraining) + generator (ElectraForMaskedLM, tied output layer) sharing one
+        embedding module of width E = disc.embedding_size; `params` = both, the shared embeddings once."""
+        h, i, v, l, e = disc.hidden_size, disc.intermediate_size, disc.vocab_size, disc.num_hidden_layers, disc.embedding_size
+        emb = v * e + disc.max_position_embeddings * e + disc.type_vocab_size * e + 2 * e
+        d_params = emb + l * _layer_params(h, i) + (h * h + h + h + 1)             # RTD head: dense + prediction
+        hg, ig, lg = gen.hidden_size, gen.intermediate_size, gen.num_hidden_layers
+        g_params = ((e * hg + hg) if e != hg else 0) + lg * _layer_params(hg, ig) + (hg * e + e + 2 * e) + v
+        g = cls(lg, hg, gen.num_attention_heads, ig, v, gen.max_position_embeddings, gen.hidden_dropout_prob,
+                gen.attention_probs_dropout_prob, g_params, embedding=e)
+        return cls(l, h, disc.num_attention_heads, i, v, disc.max_position_embeddings, disc.hidden_dropout_prob,
+                   disc.attention_probs_dropout_prob, d_params + g_params, generator=g, embedding=e)
+
+    @classmethod
+    def from_modernbert(cls, cfg) -> "ModelShape":
+        """A ModernBertConfig (`modernbert.build_modernbert_config`): `params` = `modernbert_mlm_params`, the
+        GeGLU width as `intermediate`, and the layers that attend in a sliding window."""
+        from zh_bert.train.modernbert import global_every, layer_types, modernbert_mlm_params
+
+        h, i, v, l = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size, cfg.num_hidden_layers
+        types = getattr(cfg, "layer_types", None) or layer_types(l, global_every(cfg))
+        return cls(l, h, cfg.num_attention_heads, i, v, cfg.max_position_embeddings, cfg.mlp_dropout,
+                   cfg.attention_dropout, modernbert_mlm_params(l, h, i, v), architecture="modernbert",
+                   sliding_layers=sum(t == "sliding_attention" for t in types), window=cfg.local_attention)
+
+    def label(self) -> str:
+        if self.architecture == "modernbert":
+            return (f"ModernBERT L{self.layers}/H{self.hidden}/A{self.heads}/GeGLU {self.intermediate}, "
+                    f"{self.sliding_layers}/{self.layers} layers local ({self.window})")
+        own = f"L{self.layers}/H{self.hidden}/A{self.heads}"
+        return own if self.generator is None else f"{own} + generator {self.generator.label()}"
+
+
+def _layer_params(h: int, i: int) -> int:
+    """One post-LN encoder layer: attention (qkvo + biases), FFN, two LayerNorms."""
+    return (4 * h * h + 4 * h) + (2 * h * i + i + h) + 2 * 2 * h
+
+
+def model_config(model: str, vocab_size: int, dropout: float = 0.1, attention_dropout: float = 0.0, *,
+                 architecture: str = "bert", global_attn_every_n_layers: int = 3, local_attention: int = 128):
+    """The config a run of preset/config `model` trains: the BertConfig of `model.build_config`, or with
+    architecture modernbert the ModernBertConfig that pretrain builds from the same recipe keys
+    (`modernbert.recipe_modernbert_config`; tests/test_plan.py checks the two agree). Imported lazily: torch."""
+    if architecture == "modernbert":
+        from zh_bert.train.modernbert import recipe_modernbert_config
+
+        recipe = modernbert_recipe(model, dropout, attention_dropout, global_attn_every_n_layers, local_attention)
+        return recipe_modernbert_config(recipe, vocab_size)
+    from zh_bert.train.model import build_config
+
+    return build_config(model, vocab_size, dropout=dropout, attention_dropout=attention_dropout)
+
+
+def modernbert_recipe(model: str, dropout: float, attention_dropout: float, global_attn_every_n_layers: int,
+                      local_attention: int, objective: str = "mlm"):
+    """The `Recipe` of a modernbert run with these keys: building it applies the recipe's own one-line checks
+    (objective, window, global period), so plan refuses what pretrain would."""
+    from zh_bert.train.recipe import Recipe
+
+    return Recipe(architecture="modernbert", model=model, objective=objective, dropout=dropout,
+                  attention_dropout=attention_dropout, global_attn_every_n_layers=global_attn_every_n_layers,
+                  local_attention=local_attention)
+
+
+def plan_config(args, dropout: float = 0.1):
+    """`model_config` of a `zh_bert.plan.PlanArgs` (its model, vocab, attention dropout and architecture keys)."""
+    return model_config(args.model, args.vocab_size, dropout, args.attention_dropout, architecture=args.architecture,
+                        global_attn_every_n_layers=args.global_attn_every_n_layers,
+                        local_attention=args.local_attention)
+
+
+@dataclass
+class Memory:
+    """Bytes per device, by what holds them."""
+    weights: float
+    grads: float
+    optimizer: float
+    autocast_cache: float
+    activations: float
+    overhead: float
+
+    @property
+    def total(self) -> float:
+        return (self.weights + self.grads + self.optimizer + self.autocast_cache + self.activations
+                + self.overhead)
+
+
+def activation_bytes(shape: ModelShape, seq_len: int, micro_batch: int, precision: str, *,
+                     mask_rate: float = 0.15, fused_attention: bool = True,
+                     grad_checkpointing: bool = False, device: str = "cuda") -> float:
+    """Bytes autograd keeps for backward in one micro-batch (see module docstring for the derivation);
+    `device` ('cpu' | 'cuda') only changes ModernBERT's dropout masks."""
+    if shape.architecture == "modernbert":
+        return modernbert_activation_bytes(shape, seq_len, micro_batch, precision, mask_rate=mask_rate,
+                                           fused_attention=fused_attention, grad_checkpointing=grad_checkpointing,
+                                           device=device)
+    if shape.generator is not None:
+        kw = dict(fused_attention=fused_attention, grad_checkpointing=grad_checkpointing)
+        half, tokens, h = precision in ("fp16", "bf16"), micro_batch * seq_len, shape.hidden
+        discriminator = activation_bytes(dataclasses.replace(shape, generator=None), seq_len, micro_batch,
+                                         precision, mask_rate=0.0, **kw) + tokens * (6 if half else 12) * h
+        generator = activation_bytes(shape.generator, seq_len, micro_batch, precision, mask_rate=mask_rate, **kw)
+        return discriminator + generator
+    h, a, s, v = shape.hidden, shape.heads, seq_len, shape.vocab
+    e = shape.embedding or h
+    half = precision in ("fp16", "bf16")
+    drop = 1 if shape.dropout > 0 else 0
+    per_layer = (38 if half else 64) * h + 2 * drop * h
+    if not fused_attention:                                 # probabilities (+ dropout mask and output)
+        per_layer += ((11 if half else 9) if shape.attention_dropout > 0 else (6 if half else 4)) * a * s
+    else:
+        per_layer += 4 * a                                  # softmax log-sum-exp per head
+    tokens = micro_batch * seq_len
+    if grad_checkpointing:                                  # layer inputs kept; one layer recomputed at a time
+        encoder = tokens * (shape.layers * 4 * h + per_layer)
+    else:
+        encoder = tokens * shape.layers * per_layer
+    embeddings = tokens * (4 + drop) * e + (tokens * (2 if half else 4) * e if e != h else 0)   # + projection input
+    masked = tokens * mask_rate
+    head = masked * ((10 * e + 18 * v) if half else (16 * e + 16 * v))
+    return encoder + embeddings + head
+
+
+def modernbert_activation_bytes(shape: ModelShape, seq_len: int, micro_batch: int, precision: str, *,
+                                mask_rate: float = 0.15, fused_attention: bool = True,
+                                grad_checkpointing: bool = False, device: str = "cuda") -> float:
+    """`activation_bytes` of a ModernBERT block (module docstring): pre-norm, fused QKV + RoPE, GeGLU."""
+    h, i, a, s, v = shape.hidden, shape.intermediate, shape.heads, seq_len, shape.vocab
+    half = precision in ("fp16", "bf16")
+    x = 2 if half else 4                                    # bytes of a matmul input/output element
+    mask = x if device == "cpu" else 1                      # a dropout mask element (CPU: the input's dtype)
+    per_layer = 8 * h + 2 * x * h + x * h + 4 * x * i       # residual ×2, norm outputs, attention out, GeGLU
+    if shape.dropout > 0:
+        per_layer += mask * i                               # dropout on the gated product
+    if shape.attention_dropout > 0:
+        per_layer += mask * h                               # out_drop after Wo
+    if fused_attention:
+        per_layer += 5 * x * h + 4 * a                      # QKV buffer + rotated Q, K; log-sum-exp per head
+        window_mask = x * s                                 # each sliding layer's s×s mask, query dtype
+    else:                                                   # math path: Q, K, V copies and the probabilities
+        per_layer += 3 * x * h + (x + mask + x if shape.attention_dropout > 0 else x) * a * s
+        window_mask = 0
+    tokens = micro_batch * s
+    if grad_checkpointing:                                  # layer inputs kept; one layer recomputed at a time
+        encoder = tokens * (shape.layers * 4 * h + per_layer + (window_mask if shape.sliding_layers else 0))
+    else:
+        encoder = tokens * (shape.layers * per_layer + shape.sliding_layers * window_mask)
+    embeddings = tokens * (4 * h + ((4 if device == "cpu" else 1) * h if shape.dropout > 0 else 0))
+    rope = 16 * s * (h // a)                                # cos, sin of both layer types, fp32
+    head = tokens * mask_rate * ((10 * h + 18 * v) if half else (16 * h + 16 * v))
+    return encoder + embeddings + rope + head
+
+
+def estimate_memory(shape: ModelShape, seq_len: int, micro_batch: int, precision: str, *,
+                    device: str = "cuda", mask_rate: float = 0.15, fused_attention: bool = True,
+                    grad_checkpointing: bool = False) -> Memory:
+    """Peak bytes per device of a training step with gradient accumulation (grads live across micro-steps).
+
+    device 'cpu' counts live tensors only (no CUDA context, no caching-allocator slack): what
+    `bench/plan_memory_check.py` measures.
+    """
+    p = shape.params
+    acts = activation_bytes(shape, seq_len, micro_batch, precision, mask_rate=mask_rate,
+                            fused_attention=fused_attention, grad_checkpointing=grad_checkpointing, device=device)
+    cache = 2 * p if precision in ("fp16", "bf16") else 0   # autocast's half copies of the weights
+    dynamic = 4 * p + 4 * p + 8 * p + cache + acts
+    overhead = 0.0 if device == "cpu" else CUDA_CONTEXT_BYTES + ALLOCATOR_SLACK * dynamic
+    return Memory(4 * p, 4 * p, 8 * p, cache, acts, overhead)
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def shape_and_flops(args, cfg) -> tuple[ModelShape, float]:
+    """(what trains, its training FLOPs per token) for `args.objective` on `cfg` (`plan_config(args)`); `args` is
+    a `zh_bert.plan.PlanArgs` (its architecture, objective, generator_ratio, seq_len and mask_rate)."""
+    from zh_bert.train.model import electra_configs, electra_flops_per_token, flops_per_token
+
+    if getattr(args, "architecture", "bert") == "modernbert":   # GeGLU, windowed attention in local layers
+        from zh_bert.train.modernbert import modernbert_flops_per_token
+
+        return ModelShape.from_modernbert(cfg), modernbert_flops_per_token(cfg, args.seq_len, args.mask_rate)
+    if args.objective == "electra":
+        disc, gen = electra_configs(cfg, args.generator_ratio)
+        return ModelShape.from_electra(disc, gen), electra_flops_per_token(disc, gen, args.seq_len, args.mask_rate)
+    return ModelShape.from_config(cfg, pairs=args.objective != "mlm"), flops_per_token(cfg, args.seq_len, args.mask_rate)

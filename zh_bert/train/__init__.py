@@ -1,0 +1,1 @@
+"""Pretraining: the recipe, masking, the model variants, the training loop, checkpoints and the run dir."""

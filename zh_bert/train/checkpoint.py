@@ -1,0 +1,385 @@
+"""Training checkpoints that resume exactly: written to a temp dir, checked by a manifest, renamed when complete.
+
+Layout of `out_dir/checkpoints/step-NNNNNNN/`:
+  config.json + model.safetensors   stock HF model (the main process writes it)
+  generator/                        objective electra: the generator, a stock model folder too (the
+                                    discriminator is the top-level model)
+  optimizer.pt                      optimizer, scheduler, grad-scaler state (tensors + plain types only,
+                                    loaded with weights_only=True: nothing is unpickled)
+  rng-rankR.pt                      torch/cuda/numpy/python RNG of each process
+  trainer_state.json                step, tokens, loader position, recipe, ...
+  manifest.json                     every other file with its size (and sha256 when small), written last,
+                                    after all processes have written theirs
+A checkpoint is complete when its manifest lists files that are all there with those sizes; anything else
+(a `.step-*.tmp` dir of a killed save, a half-deleted dir) is never resumed from, and the next run removes
+the temp dirs. A checkpoint from before manifests counts as complete when every file it should hold exists
+(trainer_state.json readable, config, weights, optimizer and one RNG file per process it names): truncation
+cannot be detected there. Replacing or deleting a checkpoint first renames it to a hidden `.step-*.trash`
+name, so a kill never leaves a half-deleted dir under a complete-looking name.
+
+`ZH_BERT_FAULT=after:POINT[@STEP]` (a test hook) makes the process SIGKILL itself right after POINT of the
+save of STEP (any step if omitted); POINT is one of `FAULT_POINTS`.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import random
+import re
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from zh_bert.core.errors import ZhBertError
+from zh_bert.core.fileio import (check_dir_ours, fault_point, foreign_entries, fresh_staging_dir, read_json, remove_owned, remove_scratch,
+                            rename_owned, replace_dir, save_pretrained, torch_save, write_json)
+from zh_bert.train.modernbert import write_portable_config
+from zh_bert.train.rundir import GENERATOR
+
+STATE = "trainer_state.json"
+MANIFEST = "manifest.json"
+HASH_LIMIT = 16 << 20        # files up to this size also get a sha256 in the manifest
+FAULT_POINTS = ("tmp-dir", "rng-rank0", "model", "optimizer", "trainer-state", "manifest", "renamed", "trashed")
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+_LEFTOVER = re.compile(r"^\.(step-\d+|nodecay)\.(tmp|trash.*)$")
+NODECAY = "nodecay"   # wsd: the weights at the start of the lr decay (training.decay_start), kept apart
+
+
+def step_dir_name(step: int) -> str:
+    return f"step-{step:07d}"
+
+
+def rng_state() -> dict:
+    np_state = np.random.get_state()
+    state = {
+        "torch": torch.get_rng_state(),
+        "numpy": {"key": np_state[0], "state": torch.from_numpy(np_state[1].astype(np.int64)),
+                  "pos": int(np_state[2]), "has_gauss": int(np_state[3]), "cached": float(np_state[4])},
+        "python": _py_state_to_plain(random.getstate()),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    n = state["numpy"]
+    np.random.set_state((n["key"], n["state"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached"]))
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _py_state_to_plain(s):
+    version, internal, gauss = s
+    return [version, list(internal), gauss]
+
+
+class _SaveFailed(Exception):
+    pass
+
+
+def _together(accelerator, work) -> None:
+    """Run `work` (None: nothing on this process), then agree with every process: if any failed to write,
+    all raise _SaveFailed (instead of the others waiting forever at a barrier)."""
+    from safetensors import SafetensorError
+
+    reason = None
+    if work:
+        try:
+            work()
+        except (OSError, RuntimeError, SafetensorError, ZhBertError) as e:  # torch.save: a full disk is a RuntimeError
+            cause = getattr(e, "cause", e)   # the layer's one-line disk error carries the OSError
+            reason = (getattr(cause, "strerror", None) or str(cause).split("\n")[0] or type(e).__name__)[:300]
+            if isinstance(cause, OSError) and cause.filename:
+                reason += f": {cause.filename}"
+    failed = reason is not None
+    if accelerator.num_processes > 1:   # a collective: also the barrier between the phases of a save
+        flag = torch.tensor([float(failed)], device=accelerator.device)
+        failed = accelerator.reduce(flag, reduction="sum").item() > 0
+    if failed:
+        raise _SaveFailed(reason or "another process could not write its part")
+
+
+def save_checkpoint(ckpt_root: Path, step: int, *, accelerator, hf_model, optimizer, scheduler,
+                    trainer_state: dict, keep_last: int, generator=None, scaler=None, name: str | None = None) -> Path:
+    """Every process calls this (each saves its RNG); returns the final dir: `step-N`, or `name` (NODECAY), a
+    complete checkpoint like the others that `keep_last` never removes.
+
+    The temp dir has a fixed name (not `fileio.atomic_dir`'s random one) because every rank writes into it.
+    A failed write (a full disk) on any process is one ZhBertError on every process; the temp dir is removed
+    and the earlier checkpoints are not touched.
+    """
+    ckpt_root = Path(ckpt_root)
+    final = ckpt_root / (name or step_dir_name(step))
+    tmp = ckpt_root / f".{final.name}.tmp"
+    main, rank = accelerator.is_main_process, accelerator.process_index
+
+    def fresh():
+        fresh_staging_dir(tmp)
+        fault_point("after:tmp-dir", step)
+
+    def write_parts():
+        torch_save(rng_state(), tmp / f"rng-rank{rank}.pt")
+        fault_point(f"after:rng-rank{rank}", step)
+        if main:
+            save_pretrained(hf_model, tmp, safe_serialization=True)
+            write_portable_config(tmp)
+            if generator is not None:
+                save_pretrained(generator, tmp / GENERATOR, safe_serialization=True)
+            fault_point("after:model", step)
+            torch_save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                        "scaler": scaler.state_dict() if scaler is not None else None}, tmp / "optimizer.pt")
+            fault_point("after:optimizer", step)
+
+    def commit():
+        state = {**trainer_state, "step": step, "num_processes": accelerator.num_processes}
+        missing = [f"rng-rank{r}.pt" for r in range(accelerator.num_processes) if not (tmp / f"rng-rank{r}.pt").is_file()]
+        if missing:   # e.g. out_dir is not on a filesystem all processes share
+            raise OSError(errno.ENOENT, f"{missing[0]} of another process is not in {tmp}")
+        write_json(tmp / STATE, state)
+        fault_point("after:trainer-state", step)
+        write_manifest(tmp)
+        fault_point("after:manifest", step)
+        listed = listed_files(final) if final.exists() else None
+        if final.exists():
+            check_dir_ours(final, legacy=_legacy_entry, listed=listed)   # a user's file in it is never replaced
+        old = _rename_aside(final, listed) if final.exists() else None
+        replace_dir(tmp, final)
+        _fsync_dir(ckpt_root)
+        fault_point("after:renamed", step)
+        if old is not None:
+            remove_owned(old, listed_files(old))
+        for stale in list_checkpoints(ckpt_root)[:-keep_last]:
+            discard(stale, step)
+
+    try:
+        _together(accelerator, fresh if main else None)
+        _together(accelerator, write_parts)
+        _together(accelerator, commit if main else None)
+    except _SaveFailed as e:
+        if main:
+            remove_scratch(tmp)
+        raise ZhBertError(f"cannot save checkpoint {final}: {e}; the earlier checkpoints in {ckpt_root} are "
+                          f"intact: free space, then continue with --resume auto") from None
+    return final
+
+
+def write_manifest(folder: Path) -> None:
+    """`manifest.json`: every file in `folder` and its subfolders (`generator/...`) with its size (sha256 too
+    up to HASH_LIMIT), each synced to disk first; the file whose presence makes the checkpoint complete."""
+    files = {}
+    for p in sorted(Path(folder).rglob("*")):
+        name = p.relative_to(folder).as_posix()
+        if name == MANIFEST or not p.is_file():
+            continue
+        entry = {"size": p.stat().st_size}
+        with open(p, "rb") as f:
+            os.fsync(f.fileno())
+            if entry["size"] <= HASH_LIMIT:
+                entry["sha256"] = hashlib.sha256(f.read()).hexdigest()
+        files[name] = entry
+    write_json(Path(folder) / MANIFEST, {"format": 1, "files": files})
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def listed_files(path: Path) -> dict[str, int] | None:
+    """What the checkpoint's `manifest.json` says zh-bert wrote in `path` (name -> size, the manifest itself
+    included), or None for a checkpoint without a readable manifest."""
+    try:
+        files = {str(k): int(v["size"]) for k, v in read_json(Path(path) / MANIFEST)["files"].items()}
+    except (ZhBertError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return {MANIFEST: (Path(path) / MANIFEST).stat().st_size, **files}   # the manifest goes first
+
+
+def _legacy_entry(name: str, is_dir: bool) -> bool:
+    """Files a checkpoint written before manifests holds."""
+    return (name == GENERATOR) if is_dir else (name in (STATE, "config.json", "model.safetensors", "optimizer.pt")
+                                               or re.fullmatch(r"rng-rank\d+\.pt", name) is not None)
+
+
+def _rename_aside(path: Path, listed: dict[str, int] | None) -> Path:
+    """Move a checkpoint to its hidden `.step-*.trash` name (one rename: never half-deleted in plain sight)."""
+    trash = path.with_name(f".{path.name}.trash")
+    remove_scratch(trash)
+    rename_owned(path, trash, listed=listed, legacy=_legacy_entry)
+    return trash
+
+
+def discard(path: Path, step: int = -1) -> list[str]:
+    """Delete a checkpoint by its manifest: first out of sight, then its files. A checkpoint holding files
+    its manifest does not list (a user's notes) keeps them: only the listed files go, manifest first (so it
+    is incomplete at once), and the folder stays with what is left. Returns what was kept."""
+    path, listed = Path(path), listed_files(path)
+    if foreign_entries(path, _legacy_entry, listed):
+        return remove_owned(path, listed, legacy=_legacy_entry)
+    trash = _rename_aside(path, listed)
+    fault_point("after:trashed", step)
+    return remove_owned(trash, listed, legacy=_legacy_entry)
+
+
+def incomplete_reason(path: Path, deep: bool = False) -> str | None:
+    """None if the checkpoint at `path` is complete, else what is wrong, naming the file. `deep` also
+    compares the sha256 of the small files (resume does; listing checks sizes only)."""
+    path = Path(path)
+    if not path.is_dir():
+        return "no such checkpoint directory"
+    if not (path / MANIFEST).is_file():
+        return _legacy_reason(path)
+    try:
+        files = read_json(path / MANIFEST)["files"]
+        entries = [(str(name), int(e["size"]), e.get("sha256")) for name, e in files.items()]
+    except (ZhBertError, ValueError, KeyError, TypeError, AttributeError):
+        return f"{MANIFEST} is unreadable"
+    if STATE not in files:
+        return f"{STATE} is not in {MANIFEST}"
+    for name, size, digest in entries:
+        f = path / name
+        if not f.is_file():
+            return f"{name} is missing"
+        if f.stat().st_size != size:
+            return f"{name} has {f.stat().st_size} bytes, {MANIFEST} says {size}"
+        if deep and digest and hashlib.sha256(f.read_bytes()).hexdigest() != digest:
+            return f"{name} does not match its sha256 in {MANIFEST}"
+    return None
+
+
+def _legacy_reason(path: Path) -> str | None:
+    """A checkpoint written before manifests: complete if every file it should hold is there."""
+    if not (path / STATE).exists():
+        return f"{STATE} is missing"
+    try:
+        state = read_json(path / STATE)
+        world = int(state.get("num_processes", 1))
+    except (ZhBertError, ValueError, TypeError, AttributeError):
+        return f"{STATE} is unreadable"
+    for name in ("config.json", "model.safetensors", "optimizer.pt", *(f"rng-rank{r}.pt" for r in range(world))):
+        if not (path / name).is_file():
+            return f"{name} is missing"
+    return None
+
+
+def _step_dirs(ckpt_root: Path) -> list[Path]:
+    """Every `step-N` dir, complete or not, oldest first."""
+    ckpt_root = Path(ckpt_root)
+    if not ckpt_root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in ckpt_root.iterdir() if (m := _STEP_DIR.match(p.name)) and p.is_dir()]
+    return [p for _, p in sorted(found)]
+
+
+def list_checkpoints(ckpt_root: Path) -> list[Path]:
+    """Complete checkpoints, oldest first."""
+    return [p for p in _step_dirs(ckpt_root) if incomplete_reason(p) is None]
+
+
+def clean_leftovers(ckpt_root: Path) -> list[str]:
+    """Remove what killed saves left (`.step-*.tmp`, `.step-*.trash`); a complete one whose `step-N` is
+    missing (killed between the two renames of a replace) is put back instead. Returns what was done."""
+    done = []
+    ckpt_root = Path(ckpt_root)
+    if not ckpt_root.is_dir():
+        return done
+    for p in sorted(ckpt_root.iterdir()):
+        m = _LEFTOVER.match(p.name)
+        if not m or not p.is_dir():
+            continue
+        target = ckpt_root / p.name[1:].split(".")[0]
+        if not target.exists() and incomplete_reason(p, deep=True) is None:
+            rename_owned(p, target)
+            done.append(f"restored {target.name} from an interrupted save")
+        else:
+            remove_scratch(p)
+            done.append(f"removed {p.name} left by an interrupted save")
+    return done
+
+
+def find_resume(resume: str | None, ckpt_root: Path, warn=print) -> Path | None:
+    """--resume auto -> newest complete checkpoint (None if there is none), each newer incomplete one
+    skipped with a `warn` line; PATH -> that checkpoint, which must be complete."""
+    if not resume:
+        return None
+    if resume == "auto":
+        for path in reversed(_step_dirs(ckpt_root)):
+            reason = incomplete_reason(path, deep=True)
+            if reason is None:
+                return path
+            warn(f"warning: skipping incomplete checkpoint {path}: {reason}")
+        return None
+    reason = incomplete_reason(Path(resume), deep=True)
+    if reason is not None:
+        hint = (f" ({resume} is a run dir: give one of its checkpoints, or --resume auto with out_dir: {resume})"
+                if (Path(resume) / "checkpoints").is_dir() else "")
+        raise ZhBertError(f"--resume {resume}: not a complete checkpoint: {reason}{hint}")
+    return Path(resume)
+
+
+def load_checkpoint(path: Path, *, accelerator, hf_model, optimizer, scheduler, generator=None,
+                    scaler=None) -> dict:
+    """Restore model (and the ELECTRA generator), optimizer, scheduler, scaler and this process's RNG; return
+    the trainer state."""
+    path = Path(path)
+    state = read_state(path)
+    if state.get("num_processes", 1) != accelerator.num_processes:
+        accelerator.print(f"note: checkpoint was written by {state.get('num_processes')} processes, resuming with "
+                          f"{accelerator.num_processes}: data order continues, exact-loss resume is not guaranteed")
+    _load_weights(path, hf_model)
+    if generator is not None:
+        if not (path / GENERATOR / "model.safetensors").is_file():
+            raise ZhBertError(f"{path}: no {GENERATOR}/ in this checkpoint: it was not written by an electra run")
+        _load_weights(path / GENERATOR, generator)
+    opt = torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True)
+    optimizer.load_state_dict(opt["optimizer"])
+    scheduler.load_state_dict(opt["scheduler"])
+    if scaler is not None and opt.get("scaler"):
+        scaler.load_state_dict(opt["scaler"])
+    rng_file = path / f"rng-rank{accelerator.process_index}.pt"
+    if rng_file.is_file():
+        set_rng_state(torch.load(rng_file, map_location="cpu", weights_only=True))
+    return state
+
+
+def _load_weights(folder: Path, model) -> None:
+    """`folder/model.safetensors` into `model`, every parameter accounted for (tied ones stored once)."""
+    from safetensors.torch import load_file
+
+    weights = load_file(str(folder / "model.safetensors"))
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    missing = [k for k in missing if k not in _tied_names(model)]
+    if missing or unexpected:
+        raise ZhBertError(f"{folder}: checkpoint does not match the model (missing {missing[:3]}, "
+                          f"unexpected {unexpected[:3]})")
+
+
+def read_state(path: Path) -> dict:
+    """The trainer state of the (complete) checkpoint at `path`."""
+    try:
+        state = read_json(Path(path) / STATE)
+    except ZhBertError as e:
+        raise ZhBertError(f"{path}: cannot read {STATE}: {e}") from None
+    if not isinstance(state, dict) or not isinstance(state.get("step"), int):
+        raise ZhBertError(f"{path}: {STATE} is not a trainer state (no step)")
+    return state
+
+
+def _tied_names(model) -> set[str]:
+    """Parameter names that safetensors stores once because they are tied (the decoder weight)."""
+    names = set()
+    for k in model.state_dict():
+        if k == "decoder.weight" or k.endswith(("predictions.decoder.weight", "predictions.decoder.bias",
+                                                "generator_lm_head.weight")):
+            names.add(k)
+    return names

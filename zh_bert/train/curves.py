@@ -1,0 +1,79 @@
+"""`curves.png` from `metrics.jsonl`: loss, MLM accuracy and learning rate against step.
+
+Train lines have `loss`; validation lines have `val_mlm_loss`. Drawn with matplotlib's Agg backend so it
+works on headless machines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import warnings
+from pathlib import Path
+
+# fonts with the CJK glyphs of a run's name (out_dir 中文实验), the first one installed is used
+CJK_FONTS = ("Noto Sans CJK SC", "Noto Sans SC", "Source Han Sans SC", "WenQuanYi Zen Hei", "WenQuanYi Micro Hei",
+             "SimHei", "Microsoft YaHei", "PingFang SC", "Heiti SC", "AR PL UMing CN")
+
+
+def read_metrics(path: str | Path) -> list[dict]:
+    rows = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if line:
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:  # a line cut by kill -9
+                continue
+    return rows
+
+
+def plot_curves(metrics_path: str | Path, out_png: str | Path, title: str = "") -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = read_metrics(metrics_path)
+    train = [r for r in rows if "loss" in r]
+    val = [r for r in rows if "val_mlm_loss" in r]
+    with cjk_text():
+        _draw_curves(plt, train, val, title, out_png)
+    return Path(out_png)
+
+
+def _draw_curves(plt, train: list[dict], val: list[dict], title: str, out_png: str | Path) -> None:
+    from zh_bert.core.fileio import atomic_write
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    panels = [("loss", "val_mlm_loss", "MLM loss"), ("mlm_acc", "val_mlm_acc", "MLM accuracy"), ("lr", None, "learning rate")]
+    for ax, (key, vkey, label) in zip(axes, panels):
+        ax.plot([r["step"] for r in train], [r[key] for r in train], lw=1, label="train")
+        if vkey and val:
+            ax.plot([r["step"] for r in val], [r[vkey] for r in val], "o-", ms=3, label="valid")
+            ax.legend()
+        ax.set_xlabel("step")
+        ax.set_title(label)
+        ax.grid(alpha=0.3)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    with atomic_write(out_png, "wb") as f:
+        fig.savefig(f, format="png", dpi=100)
+    plt.close(fig)
+
+
+@contextlib.contextmanager
+def cjk_text():
+    """Chinese in a figure's text (the run's folder name in the title, an ablation's labels): drawn with a CJK
+    font where one is installed, after the default font; without one matplotlib draws boxes and warns once
+    per character ('Glyph ... missing from font'), noise on every finished run, which is silenced here."""
+    import matplotlib
+    from matplotlib import font_manager
+
+    installed = {f.name for f in font_manager.fontManager.ttflist}
+    cjk = [name for name in CJK_FONTS if name in installed][:1]
+    family = list(matplotlib.rcParams["font.family"])
+    with matplotlib.rc_context({"font.family": family + cjk}), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from", category=UserWarning)
+        yield

@@ -1,0 +1,482 @@
+"""Stock BERT models (presets named as UER's miniatures), continued pretraining, vocab extension, and the
+sparse MLM head that makes training fast.
+
+Checkpoints stay stock `BertForMaskedLM` / `BertForPreTraining`: `PretrainModel` only changes *where* the
+stock head is applied (at masked positions instead of all 128), never its weights or names.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from zh_bert.core.errors import ZhBertError, suggest
+from zh_bert.core.fileio import read_json
+
+# name -> (layers, hidden, heads); intermediate = 4 * hidden (UER-py / Turc et al. miniatures)
+PRESETS: dict[str, tuple[int, int, int]] = {
+    "tiny": (2, 128, 2),
+    "mini": (4, 256, 4),
+    "small": (4, 512, 8),
+    "medium": (8, 512, 8),
+    "base": (12, 768, 12),
+    "large": (24, 1024, 16),
+}
+
+
+def build_config(model: str, vocab_size: int, *, pad_token_id: int = 0, dropout: float = 0.1,
+                 attention_dropout: float = 0.0, max_positions: int = 512):
+    """BertConfig for a preset name or a config.json path, with the tokenizer's vocab size."""
+    from transformers import BertConfig
+
+    if model in PRESETS:
+        layers, hidden, heads = PRESETS[model]
+        return BertConfig(vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=layers,
+                          num_attention_heads=heads, intermediate_size=4 * hidden,
+                          max_position_embeddings=max_positions, pad_token_id=pad_token_id,
+                          hidden_dropout_prob=dropout, attention_probs_dropout_prob=attention_dropout)
+    path = config_path(model)
+    kind = _model_type(path)
+    if kind not in (None, "bert"):   # BertConfig reads any config.json, and the model then fails mid-run
+        raise ZhBertError(f"{path}: model_type {kind!r}, but architecture is bert: give a config.json with "
+                          f"model_type: bert" + (", or set architecture: modernbert" if kind == "modernbert" else ""))
+    try:
+        cfg = BertConfig.from_json_file(str(path))
+    except _config_errors() as e:   # UnicodeDecodeError is a ValueError
+        raise ZhBertError(f"{path}: not a BERT config: {' '.join(str(e).split())[:200]}") from None
+    check_shape(cfg, path)
+    cfg.vocab_size = vocab_size
+    return cfg
+
+
+def config_path(model: str) -> Path:
+    """The config.json that a `model:` value other than a preset names (a file, or a folder holding one)."""
+    path = Path(model)
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        raise ZhBertError(f"model '{model}' is neither a preset ({', '.join(PRESETS)}){suggest(model, PRESETS)} "
+                          f"nor a config.json file")
+    return path
+
+
+def _model_type(path: Path):
+    """config.json's `model_type`, or None when it has none (Google's bert_config.json) or is no JSON mapping
+    (the config loader then says what is wrong)."""
+    import json
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data.get("model_type") if isinstance(data, dict) else None
+
+
+def _config_errors() -> tuple[type[BaseException], ...]:
+    """What reading a bad config.json raises: also transformers' strict field checks ('hidden_size': "abc")."""
+    import huggingface_hub.errors as hub_errors
+
+    strict = getattr(hub_errors, "StrictDataclassError", None)
+    return (OSError, ValueError, TypeError, AttributeError) + ((strict,) if strict else ())
+
+
+# BertConfig fields that must be positive integers for a model to be built from it
+_SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+          "max_position_embeddings", "type_vocab_size")
+
+
+def check_shape(cfg, where) -> None:
+    """Refuse a config whose sizes no model can have (transformers would fail deep inside, or `plan` would
+    compute with them): each size a positive integer, hidden_size divisible by the heads, dropouts in [0, 1)."""
+    for key in _SIZES:
+        value = getattr(cfg, key, None)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ZhBertError(f"{where}: '{key}' must be a positive integer, got {value!r}")
+    if cfg.hidden_size % cfg.num_attention_heads:
+        raise ZhBertError(f"{where}: hidden_size {cfg.hidden_size} is not a multiple of num_attention_heads "
+                          f"{cfg.num_attention_heads}")
+    from transformers.activations import ACT2FN
+
+    if isinstance(cfg.hidden_act, str) and cfg.hidden_act not in ACT2FN:
+        raise ZhBertError(f"{where}: unknown hidden_act {cfg.hidden_act!r}{suggest(cfg.hidden_act, ACT2FN)}")
+    for key in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+        value = getattr(cfg, key, 0.0)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+            raise ZhBertError(f"{where}: '{key}' must be a number in [0, 1), got {value!r}")
+
+
+def neighbour_attention_init(hf, amplitude: float = 0.05, sharpness: float = 2.0, n_freq: int = 16) -> None:
+    """Start layer 0 with half its heads looking at the next token and half at the previous one.
+
+    Why: from BERT's N(0, 0.02) init a small post-LN BERT spends its first thousands of steps as a
+    bag-of-words model (attention uniform, word order unused: shuffling the context leaves its predictions
+    unchanged), which is all a CPU budget affords; it never learns that 共和[MASK] is 国. Here the first
+    2*n_freq dimensions of each position embedding get sinusoids (p_i = amplitude * (cos iw, sin iw) for
+    n_freq frequencies w from 0.95*pi down to pi/63), and each layer-0 head gets W_k = sharpness*I and
+    W_q = sharpness*R(±w) on that subspace, R rotating p_i into p_{i±1}: q_i . k_j peaks at j = i ± 1
+    (~75% of the attention at init). Only starting values change: the checkpoint is a stock BERT, and
+    training is free to move away (it keeps ~1/3 on the neighbours). Measured in docs/results.md.
+    """
+    cfg = hf.config
+    heads, hidden = cfg.num_attention_heads, cfg.hidden_size
+    head_dim = hidden // heads
+    n_freq = min(n_freq, head_dim // 2, hidden // 2)
+    base = hf.base_model                                  # BertModel, or ElectraModel of a discriminator
+    emb = base.embeddings.position_embeddings.weight
+    w = math.pi * 0.95 * (1 / 60) ** (torch.arange(n_freq, dtype=torch.float32) / max(n_freq - 1, 1))
+    angle = torch.arange(emb.shape[0], dtype=torch.float32)[:, None] * w
+    attn = base.encoder.layer[0].attention.self
+    d = 2 * n_freq
+    with torch.no_grad():
+        emb[:, 0:d:2] = amplitude * torch.cos(angle)
+        emb[:, 1:d:2] = amplitude * torch.sin(angle)
+        for h in range(heads):
+            sign = 1.0 if h % 2 == 0 else -1.0           # even heads look right (i+1), odd heads left
+            cos, sin = torch.cos(sign * w), torch.sin(sign * w)
+            rot = torch.zeros(d, d)
+            rot[0::2, 0::2] = torch.diag(cos)
+            rot[0::2, 1::2] = torch.diag(-sin)
+            rot[1::2, 0::2] = torch.diag(sin)
+            rot[1::2, 1::2] = torch.diag(cos)
+            rows = slice(h * head_dim, h * head_dim + d)
+            attn.query.weight[rows, :d] = sharpness * rot
+            attn.key.weight[rows, :d] = sharpness * torch.eye(d)
+
+
+def model_class(objective: str, architecture: str = "bert"):
+    from transformers import BertForMaskedLM, BertForPreTraining, ModernBertForMaskedLM
+
+    if architecture == "modernbert":
+        return ModernBertForMaskedLM
+    return BertForMaskedLM if objective == "mlm" else BertForPreTraining
+
+
+def count_params(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """AdamW parameter groups: decay on weight matrices, none on biases and LayerNorm weights (BERT's rule)."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            (no_decay if p.ndim < 2 or "LayerNorm" in name else decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def _checkpoint_vocab(ckpt: Path) -> list[str] | None:
+    """The token list a checkpoint was trained with, read through its own tokenizer when it ships one (so
+    both sides are normalised alike, e.g. the U+2028 entries of Google's vocab), else from vocab.txt."""
+    from zh_bert.core.fileio import read_vocab_txt
+
+    if (ckpt / "tokenizer.json").is_file() or (ckpt / "tokenizer_config.json").is_file():
+        from zh_bert.corpus.tokenizer_files import load_tokenizer
+        tok = load_tokenizer(ckpt)
+        return tok.convert_ids_to_tokens(list(range(len(tok))))
+    if (ckpt / "vocab.txt").is_file():
+        return read_vocab_txt(ckpt / "vocab.txt")
+    return None
+
+
+def load_init(init_from: str | Path, tokenizer, objective: str, seq_len: int, architecture: str = "bert"):
+    """A stock model from checkpoint dir `init_from`, fitted to `tokenizer`.
+
+    Same vocab size: loaded as is. Tokenizer larger and its first N tokens equal to the checkpoint's N:
+    embeddings extended (`extend_vocab`). Anything else: refused, naming both sizes — training on ids
+    that mean different characters would silently destroy the checkpoint.
+    """
+    ckpt = Path(init_from)
+    if not (ckpt / "config.json").is_file():
+        raise ZhBertError(f"init_from: {ckpt} is not a checkpoint dir (no config.json)")
+    try:
+        cfg = read_json(ckpt / "config.json")
+        old_n, max_pos = int(cfg.get("vocab_size", 0)), int(cfg.get("max_position_embeddings", 512))
+    except (ZhBertError, ValueError, TypeError, AttributeError) as e:   # not JSON, not a mapping, a size not a number
+        raise ZhBertError(f"init_from: {ckpt / 'config.json'} is not a model config: "
+                          f"{str(e).splitlines()[0][:200]}") from None
+    new_n = len(tokenizer)
+    if seq_len > max_pos:
+        raise ZhBertError(f"seq_len {seq_len} exceeds the checkpoint's max_position_embeddings "
+                          f"{cfg.get('max_position_embeddings')} ({ckpt})")
+    new_tokens = tokenizer.convert_ids_to_tokens(list(range(new_n)))
+    if new_n != old_n:
+        old_tokens = _checkpoint_vocab(ckpt)
+        extendable = new_n > old_n and old_tokens is not None and old_tokens[:old_n] == new_tokens[:old_n]
+        if not extendable:
+            why = ("the tokenizer is smaller" if new_n < old_n else
+                   "the checkpoint ships no vocab to compare" if old_tokens is None else
+                   f"their first {old_n} tokens differ")
+            raise ZhBertError(f"vocab size mismatch: checkpoint {ckpt} has vocab_size {old_n} but the tokenizer "
+                              f"has {new_n} tokens ({why}); use the checkpoint's tokenizer or one that extends it")
+    from zh_bert.train.weights import load_pretrained
+
+    model = load_pretrained(model_class(objective, architecture), ckpt, "init_from")
+    if new_n > old_n:
+        extend_vocab(model, new_tokens, old_n, tokenizer)
+    return model
+
+
+@torch.no_grad()
+def extend_vocab(model, tokens: list[str], old_n: int, tokenizer=None) -> None:
+    """Grow the (tied) embeddings from `old_n` to len(tokens) rows.
+
+    A new token made of known pieces (e.g. a word whose characters are in the old vocab) starts as the
+    mean of their embeddings, so the model already "reads" it roughly right; any other new token starts
+    at the mean of all old rows (Hewitt 2021: keeps the softmax from being dominated by new rows).
+    The output bias gets the old mean bias for the same reason.
+    """
+    emb = model.get_input_embeddings().weight
+    mean = emb[:old_n].mean(0)
+    model.resize_token_embeddings(len(tokens), mean_resizing=False)
+    emb = model.get_input_embeddings().weight
+    index = {t: i for i, t in enumerate(tokens[:old_n])}
+    for i in range(old_n, len(tokens)):
+        text = tokens[i][2:] if tokens[i].startswith("##") else tokens[i]
+        parts = [index[c] for c in text if c in index] if text else []
+        emb[i] = emb[parts].mean(0) if parts and len(parts) == len(text) else mean
+    head = getattr(model, "cls", None)
+    bias = getattr(getattr(head, "predictions", None), "bias", None)
+    if bias is None and getattr(model, "decoder", None) is not None:   # ModernBertForMaskedLM
+        bias = model.decoder.bias
+    if bias is not None and bias.shape[0] == len(tokens):
+        bias[old_n:] = bias[:old_n].mean()
+    model.config.vocab_size = len(tokens)
+
+
+class PretrainModel(nn.Module):
+    """Wraps a stock BertForMaskedLM/BertForPreTraining/ModernBertForMaskedLM; forward computes the losses
+    sparsely.
+
+    The 21k-way projection is most of a small BERT's FLOPs; running it on the ~15% masked positions only
+    (UER-py does the same; ModernBERT's `sparse_prediction` too) is the main speed-up. Returns sums, not means,
+    so the caller can normalise by the masked-token count of the whole accumulated/distributed batch: 4×8 then
+    equals 1×32 exactly.
+    """
+
+    def __init__(self, hf_model):
+        super().__init__()
+        self.hf = hf_model
+        self.modern = hf_model.config.model_type == "modernbert"
+        self.pairs = not self.modern and hasattr(hf_model.cls, "seq_relationship")
+
+    def encode(self, input_ids, attention_mask, token_type_ids):
+        """(hidden states, pooled output or None) of the stock encoder; ModernBERT has no token types."""
+        if self.modern:
+            return self.hf.model(input_ids=input_ids, attention_mask=attention_mask)[0], None
+        out = self.hf.bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        return out[0], (out[1] if len(out) > 1 else None)
+
+    def mlm_logits(self, h):
+        """The stock MLM head on the rows `h` (masked positions only)."""
+        return self.hf.decoder(self.hf.head(h)) if self.modern else self.hf.cls.predictions(h)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
+                next_sentence_label=None) -> dict[str, torch.Tensor]:
+        hidden, pooled = self.encode(input_ids, attention_mask, token_type_ids)
+        flat = labels.reshape(-1)
+        pos = (flat != -100).nonzero(as_tuple=True)[0]
+        target = flat.index_select(0, pos)
+        h = hidden.reshape(-1, hidden.shape[-1]).index_select(0, pos)
+        logits = self.mlm_logits(h).float()
+        result = {
+            "mlm_loss_sum": F.cross_entropy(logits, target, reduction="sum"),
+            "mlm_correct": top1_correct(logits, target),
+            # filled on the device, not copied from the host: torch.tensor(n, device=cuda) would sync
+            "mlm_count": torch.full((), target.numel(), device=logits.device),
+        }
+        if self.pairs and next_sentence_label is not None:
+            nsp = self.hf.cls.seq_relationship(pooled).float()
+            result["nsp_loss_sum"] = F.cross_entropy(nsp, next_sentence_label, reduction="sum")
+            result["nsp_correct"] = (nsp.argmax(-1) == next_sentence_label).sum()
+        return result
+
+
+def top1_correct(logits, target):
+    """How many rows rank their target first. amax is vectorised on CPU, argmax is not: over 512 × 8,000
+    fp32 logits this takes ~1 ms instead of ~4.5 ms, 2% of a `tiny-cpu` step. A tie counts as correct."""
+    return (logits.gather(1, target[:, None]).squeeze(1) >= logits.amax(-1)).sum()
+
+
+def flops_per_token(cfg, seq_len: int, mask_rate: float, sparse: bool = True) -> float:
+    """Training FLOPs per input token (forward + backward = 3 × forward, 2 FLOPs per MAC).
+
+    "Useful" FLOPs: encoder matmuls + attention scores, and the MLM head only where a prediction is
+    needed (masked positions) — what any implementation must compute; a dense head's extra work is waste.
+    """
+    h, v = cfg.hidden_size, cfg.vocab_size
+    head = h * h + h * v
+    return 6.0 * (encoder_macs(cfg, seq_len) + head * (mask_rate if sparse else 1.0))
+
+
+def encoder_macs(cfg, seq_len: int) -> int:
+    """Multiply-accumulates per token of the encoder: qkvo + ffn matmuls, QK^T and AV."""
+    h, l, i = cfg.hidden_size, cfg.num_hidden_layers, cfg.intermediate_size
+    return l * (4 * h * h + 2 * h * i) + l * 2 * seq_len * h
+
+
+def electra_flops_per_token(disc, gen, seq_len: int, mask_rate: float) -> float:
+    """Training FLOPs per input token of ELECTRA (ElectraConfigs of `electra_configs`), counted as
+    `flops_per_token`: the generator's encoder at its size + its embedding projection (E×h_g) + its MLM
+    head (h_g×E transform, E×V output) at masked positions only; the discriminator's full encoder + its RTD
+    head at every token (h×h + h). Sampling (a softmax over the masked rows) is not a matmul: not counted."""
+    e, hg, v = gen.embedding_size, gen.hidden_size, gen.vocab_size
+    generator = encoder_macs(gen, seq_len) + (e * hg if e != hg else 0) + mask_rate * (hg * e + e * v)
+    h = disc.hidden_size
+    discriminator = encoder_macs(disc, seq_len) + h * h + h
+    return 6.0 * (generator + discriminator)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# ELECTRA (Clark et al. 2020): a small generator fills the masked positions, a discriminator learns which
+# tokens were replaced. Both are stock transformers classes; the wrapper only decides where heads run.
+
+SAMPLE_SALT = 0x454C4543   # keeps the generator's sampling stream apart from the loader's masking stream
+
+
+def electra_configs(cfg, generator_ratio: float = 0.25):
+    """(discriminator, generator) ElectraConfig from the BertConfig of the recipe's `model:`.
+
+    The discriminator has the BERT's shape (embedding_size = hidden_size, so no projection). The generator
+    has hidden_size = round(ratio × hidden), intermediate scaled alike, the same number of layers and one
+    head per 64 dimensions (at least one, dividing its hidden size) — the official ELECTRA code's generator
+    rule. Its embedding_size is the discriminator's hidden size, so both can share one embedding module;
+    stock `ElectraModel.embeddings_project` maps it down to the generator's width.
+    """
+    from transformers import ElectraConfig
+
+    h, i = cfg.hidden_size, cfg.intermediate_size
+    common = dict(vocab_size=cfg.vocab_size, embedding_size=h, num_hidden_layers=cfg.num_hidden_layers,
+                  hidden_act=cfg.hidden_act, hidden_dropout_prob=cfg.hidden_dropout_prob,
+                  attention_probs_dropout_prob=cfg.attention_probs_dropout_prob,
+                  max_position_embeddings=cfg.max_position_embeddings, type_vocab_size=cfg.type_vocab_size,
+                  initializer_range=cfg.initializer_range, layer_norm_eps=cfg.layer_norm_eps,
+                  pad_token_id=cfg.pad_token_id)
+    disc = ElectraConfig(hidden_size=h, num_attention_heads=cfg.num_attention_heads, intermediate_size=i,
+                         **common)
+    gh = max(1, int(round(h * generator_ratio)))
+    heads = max(1, gh // 64)
+    while gh % heads:
+        heads -= 1
+    gen = ElectraConfig(hidden_size=gh, num_attention_heads=heads, intermediate_size=max(1, int(round(i * gh / h))),
+                        **common)
+    disc.architectures, gen.architectures = ["ElectraForPreTraining"], ["ElectraForMaskedLM"]
+    return disc, gen
+
+
+def build_electra(cfg, generator_ratio: float = 0.25):
+    """(discriminator ElectraForPreTraining, generator ElectraForMaskedLM), fresh, sharing one embedding
+    module (token, position and token-type tables + their LayerNorm, as the official code shares them)."""
+    from transformers import ElectraForMaskedLM, ElectraForPreTraining
+
+    dcfg, gcfg = electra_configs(cfg, generator_ratio)
+    disc = ElectraForPreTraining(dcfg)
+    gen = ElectraForMaskedLM(gcfg)
+    share_embeddings(disc, gen)
+    return disc, gen
+
+
+def share_embeddings(disc, gen) -> None:
+    """Make `gen` use `disc`'s embedding module; its output layer stays tied to the (now shared) word table."""
+    gen.electra.embeddings = disc.electra.embeddings
+    gen.generator_lm_head.weight = disc.electra.embeddings.word_embeddings.weight
+
+
+def sampling_uniforms(keys, seq_len: int, seed: int) -> np.ndarray:
+    """(len(keys), seq_len) float32 uniforms in [0, 1), row r drawn from (seed, SALT, *keys[r]): the
+    generator samples the replacement at a masked position with that position's number, so a sample depends
+    on the sequence's key alone, never on the batch, process or micro-batch it falls in."""
+    return np.stack([np.random.default_rng([seed, SAMPLE_SALT, *map(int, k)]).random(seq_len, dtype=np.float32)
+                     for k in keys])
+
+
+def add_sampling_noise(micro_batches: list[dict], seed: int, step: int, rank: int, world: int) -> list[dict]:
+    """`micro_batches` (this process's share of optimizer step `step`) with `sample_u` added, keyed by
+    (step, the sequence's place in the global batch). The loader gives micro-batch i of rank r the global
+    batch's sequences i·m·W + j·W + r (j < m), so the key of a sequence is the same for any number of
+    processes, micro-batch size or accumulation, and a resumed run draws what an uninterrupted one would."""
+    import torch
+
+    out = []
+    for i, b in enumerate(micro_batches):
+        rows, seq_len = b["input_ids"].shape
+        keys = [(step, i * rows * world + j * world + rank) for j in range(rows)]
+        out.append({**b, "sample_u": torch.from_numpy(sampling_uniforms(keys, seq_len, seed))})
+    return out
+
+
+def sample_replacements(logits: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """A token per row of `logits` (n, V), drawn from softmax(logits) by inverting its CDF at `u` (n,):
+    deterministic given `u`; a row whose probability mass sits on one token always returns that token."""
+    cdf = torch.softmax(logits.float(), dim=-1).cumsum(-1)
+    pick = torch.searchsorted(cdf, (u.float() * cdf[:, -1]).unsqueeze(1).contiguous(), right=True)
+    return pick.squeeze(1).clamp_(max=logits.shape[-1] - 1)
+
+
+def replaced_token_labels(original: torch.Tensor, disc_ids: torch.Tensor) -> torch.Tensor:
+    """1 where the discriminator's input differs from the original text, else 0 (a generator sample that
+    equals the original counts as original, as in the paper)."""
+    return (disc_ids != original).long()
+
+
+class ElectraPretrainModel(nn.Module):
+    """Generator (stock ElectraForMaskedLM, `generator`) + discriminator (stock ElectraForPreTraining, `hf`)
+    with shared embeddings; forward returns sums like `PretrainModel` so the caller normalises by the global
+    batch (masked tokens for the generator's MLM loss, real tokens for the RTD loss).
+
+    Generator: the loader's masked input, its head only at masked positions. Its samples (no gradient) replace
+    the masked positions of the original text; the discriminator classifies every real token as original (0)
+    or replaced (1).
+    """
+
+    needs_noise = True
+
+    def __init__(self, discriminator, generator):
+        super().__init__()
+        self.hf = discriminator
+        self.generator = generator
+
+    def corrupt(self, input_ids, labels, pos, logits, sample_u):
+        """(original ids, discriminator input, RTD labels), flat (B·L,): `pos` the masked flat positions,
+        `logits` the generator's there."""
+        flat_in = input_ids.reshape(-1)
+        target = labels.reshape(-1).index_select(0, pos)
+        original = flat_in.index_put((pos,), target)
+        with torch.no_grad():
+            sampled = sample_replacements(logits.detach(), sample_u.reshape(-1).index_select(0, pos))
+        disc_ids = original.index_put((pos,), sampled)
+        return original, disc_ids, replaced_token_labels(original, disc_ids)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None, sample_u=None,
+                next_sentence_label=None) -> dict[str, torch.Tensor]:
+        gen = self.generator
+        hidden = gen.electra(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)[0]
+        flat = labels.reshape(-1)
+        pos = (flat != -100).nonzero(as_tuple=True)[0]
+        target = flat.index_select(0, pos)
+        h = hidden.reshape(-1, hidden.shape[-1]).index_select(0, pos)
+        logits = gen.generator_lm_head(gen.generator_predictions(h)).float()
+        if sample_u is None:
+            raise ValueError("ElectraPretrainModel needs sample_u (see add_sampling_noise)")
+        _, disc_ids, rtd = self.corrupt(input_ids, labels, pos, logits, sample_u)
+        disc_out = self.hf.electra(input_ids=disc_ids.view_as(input_ids), attention_mask=attention_mask,
+                                   token_type_ids=token_type_ids)[0]
+        rtd_logits = self.hf.discriminator_predictions(disc_out).float().reshape(-1)
+        rtd_f = rtd.to(rtd_logits.dtype)
+        real = attention_mask.reshape(-1).to(rtd_logits.dtype) if attention_mask is not None else None
+        right = ((rtd_logits > 0).long() == rtd)
+        if real is not None:
+            right, rtd = right & (real > 0), rtd * real.long()
+        return {
+            "mlm_loss_sum": F.cross_entropy(logits, target, reduction="sum"),
+            "mlm_correct": top1_correct(logits, target),
+            "mlm_count": torch.full((), target.numel(), device=logits.device),
+            "rtd_loss_sum": F.binary_cross_entropy_with_logits(rtd_logits, rtd_f, weight=real, reduction="sum"),
+            "rtd_correct": right.sum(),
+            "rtd_count": real.sum() if real is not None else torch.full((), rtd.numel(), device=logits.device),
+            "replaced": rtd.sum(),
+        }

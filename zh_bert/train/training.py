@@ -1,0 +1,465 @@
+"""The training loop: one optimizer step (`train_step`), validation (`validation_metrics`) and the loop over
+steps (`fit`) with its guard against steps that cannot train (`_guard`). Everything a step computes is here;
+what a run keeps between steps (counters, metrics, checkpoints) is `zh_bert.train.training_run.TrainingRun`.
+
+What makes it fast: the MLM head only at masked positions (`model.PretrainModel`), packed sequences from
+the shards (no padding), SDPA attention, fused AdamW and few host<->device syncs. Counted on CUDA with
+`torch.cuda.set_sync_debug_mode` (H200, torch 2.11), a step syncs: once for the finite-loss check that
+decides whether the step is applied; once per micro-batch in the sparse head (`nonzero` finds the masked
+positions); once more per padded micro-batch (the attention mask); in fp32 once more inside torch. The
+batch's token counts come from host tensors before the batch moves. With several processes each step
+also all-reduces those counts and the stop flag; logging (every `log_every` steps) and validation sync
+when they run.
+
+What makes it safe: the loss is normalised by the masked-token count of the whole global batch (so
+accumulation and DDP give the same update as one big batch; ELECTRA's RTD loss by the batch's real-token
+count, its generator samples keyed per sequence, see `model.ElectraPretrainModel`), and steps whose
+backpropagated loss or gradient norm is non-finite are skipped and a streak of them stops the run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import signal
+import sys
+import time
+import warnings
+from typing import TYPE_CHECKING
+
+import torch
+
+from zh_bert.train.checkpoint import NODECAY
+from accelerate import Accelerator
+from accelerate.state import AcceleratorState, GradientState
+
+from zh_bert.train.model import add_sampling_noise, decay_groups, sampling_uniforms
+
+if TYPE_CHECKING:
+    from zh_bert.train.training_run import TrainingRun
+
+
+def lr_lambda(recipe):
+    """Multiplier of the peak lr at optimizer step s (0-based): linear warmup, then linear/cosine/constant, or
+    wsd's peak until `decay_start` and a linear decay to 0 from there."""
+    warm, total, kind = recipe.warmup_steps, recipe.max_steps, recipe.schedule
+    start = decay_start(recipe) if kind == "wsd" else warm
+
+    def f(s: int) -> float:
+        if s < warm:
+            return (s + 1) / warm
+        if kind == "constant" or s < start:
+            return 1.0
+        progress = min(1.0, (s - start) / max(1, total - start))
+        return 0.5 * (1.0 + math.cos(math.pi * progress)) if kind == "cosine" else 1.0 - progress
+
+    return f
+
+
+def decay_start(recipe) -> int:
+    """wsd: the step at which the decay begins (never inside warmup); checkpoints/nodecay/ holds the weights
+    after this many steps: the end of the stable phase, from which a longer run can continue at peak lr."""
+    decay = max(1, round(recipe.decay_fraction * recipe.max_steps))
+    return max(recipe.warmup_steps, recipe.max_steps - decay)
+
+
+def reschedule(optimizer, scheduler, recipe) -> None:
+    """Apply `recipe`'s lr and schedule to a restored optimizer/scheduler (whose state holds the old peak lr)
+    from the current step on."""
+    f = lr_lambda(recipe)
+    scheduler.lr_lambdas = [f] * len(optimizer.param_groups)
+    scheduler.base_lrs = [recipe.lr] * len(optimizer.param_groups)
+    for group in optimizer.param_groups:
+        group["initial_lr"] = recipe.lr
+        group["lr"] = recipe.lr * f(scheduler.last_epoch)
+    scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]
+
+
+def make_optimizer(model, recipe):
+    """AdamW without decay on biases and LayerNorm weights; fused kernel where this torch has one."""
+    groups = decay_groups(model, recipe.weight_decay)
+    kw = dict(lr=recipe.lr, betas=tuple(recipe.betas), eps=recipe.adam_eps)
+    try:
+        return torch.optim.AdamW(groups, fused=True, **kw), "fused"
+    except (RuntimeError, TypeError, ValueError):
+        return torch.optim.AdamW(groups, foreach=True, **kw), "foreach"
+
+
+def make_accelerator(precision: str, cpu: bool):
+    """An Accelerator for `precision` (fp32 | fp16 | bf16, already resolved), on the CPU(s) or the GPU(s).
+
+    Accelerate keeps its settings in a process-wide singleton; a second run in one process (ablate, tests,
+    `plan --measure`) with another precision must start from a clean one. The distributed state
+    (PartialState) is kept.
+    """
+    AcceleratorState._reset_state(reset_partial_state=False)
+    GradientState._reset_state()
+    return Accelerator(mixed_precision="bf16" if precision == "bf16" else "no", cpu=cpu)   # fp16: make_scaler
+
+
+MIN_LOSS_SCALE = 1.0   # below it, fp16 gradients overflow even unscaled: the run has diverged
+
+
+def make_scaler(precision: str, device, recipe):
+    """zh-bert's own dynamic loss scaler for fp16, one code path on CPU and CUDA (Accelerate makes none on a
+    CPU, and its autocast there ignores fp16); None for fp32 and bf16, which need none."""
+    if precision != "fp16":
+        return None
+    return torch.amp.GradScaler(device.type, init_scale=recipe.loss_scale_init, growth_factor=2.0,
+                                backoff_factor=0.5, growth_interval=recipe.loss_scale_growth_interval)
+
+
+def autocast(accelerator, fp16: bool):
+    """fp16: torch's fp16 autocast on this device (real fp16 matmuls on a CPU too); else Accelerate's (bf16 or
+    nothing)."""
+    return torch.autocast(accelerator.device.type, dtype=torch.float16) if fp16 else accelerator.autocast()
+
+
+def _inject_overflow(params: list, step: int) -> None:
+    """The test hook for an fp16 overflow: ZH_BERT_FAULT=inf-gradient@STEP makes the gradients of step STEP
+    as metrics.jsonl and the log number it (1-based; `step` here is 0-based) inf."""
+    if params and os.environ.get("ZH_BERT_FAULT") == f"inf-gradient@{step + 1}":
+        params[0].grad.fill_(float("inf"))
+
+
+class StepStats:
+    """Sums over a logging window, kept as device tensors: reading them (every log_every steps) syncs."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self):
+        self.loss = self.correct = self.nsp_loss = self.nsp_correct = 0.0
+        self.rtd_loss = self.rtd_correct = self.replaced = 0.0
+        self.masked = self.tokens = self.seqs = self.steps = self.skipped = 0
+        self.t0 = time.perf_counter()
+
+    def add(self, out: dict):
+        self.loss = self.loss + out["mlm_loss_sum"].detach().float()
+        self.correct = self.correct + out["mlm_correct"].detach()
+        if "nsp_loss_sum" in out:
+            self.nsp_loss = self.nsp_loss + out["nsp_loss_sum"].detach().float()
+            self.nsp_correct = self.nsp_correct + out["nsp_correct"].detach()
+        if "rtd_loss_sum" in out:
+            self.rtd_loss = self.rtd_loss + out["rtd_loss_sum"].detach().float()
+            self.rtd_correct = self.rtd_correct + out["rtd_correct"].detach()
+            self.replaced = self.replaced + out["replaced"].detach()
+
+
+def train_step(model, optimizer, scheduler, accelerator, micro_batches: list[dict], recipe, stats: StepStats,
+               step: int = 0, scaler=None) -> dict:
+    """Optimizer step `step` (0-based) over `micro_batches` (this process's share of the global batch, host
+    tensors).
+
+    Returns {'finite', 'loss_finite', 'grad_norm', 'loss' (device tensors: reading them syncs), 'skipped',
+    'zero_norm' (the gradient norm is exactly 0: fp16 gradients that all underflowed), 'tokens' (of all
+    processes)}. This is the whole training computation; `fit` runs it step by step.
+    ELECTRA adds the RTD loss, normalised by the global batch's real-token count as the MLM loss is by its
+    masked-token count.
+
+    `finite`: the loss that was backpropagated (weighted, as summed here: a huge rtd_weight overflows it or
+    only its gradient) and the gradient norm are both finite. A step that is not is never applied and comes
+    back `skipped`, which `fit`'s guard counts. fp16 (`scaler`, from `make_scaler`): the loss is scaled for
+    backward and the gradients unscaled before clipping; a finite loss with overflowed gradients is the
+    scaler's business (it halves its scale, and doubles it after `loss_scale_growth_interval` good steps).
+    """
+    device = accelerator.device
+    world = accelerator.num_processes
+    if recipe.objective == "electra":   # the generator's sampling noise, keyed per sequence (exact resume, N ranks)
+        micro_batches = add_sampling_noise(micro_batches, recipe.seed, step, accelerator.process_index, world)
+    masked = sum(int((b["labels"] != -100).sum()) for b in micro_batches)   # host tensors: no device sync
+    seqs = sum(int(b["input_ids"].shape[0]) for b in micro_batches)
+    real = [int(b["attention_mask"].sum()) for b in micro_batches]
+    tokens = sum(real)
+    counts = torch.tensor([masked, seqs, tokens], dtype=torch.float64)
+    if accelerator.num_processes > 1:  # normalise by the global batch's counts: DDP then averages exactly
+        counts = accelerator.reduce(counts.to(device), reduction="sum").cpu()
+    n_masked, n_seqs, n_tokens = max(counts[0].item(), 1.0), max(counts[1].item(), 1.0), max(counts[2].item(), 1.0)
+    step_loss = 0.0
+    for i, batch in enumerate(micro_batches):
+        # packed rows have no padding: without a mask SDPA takes its fused kernel instead of the math path
+        batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()
+                 if not (k == "attention_mask" and real[i] == v.numel())}
+        last = i == len(micro_batches) - 1
+        sync = contextlib.nullcontext() if last or world == 1 else accelerator.no_sync(model)
+        with sync, autocast(accelerator, scaler is not None):
+            out = model(**batch)
+            loss = out["mlm_loss_sum"] * (world / n_masked)
+            if "nsp_loss_sum" in out:
+                loss = loss + out["nsp_loss_sum"] * (world / n_seqs)
+            if "rtd_loss_sum" in out:
+                loss = loss + out["rtd_loss_sum"] * (recipe.rtd_weight * world / n_tokens)
+            accelerator.backward(loss if scaler is None else scaler.scale(loss))
+        stats.add(out)
+        step_loss = step_loss + loss.detach().float()   # what was backpropagated, weights included
+    stats.masked += masked
+    stats.seqs += seqs
+    stats.tokens += tokens
+    stats.steps += 1
+    params = [p for p in model.parameters() if p.grad is not None]
+    _inject_overflow(params, step)
+    if scaler is not None:
+        scaler.unscale_(optimizer)   # clipping and the finite check see the true gradients
+    clip = recipe.grad_clip if recipe.grad_clip > 0 else float("inf")
+    grad_norm = accelerator.clip_grad_norm_(params, clip)
+    norm = torch.zeros(()) if grad_norm is None else torch.as_tensor(grad_norm)
+    both = torch.stack([step_loss, norm.to(step_loss.device).float()])
+    loss_finite, norm_finite, zero = torch.cat([torch.isfinite(both), both[1:] == 0]).tolist()
+    finite = loss_finite and norm_finite    # the one sync per step (the zero-norm flag rides along)
+    skipped = not finite                    # a NaN/inf step would poison the weights: never applied
+    if finite and scaler is None:
+        optimizer.step()
+    elif finite:
+        scaler.step(optimizer)
+    if scaler is not None:
+        scaler.update()             # an overflow halves the scale, growth_interval good steps double it
+    with warnings.catch_warnings():   # a skipped step calls no optimizer.step(): torch's order warning is noise
+        if skipped:
+            warnings.simplefilter("ignore", UserWarning)
+        scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    stats.skipped += int(skipped)
+    return {"finite": finite, "loss_finite": loss_finite, "grad_norm": grad_norm, "loss": step_loss,
+            "skipped": skipped, "zero_norm": bool(zero) and grad_norm is not None, "tokens": int(counts[2].item())}
+
+
+@contextlib.contextmanager
+def _stop_on_signals():
+    """SIGINT/SIGTERM set a flag; the loop saves a checkpoint after the current step and exits cleanly."""
+    flag = {"stop": None}
+
+    def handler(signum, frame):
+        if flag["stop"] is not None:       # second signal: give up waiting
+            raise KeyboardInterrupt
+        flag["stop"] = signal.Signals(signum).name
+
+    old = {}
+    for s in (signal.SIGINT, signal.SIGTERM):
+        try:
+            old[s] = signal.signal(s, handler)
+        except ValueError:                 # not the main thread (e.g. called from a worker thread)
+            pass
+    try:
+        yield flag
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def validation_metrics(model, loader, accelerator, max_batches: int, fp16: bool = False) -> dict:
+    """Validation MLM loss/accuracy with fixed masks (same batches every call): comparable over time. ELECTRA:
+    the generator's MLM figures, and the discriminator's RTD loss/accuracy on fixed generator samples."""
+    inner = accelerator.unwrap_model(model)   # no DDP hooks: ranks may see different batch counts
+    was_training = inner.training
+    inner.eval()
+    keys = ("mlm_loss_sum", "mlm_correct", "mlm_count")
+    electra = getattr(inner, "needs_noise", False)
+    if electra:
+        keys += ("rtd_loss_sum", "rtd_correct", "rtd_count")
+    sums = torch.zeros(len(keys), dtype=torch.float64, device=accelerator.device)
+    with torch.no_grad(), autocast(accelerator, fp16):
+        for k, batch in enumerate(loader.one_pass()):
+            if k >= max_batches:
+                break
+            if electra:   # fixed samples: (validation, batch k, rank, row)
+                rows, seq_len = batch["input_ids"].shape
+                batch["sample_u"] = torch.from_numpy(sampling_uniforms(
+                    [(2**31 - 1, k, accelerator.process_index, j) for j in range(rows)], seq_len, loader.seed))
+            batch = {key: v.to(accelerator.device) for key, v in batch.items()}
+            out = inner(**batch)
+            sums += torch.stack([out[key].double() for key in keys])
+    if accelerator.num_processes > 1:
+        sums = accelerator.reduce(sums, reduction="sum")
+    inner.train(was_training)
+    loss, correct, count = sums.tolist()[:3]
+    count = max(count, 1.0)
+    val = {"val_mlm_loss": loss / count, "val_mlm_acc": correct / count,
+           "val_ppl": math.exp(min(loss / count, 50.0)), "val_masked_tokens": int(count)}
+    if electra:
+        rtd_loss, rtd_correct, tokens = sums.tolist()[3:]
+        val.update(val_rtd_loss=rtd_loss / max(tokens, 1.0), val_rtd_acc=rtd_correct / max(tokens, 1.0))
+    return val
+
+
+def validate(run: TrainingRun) -> dict:
+    """Validation on the fixed-mask batches, logged; also kept as `run.val` for run.json."""
+    run.val = validation_metrics(run.model, run.valid_loader, run.accelerator, run.recipe.eval_batches,
+                                 fp16=run.scaler is not None)
+    run.metrics.write({"step": run.step, **run.val})
+    return run.val
+
+
+def _due(every: int, step: int, last: int) -> bool:
+    """Periodic work (validation, checkpoint) at every `every`-th step except the last, which `finish` does."""
+    return bool(every) and step % every == 0 and step < last
+
+
+def _train_row(run: TrainingRun, stats: StepStats, res: dict) -> dict:
+    """The metrics line for the logging window in `stats` (summed over processes): the logging sync."""
+    acc = run.accelerator
+    sums = torch.tensor([float(stats.loss), float(stats.correct), stats.masked, float(stats.nsp_loss),
+                         float(stats.nsp_correct), stats.seqs, stats.tokens, float(stats.rtd_loss),
+                         float(stats.rtd_correct), float(stats.replaced)], dtype=torch.float64)
+    if acc.num_processes > 1:
+        sums = acc.reduce(sums.to(acc.device), reduction="sum").cpu()
+    loss_s, corr, masked, nsp_l, nsp_c, seqs, toks, rtd_l, rtd_c, replaced = sums.tolist()
+    row = {"step": run.step, "loss": loss_s / max(masked, 1), "mlm_acc": corr / max(masked, 1),
+           "lr": run.scheduler.get_last_lr()[0], "tokens_per_s": toks / max(time.perf_counter() - stats.t0, 1e-9),
+           "grad_norm": float(res["grad_norm"]) if res["grad_norm"] is not None else None,
+           "tokens_seen": run.tokens_seen, "epoch": run.loader.state_dict()["epoch"],
+           "skipped_steps": run.skipped_steps, "elapsed_s": round(run.train_seconds, 3)}
+    if run.scaler is not None:
+        row["loss_scale"] = run.scaler.get_scale()
+    if run.recipe.mask_rate_schedule != "constant":
+        row["mask_rate"] = run.loader.mask_rate
+    if run.recipe.pairs:
+        row.update(nsp_loss=nsp_l / max(seqs, 1), nsp_acc=nsp_c / max(seqs, 1))
+    if run.recipe.objective == "electra":
+        # per real token: a discriminator that calls every token original scores rtd_acc = 1 - replaced_frac
+        row.update(rtd_loss=rtd_l / max(toks, 1), rtd_acc=rtd_c / max(toks, 1), replaced_frac=replaced / max(toks, 1))
+    return row
+
+
+def progress_text(row: dict) -> str:
+    """The progress line of a metrics row (without a terminal, or every log_every steps)."""
+    text = f"loss {row['loss']:.4f} mlm_acc {row['mlm_acc']:.4f} "
+    if "rtd_acc" in row:
+        text += f"rtd_loss {row['rtd_loss']:.4f} rtd_acc {row['rtd_acc']:.4f} "
+    if "loss_scale" in row:
+        text += f"loss_scale {row['loss_scale']:g} skipped {row['skipped_steps']} "
+    return text + f"lr {row['lr']:.3e} tokens/s {row['tokens_per_s']:.0f}"
+
+
+def validation_text(val: dict) -> str:
+    text = f"mlm_loss {val['val_mlm_loss']:.4f} mlm_acc {val['val_mlm_acc']:.4f}"
+    if "val_rtd_acc" in val:
+        text += f" rtd_loss {val['val_rtd_loss']:.4f} rtd_acc {val['val_rtd_acc']:.4f}"
+    return text
+
+
+def _stop_requested(run: TrainingRun, flag: dict) -> str | None:
+    """The signal name if this process (or, under DDP, any process) was asked to stop: all stop together."""
+    stop, acc = flag["stop"], run.accelerator
+    if acc.num_processes > 1:
+        s = acc.reduce(torch.tensor([1.0 if stop else 0.0], device=acc.device), "sum")
+        stop = stop or ("signal" if s.item() > 0 else None)
+    return stop
+
+
+def _guard(run: TrainingRun, res: dict, streak: int) -> int:
+    """The one guard against steps that cannot train, for every objective and precision: a step whose
+    backpropagated loss or gradient norm is non-finite is skipped (`train_step`) and counted; the first one
+    of a streak is reported at once, and `max_nan_streak` of them in a row stop the run (status diverged).
+    fp16: a finite loss with overflowed gradients is the loss scaler's normal business and not counted,
+    unless the scale has collapsed below MIN_LOSS_SCALE. Returns the new streak."""
+    if not res["skipped"]:
+        return 0
+    if run.scaler is not None and res["loss_finite"]:
+        scale = run.scaler.get_scale()
+        if scale < MIN_LOSS_SCALE:
+            run.status = "diverged"
+            run.warn(f"error: the fp16 loss scale fell to {scale:.3g} at step {run.step}: the gradients overflow "
+                     f"even unscaled; stopping. Lower lr, raise warmup_steps, or use precision: bf16/fp32.")
+        return streak
+    r, streak = run.recipe, streak + 1
+    hint = ("Lower lr" + (f" or rtd_weight ({r.rtd_weight:g})" if r.objective == "electra" else "")
+            + (", raise warmup_steps, or use precision: bf16/fp32 instead of fp16." if run.precision == "fp16"
+               else " or raise warmup_steps."))
+    norm = res["grad_norm"]
+    what = f"loss {float(res['loss']):.3g}, gradient norm {'?' if norm is None else format(float(norm), '.3g')}"
+    if streak >= r.max_nan_streak:
+        run.status = "diverged"
+        run.warn(f"error: {streak} step(s) in a row skipped for a non-finite loss or gradient norm (step "
+                 f"{run.step}: {what}); stopping. {hint}")
+    elif streak == 1:
+        run.warn(f"warning: step {run.step} skipped, not applied: non-finite {what}; the run stops after "
+                 f"{r.max_nan_streak} such steps in a row (max_nan_streak). {hint}")
+    return streak
+
+
+class Fp16Tally:
+    """What the loss scaler did to the steps this command ran (a resume counts its own). A scale far too
+    high skips step after step for overflow; one far too low rounds every gradient to 0 in fp16: either
+    way the run 'finishes' having learned nothing, which must not end with exit 0 (`check`)."""
+
+    def __init__(self):
+        self.steps = self.overflows = self.applied = self.nonzero = 0
+
+    def add(self, run: TrainingRun, res: dict) -> None:
+        if run.scaler is None:
+            return
+        self.steps += 1
+        if res["skipped"] and res["loss_finite"]:
+            self.overflows += 1
+        elif not res["skipped"]:
+            self.applied += 1
+            self.nonzero += not res["zero_norm"]   # read in the step's one sync: no extra one
+
+    def check(self, run: TrainingRun) -> None:
+        init = run.recipe.loss_scale_init
+        if self.steps and self.overflows * 2 > self.steps:
+            run.status = "diverged"
+            run.warn(f"error: {self.overflows} of {self.steps} fp16 steps were skipped for overflow "
+                     f"(loss_scale_init {init:.10g}): the weights barely trained; lower loss_scale_init (default "
+                     f"65536), or use precision: bf16/fp32")
+        elif self.applied and not self.nonzero:
+            run.status = "diverged"
+            run.warn(f"error: every gradient norm of {self.applied} fp16 steps was 0 (loss_scale_init {init:.10g} "
+                     f"lets them underflow): nothing trained; raise loss_scale_init (default 65536), or use "
+                     f"precision: bf16/fp32")
+
+
+def fit(run: TrainingRun) -> None:
+    """Train from `run.step` to `recipe.max_steps`, logging, validating and checkpointing on schedule; stops
+    early on a signal (after saving a checkpoint) or a streak of non-finite steps (`_guard`; `run.status` says
+    which); an fp16 run whose loss scale let it learn nothing ends diverged too (`Fp16Tally`)."""
+    from tqdm.auto import tqdm
+
+    r, say = run.recipe, run.say
+    tty = sys.stderr.isatty()
+    bar = tqdm(total=r.max_steps, initial=run.step, disable=not (tty and run.accelerator.is_main_process),
+               dynamic_ncols=True, unit="step")
+    stats, nan_streak = StepStats(), 0
+    fp16 = Fp16Tally()
+    batches = iter(run.loader)
+    run.model.train()
+    with _stop_on_signals() as flag:
+        while run.step < r.max_steps:
+            t0 = time.perf_counter()
+            run.loader.mask_rate = r.mask_rate_at(run.step)
+            micro = [next(batches) for _ in range(run.accum)]
+            res = train_step(run.model, run.optimizer, run.scheduler, run.accelerator, micro, r, stats, run.step,
+                             run.scaler)
+            run.step += 1
+            run.tokens_seen += res["tokens"]
+            run.train_seconds += time.perf_counter() - t0
+            run.skipped_steps += int(res["skipped"])
+            fp16.add(run, res)
+            nan_streak = _guard(run, res, nan_streak)
+            if run.status == "diverged":
+                break
+            if r.log_every and (run.step % r.log_every == 0 or run.step == r.max_steps):
+                row = _train_row(run, stats, res)
+                run.metrics.write(row)
+                bar.set_postfix(loss=f"{row['loss']:.3f}", acc=f"{row['mlm_acc']:.3f}", lr=f"{row['lr']:.2e}",
+                                tok_s=f"{row['tokens_per_s']:.0f}")
+                if not tty:
+                    say(f"step {run.step}/{r.max_steps} {progress_text(row)}")
+                stats.reset()
+            bar.update(1)
+            if run.valid_loader is not None and _due(r.eval_every, run.step, r.max_steps):
+                val = validate(run)
+                say(f"step {run.step}: validation {validation_text(val)}")
+            stop = _stop_requested(run, flag)
+            if stop:
+                run.status = "interrupted"
+                say(f"{stop}: saved {run.save_checkpoint()} at step {run.step}; continue with --resume auto")
+                break
+            if _due(r.save_every, run.step, r.max_steps):
+                run.save_checkpoint()
+            if r.schedule == "wsd" and run.step == decay_start(r) and 0 < run.step < r.max_steps:
+                say(f"step {run.step}: lr decay starts; kept {run.save_checkpoint(NODECAY)} to continue from")
+    bar.close()
+    if run.status == "finished":
+        fp16.check(run)
