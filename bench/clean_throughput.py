@@ -2,7 +2,7 @@
 with exact dedup and with MinHash, against a baseline run in the same process: a naive single-process
 cleaner (NFKC + HTML-tag regex + whitespace collapse + md5 exact dedup + json lines out).
 
-    python bench/clean_throughput.py [--repeat 3] [--workers 2] [--input corpora/sample] [--quick]
+    python -m bench.clean_throughput [--repeat 3] [--workers 2] [--input corpora/sample] [--quick]
 
 Prints one line per configuration (median of --repeat runs: wall-clock MB/s, and MB per CPU-second,
 which a machine shared with other jobs disturbs less) and the ratios; compare ratios from one run, not
@@ -13,23 +13,31 @@ repeat, every section at toy size (a smoke test, tests/test_bench.py; its figure
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import itertools
 import json
 import os
 import re
-import sys
 import unicodedata
+from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from bench import REPO
+from bench.cli import parse
+from bench.timing import machine, timed
+from zh_bert.core.config import option
+from zh_bert.core.fileio import atomic_write, remove_scratch, scratch_dir, write_text
+from zh_bert.corpus.clean import main as clean_main
+from zh_bert.corpus.clean.readers import expand_inputs
 
-from _timing import machine, timed  # noqa: E402
-from zh_bert.corpus.clean import main as clean_main  # noqa: E402
-from zh_bert.corpus.clean.readers import expand_inputs  # noqa: E402
-from zh_bert.core.fileio import atomic_write, remove_scratch, scratch_dir, write_text  # noqa: E402
+
+@dataclass
+class Options:
+    input: str = option(str(REPO / "corpora" / "sample"), help="corpus file or folder to clean")
+    repeat: int = option(3, help="timed runs per configuration (median)")
+    workers: int = option(len(os.sched_getaffinity(0)), help="workers of the N-worker runs")
+    quick: bool = option(False, help="toy size, one repeat: a smoke test of every section")
+    quick_lines: int = option(300, help="--quick: lines of each sample file")
 
 
 def baseline(files: list[Path], out: Path) -> int:
@@ -73,14 +81,8 @@ def quick_input(tmp: Path, lines: int) -> str:
     return str(d)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--input", default=str(REPO / "corpora" / "sample"))
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)))
-    ap.add_argument("--quick", action="store_true", help="toy size, one repeat: a smoke test of every section")
-    ap.add_argument("--quick-lines", type=int, default=300, help=argparse.SUPPRESS)
-    args = ap.parse_args()
+def main(argv: list[str] | None = None) -> None:
+    args = parse(Options, "clean_throughput", __doc__, argv)
     with scratch_dir("zh-bert-bench-") as tmp:
         tmp = Path(tmp)
         if args.quick:

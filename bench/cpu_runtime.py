@@ -7,27 +7,36 @@ data cached once up front; the variants alternate so that drift in a shared mach
 Prints median tokens/s and minor page faults per variant and the ratio against the baseline (glibc defaults,
 ACTIVE). The arithmetic is the same in every variant: the printed final losses must agree.
 
-    python bench/cpu_runtime.py --steps 300 --repeat 3
-    python bench/cpu_runtime.py --quick      # every variant for a few steps on 400 sample documents (a smoke test)
+    python -m bench.cpu_runtime --steps 300 --repeat 3
+    python -m bench.cpu_runtime --quick      # every variant for a few steps on 400 sample documents (a smoke test)
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from bench import REPO
+from bench.cli import parse
+from bench.timing import machine
+from zh_bert.core.config import option
+from zh_bert.core.fileio import scratch_dir, write_text
 
-from zh_bert.core.fileio import scratch_dir, write_text  # noqa: E402
 
-from _timing import machine  # noqa: E402
+@dataclass
+class Options:
+    steps: int = option(300, help="training steps per run")
+    repeat: int = option(3, help="runs per variant (median)")
+    every: int = option(100, help="validate and checkpoint every N steps, as the recipe does every 1000 (0 = never)")
+    recipe: str = option(str(REPO / "recipes" / "tiny-cpu.yaml"))
+    quick: bool = option(False, help="a smoke test: 3 steps per variant, one repeat, on the first 200 lines of "
+                         "each sample file")
 
 CHILD = """
 import json, resource, sys
@@ -72,16 +81,8 @@ def quick_corpus(tmp: Path, lines: int) -> str:
     return str(out)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--every", type=int, default=100,
-                    help="validate and checkpoint every N steps, as the recipe does every 1000 (0 = never)")
-    ap.add_argument("--recipe", default=str(REPO / "recipes" / "tiny-cpu.yaml"))
-    ap.add_argument("--quick", action="store_true",
-                    help="a smoke test: 3 steps per variant, one repeat, on the first 200 lines of each sample file")
-    args = ap.parse_args()
+def main(argv: list[str] | None = None) -> int:
+    args = parse(Options, "cpu_runtime", __doc__, argv)
     print(machine())
     with scratch_dir("zh-bert-bench-") as d:
         tmp, sets = Path(d), ["data_cache=" + str(Path(d) / "cache")]

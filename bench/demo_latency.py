@@ -1,7 +1,7 @@
 """Demo latency: one fill on the `tiny` model (L2/H128, Google's 21,128 vocab) must take < 100 ms median.
 
 Baseline in the same process: transformers' `pipeline("fill-mask")` on the same model and sentence.
-Usage: python bench/demo_latency.py [--runs 50] [--threads N] [--quick]   (--quick: 5 runs, a smoke test)
+Usage: python -m bench.demo_latency [--runs 50] [--threads N] [--quick]   (--quick: 5 runs, a smoke test)
 
 One torch thread is the default here: a 12-token forward pass of a 2-layer model gains nothing from
 intra-op threads, and on a shared 2-core machine the second thread mostly waits for a busy core
@@ -10,17 +10,22 @@ intra-op threads, and on a shared 2-core machine the second thread mostly waits 
 
 from __future__ import annotations
 
-import argparse
 import statistics
-import sys
+from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from bench import REPO
+from bench.cli import parse
+from bench.timing import machine, timed
+from zh_bert.core.config import option
+from zh_bert.core.fileio import copy_file, save_pretrained, scratch_dir
 
-from zh_bert.core.fileio import copy_file, save_pretrained, scratch_dir  # noqa: E402
 
-from _timing import machine, timed  # noqa: E402
+@dataclass
+class Options:
+    runs: int = option(50, help="timed fills per side")
+    threads: int = option(1, help="torch threads (0: torch's default)")
+    quick: bool = option(False, help="5 runs, 1 warm-up: a smoke test")
 
 
 def ms(t) -> list[float]:
@@ -42,12 +47,8 @@ def tiny_model(out: Path) -> Path:
     return out
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--runs", type=int, default=50)
-    p.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's default)")
-    p.add_argument("--quick", action="store_true", help="5 runs, 1 warm-up: a smoke test")
-    args = p.parse_args()
+def main(argv: list[str] | None = None) -> int:
+    args = parse(Options, "demo_latency", __doc__, argv)
     warmup = 1 if args.quick else 3
     if args.quick:
         args.runs = 5

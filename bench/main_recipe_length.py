@@ -3,7 +3,7 @@
 split, lr 2e-3, 3 epochs, mean pooling, seq-len 128) with --seeds seeds, beside random init of the same config.
 Prints validation MLM accuracy and test accuracy mean ± std per length; the baseline is the recipe's own length.
 
-    python bench/main_recipe_length.py --steps 5000 3750 --seeds 3 --data SHARDDIR --tokenizer TOKDIR
+    python -m bench.main_recipe_length --steps 5000 3750 --seeds 3 --data SHARDDIR --tokenizer TOKDIR
 
 On a GPU the pretraining runs in fp32 (`--precision fp32`) so it computes what a CPU without bf16 computes.
 `--quick`: 4 and 2 steps on 200 lines per sample file, one seed, one epoch of fine-tuning on 64 of every 20th
@@ -12,31 +12,35 @@ ChnSentiCorp example of each split, everything in a temp folder (a smoke test; i
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from bench import REPO
+from bench.cli import parse
+from bench.timing import machine
+from zh_bert.core.config import option
+from zh_bert.core.fileio import claim_dir, scratch_dir, write_text
 
-from zh_bert.core.fileio import claim_dir, scratch_dir, write_text  # noqa: E402
 
-from _timing import machine  # noqa: E402
+@dataclass
+class Options:
+    steps: list[int] = option(default_factory=lambda: [5000, 3750], help="pretraining lengths (max_steps), the "
+                              "first one the baseline")
+    seeds: int = option(3, help="fine-tuning seeds per length")
+    data: Optional[str] = option(None, help="SHARDDIR built by the recipe (default: the recipe's raw corpus)")
+    tokenizer: Optional[str] = option(None, help="TOKDIR of --data")
+    precision: str = option("fp32", help="pretraining precision")
+    out: str = option("runs/recipe-length", help="folder of the steps-N run dirs")
+    quick: bool = option(False, help="toy size in a temp folder: a smoke test")
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--steps", type=int, nargs="+", default=[5000, 3750])
-    ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--data", help="SHARDDIR built by the recipe (default: the recipe's raw corpus)")
-    ap.add_argument("--tokenizer", help="TOKDIR of --data")
-    ap.add_argument("--precision", default="fp32")
-    ap.add_argument("--out", default="runs/recipe-length")
-    ap.add_argument("--quick", action="store_true", help="toy size in a temp folder: a smoke test")
-    args = ap.parse_args()
+def main(argv: list[str] | None = None) -> int:
+    args = parse(Options, "main_recipe_length", __doc__, argv)
     if not args.quick:
         from zh_bert.core.errors import ZhBertError
 

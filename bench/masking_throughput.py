@@ -9,25 +9,24 @@ throughput, on the bundled sample corpus (corpora/sample: zhwiki + CLUECorpusSma
    call, one generator; (b) the training loader's way: 32 rows per call, each row with its own generator (keyed
    per sequence); (c) the same masks as (b), one row per call (the baseline for b).
 
-    python bench/masking_throughput.py [--repeat 5] [--sharddir DIR --tokenizer TOKDIR]
-    python bench/masking_throughput.py --quick    # every step on 300 lines per sample file, once (a smoke test)
+    python -m bench.masking_throughput [--repeat 5] [--sharddir DIR --tokenizer TOKDIR]
+    python -m bench.masking_throughput --quick    # every step on 300 lines per sample file, once (a smoke test)
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
-import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from zh_bert.core.fileio import atomic_write, scratch_dir  # noqa: E402
-
-from _timing import machine, timed  # noqa: E402
+from bench import REPO
+from bench.cli import parse
+from bench.timing import machine, timed
+from zh_bert.core.config import option
+from zh_bert.core.fileio import atomic_write, scratch_dir
 
 EXAMPLES = ("中国", "北京", "美国", "我们", "电影", "大学", "非常", "手机", "提高", "喜欢", "的", "在", "三")
 
@@ -100,15 +99,18 @@ def masking_speed(ds, table, repeat: int) -> dict:
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--sharddir")
-    ap.add_argument("--tokenizer")
-    ap.add_argument("--vocab-size", type=int, default=8000)
-    ap.add_argument("--seq-len", type=int, default=128)
-    ap.add_argument("--quick", action="store_true", help="300 lines per sample file, one repeat: a smoke test")
-    args = ap.parse_args()
+@dataclass
+class Options:
+    repeat: int = option(5, help="table builds and masking runs (median)")
+    sharddir: Optional[str] = option(None, help="existing shards (default: built from the whole sample)")
+    tokenizer: Optional[str] = option(None, help="TOKDIR of --sharddir")
+    vocab_size: int = option(8000, help="char vocabulary of the shards built here")
+    seq_len: int = option(128, help="sequence length of the shards built here")
+    quick: bool = option(False, help="300 lines per sample file, one repeat: a smoke test")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(Options, "masking_throughput", __doc__, argv)
     if args.quick:
         args.repeat = 1
 

@@ -4,7 +4,7 @@ with the dense head (`sparse_prediction=False`, what `run_mlm` computes) as the 
 through zh-bert's head beside them (tokens/s of the two architectures). Forward + backward + AdamW step on the
 same masked batch, the four interleaved in each repeat.
 
-    python bench/modernbert_head.py [--models tiny mini] [--batch 16] [--seq-len 128] [--repeat 30]
+    python -m bench.modernbert_head [--models tiny mini] [--batch 16] [--seq-len 128] [--repeat 30]
                                     [--precision fp32|bf16] [--quick]
 
 Prints tokens/s per head and the ratios against the dense head in the same run. `--quick`: tiny, 3 repeats
@@ -13,22 +13,32 @@ Prints tokens/s per head and the ratios against the dense head in the same run. 
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
-from pathlib import Path
+from dataclasses import dataclass
+from typing import Literal
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+import torch
 
-import torch  # noqa: E402
-
-from _timing import machine  # noqa: E402
-from zh_bert.train.model import PretrainModel, build_config  # noqa: E402
-from zh_bert.train.modernbert import build_modernbert_config  # noqa: E402
+from bench.cli import parse
+from bench.timing import machine
+from zh_bert.core.config import option
+from zh_bert.train.arch.bert import build_config
+from zh_bert.train.arch.modernbert import build_modernbert_config
+from zh_bert.train.model import PretrainModel
 
 VOCAB = 8000   # the main command's char vocab
+
+
+@dataclass
+class Options:
+    models: list[str] = option(default_factory=lambda: ["tiny", "mini"], help="presets")
+    batch: int = option(16, help="rows per step")
+    seq_len: int = option(128)
+    repeat: int = option(30, help="timed steps per head (median)")
+    precision: Literal["fp32", "bf16"] = option("fp32")
+    quick: bool = option(False, help="tiny, 3 repeats: a smoke test")
 
 
 def batch(rows: int, seq_len: int, rate: float = 0.25) -> dict:
@@ -83,14 +93,7 @@ def measure(preset: str, rows: int, seq_len: int, repeat: int, bf16: bool) -> di
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--models", nargs="+", default=["tiny", "mini"])
-    ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--seq-len", type=int, default=128)
-    ap.add_argument("--repeat", type=int, default=30)
-    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
-    ap.add_argument("--quick", action="store_true")
-    a = ap.parse_args(argv)
+    a = parse(Options, "modernbert_head", __doc__, argv)
     if a.quick:
         a.models, a.repeat = ["tiny"], 3
     print(f"machine: {machine()}; torch {torch.__version__}, {torch.get_num_threads()} threads; batch {a.batch} × "

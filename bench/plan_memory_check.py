@@ -10,21 +10,25 @@ goes back to the OS when freed); then peak RSS tracks peak live tensor bytes. Th
 `zh_bert.plan.memory_model.estimate_memory(..., device="cpu")` (live tensors, no CUDA context/allocator slack).
 `--objective electra` does the same for a generator + discriminator pair (`ElectraPretrainModel`).
 
-    python bench/plan_memory_check.py            # prints a table; exit 1 if any case is off by > 25%
-    python bench/plan_memory_check.py --objective electra
-    python bench/plan_memory_check.py --quick     # one case (mini, micro-batch 4, 64 tokens): a smoke test
+    python -m bench.plan_memory_check            # prints a table; exit 1 if any case is off by > 25%
+    python -m bench.plan_memory_check --objective electra
+    python -m bench.plan_memory_check --quick     # one case (mini, micro-batch 4, 64 tokens): a smoke test
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
-REPO = Path(__file__).resolve().parent.parent
+from bench import REPO
+from bench.cli import parse
+from zh_bert.core.config import option
+
 CASES = [("mini", 8), ("mini", 32), ("small", 8), ("small", 32)]
 QUICK_CASES = [("mini", 4)]
 TOLERANCE = 0.25
@@ -79,15 +83,24 @@ def child(model: str, micro_batch: int, seq_len: int, precision: str, attention_
     return {"peak_bytes": (peak - baseline) * 1024}
 
 
-def measure(model: str, micro_batch: int, seq_len: int = 128, precision: str = "fp32",
-            attention_dropout: float = 0.0, objective: str = "mlm") -> float:
+def measure_all(cases: list[dict], timeout: float | None = None) -> list[float]:
+    """`child(**case)`'s peak bytes for every case, all in one fresh process (one torch import; VmHWM is
+    reset per case), run with MALLOC_MMAP_THRESHOLD_ so that freed buffers go back to the OS."""
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="0",
                PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    code = (f"import json,sys; sys.path.insert(0, {str(REPO / 'bench')!r}); import plan_memory_check as m; "
-            f"print(json.dumps(m.child({model!r}, {micro_batch}, {seq_len}, {precision!r}, {attention_dropout!r}, "
-            f"objective={objective!r})))")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])["peak_bytes"]
+    code = (f"import json; from bench import plan_memory_check as m; "
+            f"print(json.dumps([m.child(**case)['peak_bytes'] for case in {cases!r}]))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout)
+    if out.returncode:
+        raise RuntimeError(f"memory child exited {out.returncode}: {out.stderr.strip().splitlines()[-1:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def measure(model: str, micro_batch: int, seq_len: int = 128, precision: str = "fp32",
+            attention_dropout: float = 0.0, objective: str = "mlm") -> float:
+    """The peak bytes of one case, in a fresh process of its own."""
+    return measure_all([dict(model=model, micro_batch=micro_batch, seq_len=seq_len, precision=precision,
+                             attention_dropout=attention_dropout, objective=objective)])[0]
 
 
 def estimate(model: str, micro_batch: int, seq_len: int = 128, precision: str = "fp32",
@@ -102,15 +115,17 @@ def estimate(model: str, micro_batch: int, seq_len: int = 128, precision: str = 
                            fused_attention=attention_dropout == 0).total
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
-    ap.add_argument("--seq-len", type=int, default=128)
-    ap.add_argument("--attention-dropout", type=float, default=0.0,
-                    help="0 (zh-bert's default): CPU SDPA's fused kernel; > 0: the math path")
-    ap.add_argument("--objective", default="mlm", choices=["mlm", "electra"])
-    ap.add_argument("--quick", action="store_true", help="one small case, a smoke test")
-    args = ap.parse_args(argv)
+@dataclass
+class Options:
+    precision: Literal["fp32", "bf16"] = option("fp32")
+    seq_len: int = option(128)
+    attention_dropout: float = option(0.0, help="0 (zh-bert's default): CPU SDPA's fused kernel; > 0: the math path")
+    objective: Literal["mlm", "electra"] = option("mlm")
+    quick: bool = option(False, help="one small case, a smoke test")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(Options, "plan_memory_check", __doc__, argv)
     cases = QUICK_CASES if args.quick else CASES
     if args.quick:
         args.seq_len = 64

@@ -1,11 +1,11 @@
 """Scale benchmark: `zh-bert clean --dedup minhash` and `zh-bert shard` through `--executor local` on synthetic
 Chinese corpora of 100 MB, 300 MB and 1 GB, against the in-process commands run on the same corpus.
 
-    python bench/scale.py [--sizes 100,300,1000] [--baseline-sizes 100] [--tasks 16] [--workers 2]
+    python -m bench.scale [--sizes 100,300,1000] [--baseline-sizes 100] [--tasks 16] [--workers 2]
                           [--work-dir /tmp/zh-bert-scale] [--keep] [--skip-shard] [--json OUT.json]
-    python bench/scale.py --quick    # every path on a 1 MB corpus, 2 tasks, in a temp work dir (a smoke test)
+    python -m bench.scale --quick    # every path on a 1 MB corpus, 2 tasks, in a temp work dir (a smoke test)
 
-Per size: bench/_scale_corpus.py writes the corpus (random draws of sentences from corpora/sample/, with planted
+Per size: bench/scale_corpus.py writes the corpus (random draws of sentences from corpora/sample/, with planted
 exact and near duplicates at 5-gram Jaccard 0.85-0.95 across task boundaries; reused from --work-dir when
 there), then each command runs as a subprocess (`python -m zh_bert`, this checkout):
     zh-bert clean INPUT -o OUTDIR --dedup minhash --executor local --tasks T --workers W
@@ -22,7 +22,6 @@ command, date and machine line; writes everything to --json (default WORK_DIR/sc
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import os
@@ -32,20 +31,38 @@ import shlex
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(1, str(REPO))
-
-from zh_bert.core.fileio import claim_dir, claim_file, open_for_write, read_json, remove_scratch, scratch_dir, write_text  # noqa: E402
+from bench import REPO
+from bench.cli import comma_floats, parse
+from bench.scale_corpus import SAMPLE, CorpusSpec, dedup_quality, generate, output_files, sentence_pool
+from bench.timing import machine
+from zh_bert.core.config import option
+from zh_bert.core.fileio import claim_dir, claim_file, open_for_write, read_json, remove_scratch, scratch_dir, write_text
 
 WORK_MARKER = ".zh-bert-scale-work"
-
-from _scale_corpus import SAMPLE, CorpusSpec, dedup_quality, generate, output_files, sentence_pool  # noqa: E402
-from _timing import machine  # noqa: E402
-
+COMMANDS = ("python -m bench.scale", "python bench/scale.py")   # a record's command: this module's, or its script's
 POLL_S = 0.1
+
+
+@dataclass
+class Options:
+    sizes: list[float] = option(default_factory=lambda: [100.0, 300.0, 1000.0], type=comma_floats, nargs=None,
+                                metavar="MB,MB", help="corpus sizes in MB (comma-separated)")
+    baseline_sizes: Optional[list[float]] = option(None, type=comma_floats, nargs=None, metavar="MB,MB",
+                                                   help="sizes at which the in-process clean and shard run too "
+                                                   "(default: the smallest size)")
+    tasks: int = option(16)
+    workers: int = option(2)
+    seed: int = option(0)
+    work_dir: str = option("/tmp/zh-bert-scale")
+    keep: bool = option(False, help="keep corpora and outputs (else deleted after each size)")
+    skip_shard: bool = option(False)
+    json: Optional[str] = option(None, help="results file (default: WORK_DIR/scale.json)")
+    quick: bool = option(False, help="a smoke test: 1 MB, baseline at 1 MB, 2 tasks, in a fresh temp work dir "
+                         "(removed)")
 
 
 def zh_bert(*args: str) -> list[str]:
@@ -247,22 +264,9 @@ def memory_growth(results: list[dict]) -> list[str]:
     return lines
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sizes = lambda s: [float(x) for x in s.split(",") if x.strip()]  # noqa: E731
-    ap.add_argument("--sizes", type=sizes, default=[100, 300, 1000], help="corpus sizes in MB (comma-separated)")
-    ap.add_argument("--baseline-sizes", type=sizes, default=None,
-                    help="sizes at which the in-process clean and shard run too (default: the smallest size)")
-    ap.add_argument("--tasks", type=int, default=16)
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--work-dir", default="/tmp/zh-bert-scale")
-    ap.add_argument("--keep", action="store_true", help="keep corpora and outputs (else deleted after each size)")
-    ap.add_argument("--skip-shard", action="store_true")
-    ap.add_argument("--json", default=None, help="results file (default: WORK_DIR/scale.json)")
-    ap.add_argument("--quick", action="store_true",
-                    help="a smoke test: 1 MB, baseline at 1 MB, 2 tasks, in a fresh temp work dir (removed)")
-    args = ap.parse_args(argv)
+def parse_args(argv: list[str] | None = None) -> Options:
+    """The options, --quick's sizes and the default --baseline-sizes filled in."""
+    args = parse(Options, "scale", __doc__, argv)
     if args.quick:
         args.sizes, args.baseline_sizes, args.tasks, args.keep = [1.0], [1.0], 2, False
     if args.baseline_sizes is None:
@@ -270,7 +274,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def main(argv=None) -> None:
+def main(argv: list[str] | None = None) -> None:
     from zh_bert.core.errors import ZhBertError
 
     args = parse_args(argv)
@@ -299,11 +303,11 @@ def _is_work_dir(work: Path) -> bool:
 
 def _is_record(path: Path) -> bool:
     rec = read_json(path, default=None)
-    return isinstance(rec, dict) and str(rec.get("command", "")).startswith("python bench/scale.py") \
+    return isinstance(rec, dict) and str(rec.get("command", "")).startswith(COMMANDS) \
         and "results" in rec
 
 
-def run(args: argparse.Namespace, argv=None) -> None:
+def run(args: Options, argv: list[str] | None = None) -> None:
     """Every size, then the table, the memory growth lines and the JSON record."""
     work = Path(args.work_dir)
     path = Path(args.json or work / "scale.json")
@@ -311,7 +315,7 @@ def run(args: argparse.Namespace, argv=None) -> None:
     claim_dir(work, flag="--work-dir", legacy=_work_name, proof=_is_work_dir, what="a work dir of bench/scale.py")
     claim_file(path, flag="--json", ours=_is_record, what="a record of bench/scale.py")
     write_text(work / WORK_MARKER, "bench/scale.py work dir (generated corpora, runs, logs): safe to delete\n")
-    command = "python bench/scale.py " + shlex.join(sys.argv[1:] if argv is None else argv)
+    command = f"{COMMANDS[0]} " + shlex.join(sys.argv[1:] if argv is None else argv)
     date = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     executor = {c: has_executor(c) for c in ("clean", "shard")}
     missing = [c for c, ok in executor.items() if not ok]

@@ -10,39 +10,40 @@
    step (forward + backward + AdamW) of the "mini" model (L4/H256/A4/I1024) via zh-bert's PretrainModel,
    batch 32 x 128, fp32.
 
-    python bench/shard_throughput.py [--repeat 3] [--workers 2] [--jieba-mb 1] [--corpus-copies 3]
-    python bench/shard_throughput.py --quick    # every section on 300 lines per sample file, once (a smoke test)
+    python -m bench.shard_throughput [--repeat 3] [--workers 2] [--jieba-mb 1] [--corpus-copies 3]
+    python -m bench.shard_throughput --quick    # every section on 300 lines per sample file, once (a smoke test)
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-from zh_bert.core.fileio import atomic_write, claim_dir, remove_scratch, save_pretrained  # noqa: E402
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
+from bench import REPO
+from bench.cli import parse
+from bench.timing import machine, timed
+from zh_bert.core.config import option
+from zh_bert.core.fileio import atomic_write, claim_dir, remove_scratch, save_pretrained
 
-from _timing import machine, timed  # noqa: E402
+
+@dataclass
+class Options:
+    repeat: int = option(3, help="timed runs per line (median)")
+    workers: int = option(2, help="workers of the second `zh-bert shard` run")
+    jieba_mb: float = option(1.0, metavar="MB", help="text for the (slow) jieba runs")
+    corpus_copies: int = option(3, help="the whole-command runs shard the sample this many times over")
+    steps: int = option(5, help="training steps to time for the loader ratio")
+    batches: int = option(200, help="loader batches to time per strategy")
+    quick: bool = option(False, help="300 lines per sample file, one repeat: a smoke test")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--jieba-mb", type=float, default=1.0, help="MB of text for the (slow) jieba runs")
-    ap.add_argument("--corpus-copies", type=int, default=3,
-                    help="the end-to-end runs shard the sample this many times over (fixed start-up costs amortised)")
-    ap.add_argument("--steps", type=int, default=5, help="training steps to time for the loader ratio")
-    ap.add_argument("--batches", type=int, default=200, help="loader batches to time per strategy")
-    ap.add_argument("--quick", action="store_true", help="300 lines per sample file, one repeat: a smoke test")
-    args = ap.parse_args()
+def main(argv: list[str] | None = None) -> None:
+    args = parse(Options, "shard_throughput", __doc__, argv)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")   # the baseline's batch encoding on every core
     lines = None
     if args.quick:
         lines, args.repeat, args.jieba_mb, args.corpus_copies, args.steps, args.batches = 300, 1, 0.05, 1, 1, 5
@@ -118,7 +119,9 @@ def main() -> None:
 
     from zh_bert.train.data import ShardDataset, ShardLoader
     from zh_bert.train.masking import MaskingConfig
-    from zh_bert.train.model import PretrainModel, build_config, model_class
+    from zh_bert.train.arch import BERT
+    from zh_bert.train.arch.bert import build_config
+    from zh_bert.train.model import PretrainModel
 
     ds = ShardDataset(tmp / f"shards{args.workers}")
     for strategy in ("wwm", "ngram", "unigram-noise"):
@@ -131,7 +134,7 @@ def main() -> None:
         load_s = (time.perf_counter() - t0) / n
         print(f"  loader ({strategy}): {load_s * 1e3:.2f} ms per batch")
     torch.manual_seed(0)
-    hf = model_class("mlm")(build_config("mini", len(tok)))
+    hf = BERT.model_class("mlm")(build_config("mini", len(tok)))
     model = PretrainModel(hf)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 

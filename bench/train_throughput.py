@@ -7,25 +7,28 @@ batch (32 × 128), same precision, same optimizer (AdamW). Steps alternate (Trai
 Trainer, ...) so all three see the same load on a shared machine; medians are compared. The Trainer
 computes the full-vocabulary head at every position, as `BertForMaskedLM.forward` does; zh-bert runs its
 real `train_step` (sparse head, fused AdamW, Accelerate). Useful-FLOP utilisation = useful FLOPs (encoder,
-and the MLM head at masked positions only; `zh_bert.train.model.flops_per_token`) per second ÷ the FLOP/s of a
+and the MLM head at masked positions only; `zh_bert.train.arch.bert.flops_per_token`) per second ÷ the FLOP/s of a
 2048² matmul in the same precision.
 
-    python bench/train_throughput.py                       # mini + small, fp32 (+ bf16 if the CPU has it)
-    python bench/train_throughput.py --models mini --precisions fp32 --steps 6
-    python bench/train_throughput.py --quick        # tiny, fp32, batch 8 × 64, 2 timed steps (a smoke test)
+    python -m bench.train_throughput                       # mini + small, fp32 (+ bf16 if the CPU has it)
+    python -m bench.train_throughput --models mini --precisions fp32 --steps 6
+    python -m bench.train_throughput --quick        # tiny, fp32, batch 8 × 64, 2 timed steps (a smoke test)
 """
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 import time
-from pathlib import Path
+from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 import torch
 
-REPO = Path(__file__).resolve().parent.parent
+from bench import REPO
+from bench.cli import parse
+from zh_bert.core.config import option
+
 VOCAB = REPO / "tests" / "data" / "bert_base_chinese_vocab" / "vocab.txt"
 CORPUS = REPO / "corpora" / "sample" / "zhwiki_sampled.txt"
 
@@ -153,20 +156,24 @@ def bench_pair(cfg, batches, precision: str, warmup: int, device: str = "cpu",
     return tokens / med["trainer"], tokens / med["zh-bert"], 2 * matmul_n ** 3 / med["matmul"]
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--models", default="mini,small")
-    p.add_argument("--precisions", default=None, help="default: fp32, plus bf16 when the CPU has avx512_bf16")
-    p.add_argument("--steps", type=int, default=8, help="timed steps per run (after 2 warm-up steps)")
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--attention-dropout", action="store_true",
-                   help="both sides with attention dropout 0.1 (HF's default) instead of the presets' 0.0")
-    p.add_argument("--quick", action="store_true", help="tiny model, fp32, small batches: a smoke test")
-    args = p.parse_args()
+@dataclass
+class Options:
+    models: str = option("mini,small", metavar="A,B", help="presets (comma-separated)")
+    precisions: Optional[str] = option(None, metavar="A,B", help="default: fp32, plus bf16 when the CPU has "
+                                       "avx512_bf16")
+    steps: int = option(8, help="timed steps per run (after 2 warm-up steps)")
+    threads: int = option(2, help="torch threads")
+    attention_dropout: bool = option(False, help="both sides with attention dropout 0.1 (HF's default) instead of "
+                                     "the presets' 0.0")
+    quick: bool = option(False, help="tiny model, fp32, small batches: a smoke test")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(Options, "train_throughput", __doc__, argv)
     from transformers.utils import logging as hf_logging
 
     from zh_bert.core.hardware import cpu_supports_bf16
-    from zh_bert.train.model import build_config, flops_per_token
+    from zh_bert.train.arch.bert import build_config, flops_per_token
 
     hf_logging.set_verbosity_error()
     torch.set_num_threads(args.threads)

@@ -5,23 +5,22 @@ BertPreTokenizer + WordPieceTrainer, nothing written). Each zh-bert kind is time
 memory to the finished tokenizer object (no file writing / AutoTokenizer self-check, which add ~0.3 s once
 transformers is imported). Ratio = zh-bert seconds / baseline seconds (lower is faster).
 
-    python bench/vocab_build.py [--docs N] [--repeat R]
-    python bench/vocab_build.py --quick     # every kind on 300 documents, vocab sizes 4,000 (a smoke test)
+    python -m bench.vocab_build [--docs N] [--repeat R]
+    python -m bench.vocab_build --quick     # every kind on 300 documents, vocab sizes 4,000 (a smoke test)
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
-from pathlib import Path
+from dataclasses import dataclass
+from typing import Optional
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from _timing import machine, timed  # noqa: E402
-from zh_bert.corpus.vocab.build import VocabOptions, build_tokenizer  # noqa: E402
-from zh_bert.corpus.vocab.tokenizer_json import bert_normalizer, special_layout  # noqa: E402
-from zh_bert.corpus.corpus_io import read_documents  # noqa: E402
+from bench import REPO
+from bench.cli import parse
+from bench.timing import machine, timed
+from zh_bert.core.config import option
+from zh_bert.corpus.corpus_io import read_documents
+from zh_bert.corpus.vocab.build import VocabOptions, build_tokenizer
+from zh_bert.corpus.vocab.tokenizer_json import bert_normalizer, special_layout
 
 SAMPLE = REPO / "corpora" / "sample"
 GOOGLE = REPO / "tests" / "data" / "bert_base_chinese_vocab" / "vocab.txt"
@@ -40,12 +39,15 @@ def tokenizers_wordpiece(docs: list[str], size: int) -> list[str]:
     return list(tk.get_vocab())
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--docs", type=int, default=None, help="first N documents only")
-    ap.add_argument("--repeat", type=int, default=1)
-    ap.add_argument("--quick", action="store_true", help="300 documents, small vocabs: a smoke test")
-    args = ap.parse_args()
+@dataclass
+class Options:
+    docs: Optional[int] = option(None, help="first N documents only")
+    repeat: int = option(1, help="builds per kind (median)")
+    quick: bool = option(False, help="300 documents, small vocabs: a smoke test")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(Options, "vocab_build", __doc__, argv)
     size, words = 21128, 40000
     if args.quick:
         args.docs, args.repeat, size, words = 300, 1, 4000, 4000

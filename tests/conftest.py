@@ -96,7 +96,7 @@ def tiny_modernbert_dir(tmp_path_factory, google_tokdir) -> Path:
     from transformers import ModernBertForMaskedLM
 
     from zh_bert.core.fileio import claim_dir
-    from zh_bert.train.modernbert import build_modernbert_config, write_portable_config
+    from zh_bert.train.arch.modernbert import build_modernbert_config, write_portable_config
 
     out = tmp_path_factory.mktemp("tiny_modernbert")
     claim_dir(out)   # the test's own model folder: write_portable_config rewrites its config.json
@@ -140,3 +140,28 @@ def char_shards(tmp_path_factory, sample_jsonl, build_shards) -> tuple[Path, Pat
     tokdir = tmp_path_factory.mktemp("char_tok") / "tok"
     assert vocab_main([str(sample_jsonl), "-o", str(tokdir), "--kind", "char", "--size", "4000", "-q"]) == 0
     return tokdir, build_shards(sample_jsonl, tokdir, "--seq-len", str(CHAR_SEQ), "--valid-docs", "40")
+
+
+# --- the fast default suite and the slow proofs --------------------------------------------------------------
+# `python -m pytest` runs the fast suite: every command end to end on tiny inputs. Tests marked `slow` (scaling
+# runs, subprocess benchmarks, kill -9 and fault grids, DDP, the browser, other Pythons and transformers majors)
+# are deselected unless `--slow` is given or ZH_BERT_SLOW=1 is set; `python -m pytest --slow -m slow` runs only
+# them. See docs/testing.md.
+def _slow_enabled(config) -> bool:
+    return bool(config.getoption("--slow")) or os.environ.get("ZH_BERT_SLOW", "").strip() not in ("", "0")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--slow", action="store_true", default=False,
+                     help="also run the tests marked `slow` (same as ZH_BERT_SLOW=1); see docs/testing.md")
+
+
+def pytest_collection_modifyitems(config, items):
+    if _slow_enabled(config):
+        return
+    keep, slow = [], []
+    for item in items:
+        (slow if item.get_closest_marker("slow") else keep).append(item)
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = keep

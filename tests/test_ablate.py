@@ -41,7 +41,6 @@ def smoke_spec(tmp_path):
         "finetune_epochs": 1, "finetune_seq_len": 32})
 
 
-@pytest.mark.slow
 def test_ablate_grid_end_to_end(smoke_spec, tmp_path, capsys):
     import torch
 
@@ -83,8 +82,8 @@ def test_ablate_spec_errors(tmp_path, capsys):
     pool = write_yaml(tmp_path / "p.yaml", {"name": "x", "grid": {"masking": ["token", "wwm"]}, "finetune_pooling": "avg"})
     with pytest.raises(ZhBertError, match="'finetune_pooling' must be one of 'cls', 'mean', got 'avg'"):
         load_spec(pool)   # refused before any run starts, not after the first pretraining
-    assert cli.main(["ablate", str(pool), "--set", "finetune_pooling=mean", "--set", "finetune_precision=fp16"]) == 2
-    assert "'finetune_precision' must be one of 'fp32', 'bf16', got 'fp16'" in capsys.readouterr().err
+    assert cli.main(["ablate", str(pool), "--set", "finetune_pooling=mean", "--set", "finetune_precision=fp8"]) == 2
+    assert "'finetune_precision' must be one of 'auto', 'fp32', 'fp16', 'bf16', got 'fp8'" in capsys.readouterr().err
     lr = write_yaml(tmp_path / "lr.yaml", {"name": "x", "grid": {"masking": ["token", "wwm"]}, "finetune_lr": 5})
     with pytest.raises(ZhBertError, match=r"lr.yaml: finetune_lr must be in \(0, 1\), got 5"):
         load_spec(lr)

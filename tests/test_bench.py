@@ -1,11 +1,16 @@
-"""Every benchmark script still runs: `python bench/NAME.py --quick` (every section at toy size, offline) exits 0
-and prints its result lines, ratios against its baseline included. The scripts are found by globbing bench/*.py
-(private helpers `_*.py` run through them), so a new script without a `--quick` mode, or without an entry in
-RESULT_LINES naming what it must print, fails here."""
+"""Every benchmark still runs: `python -m bench.NAME --quick` (every section at toy size, offline) exits 0 and
+prints its result lines, ratios against its baseline included (slow: `--slow`). The benchmarks are found by
+listing the `bench` package (its helper modules named in HELPERS), so a new one without a `--quick` option, or
+without an entry in RESULT_LINES naming what it must print, fails here. The fast tests: every benchmark is a
+module of the `bench` package that imports with no edit of the import path, takes its options from one dataclass
+(`Options`, `zh_bert.core.config`'s `option` fields), and answers `python -m bench.NAME --help`."""
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import os
+import pkgutil
 import re
 import subprocess
 import sys
@@ -15,10 +20,11 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-SCRIPTS = sorted(p.stem for p in (REPO / "bench").glob("*.py") if not p.name.startswith("_"))
+HELPERS = {"cli", "timing", "scale_corpus"}   # modules of bench/ that are not benchmarks
+BENCHES = sorted(m.name for m in pkgutil.iter_modules([str(REPO / "bench")]) if m.name not in HELPERS)
 NUM = r"\d[\d,]*(?:\.\d+)?"   # figures print with thousands separators (1,810)
 
-#: script -> regexes (multiline) its --quick stdout must match: the ratio/result lines of that benchmark
+#: benchmark -> regexes (multiline) its --quick stdout must match: the ratio/result lines of that benchmark
 RESULT_LINES = {
     "clean_throughput": [rf"^exact / baseline: {NUM}x +workers \d+ / 1: {NUM}x +minhash / exact: {NUM}x",
                          rf"signatures zh-bert / datasketch: (?:{NUM}|nan)x$"],
@@ -26,9 +32,6 @@ RESULT_LINES = {
                     rf"^keep_freed_memory, ACTIVE .* {NUM}x +minor faults",
                     rf"^keep_freed_memory, PASSIVE .* {NUM}x +minor faults"],
     "demo_latency": [rf"^zh-bert fill, 1 blank .* median +{NUM} ms", rf"^ratio baseline/ours: {NUM}x"],
-    "gpu_proof": [*(rf"^section {s}: measured \(" for s in ("device", "throughput", "memory", "fp16_vs_fp32",
-                                                            "resume", "science")),
-                  r"^wrote .*gpu_proof\.json and .*gpu_proof\.md"],
     "main_recipe_length": [rf"^4 steps .* {NUM} ± {NUM}", rf"^random init +- +{NUM} ± {NUM}"],
     "masking_throughput": [rf'"per_sequence_vs_row_at_a_time": {NUM}', rf'"correction_vs_wwm_per_sequence": {NUM}',
                            rf'"build_s": {NUM}'],
@@ -44,29 +47,59 @@ RESULT_LINES = {
                       ("char --size", "wordpiece", "word", "sentencepiece unigram", "sentencepiece bpe"))],
 }
 
-
-def test_every_bench_script_has_a_quick_entry():
-    """A script added to bench/ must say what its --quick run prints (and so get a --quick mode)."""
-    assert SCRIPTS and set(SCRIPTS) <= set(RESULT_LINES), f"add to RESULT_LINES: {set(SCRIPTS) - set(RESULT_LINES)}"
-    for name in SCRIPTS:
-        assert "--quick" in (REPO / "bench" / f"{name}.py").read_text(encoding="utf-8"), f"bench/{name}.py: no --quick"
-
-
-#: scripts whose --quick run a test of their own already makes (and checks more closely): not run twice
+#: benchmarks whose --quick run a test of their own makes (and checks more closely, its result lines included)
 OWN_TEST = {"gpu_proof": "tests/test_gpu_proof.py"}
 
 
+def test_every_bench_is_a_module_with_its_options_in_one_dataclass():
+    """bench/ edits no import path and writes no argparse by hand; each benchmark imports as `bench.NAME`, has a
+    `--quick` entry, and its parser's options are exactly the `option` fields of its `Options` dataclass."""
+    from bench.cli import parser
+    from zh_bert.core.config import cli_fields
+
+    sources = {p.relative_to(REPO).as_posix(): p.read_text(encoding="utf-8") for p in (REPO / "bench").rglob("*.py")}
+    assert not [f for f, text in sources.items() if re.search(r"sys\.path|ArgumentParser\(|add_argument\(", text)]
+    assert BENCHES and set(BENCHES) <= set(RESULT_LINES) | set(OWN_TEST), \
+        f"add to RESULT_LINES: {set(BENCHES) - set(RESULT_LINES) - set(OWN_TEST)}"
+    for name in BENCHES:
+        mod = importlib.import_module(f"bench.{name}")
+        assert dataclasses.is_dataclass(mod.Options) and callable(mod.main), name
+        fields = cli_fields(mod.Options)
+        assert "quick" in {f.name for f in fields}, f"bench.{name}: no --quick"
+        actions = parser(mod.Options, name, mod.__doc__)._actions
+        flags = {s for a in actions for s in a.option_strings} - {"-h", "--help"}
+        assert flags == {"--" + f.name.replace("_", "-") for f in fields}, name
+
+
+def test_python_m_bench_help_for_every_bench():
+    """`python -m bench.NAME --help` (run as -m runs it, one process for all): exit 0, usage and --quick shown."""
+    code = ("import contextlib, io, runpy, sys\n"
+            f"for name in {BENCHES!r}:\n"
+            "    sys.argv, out = ['-m', '--help'], io.StringIO()\n"
+            "    with contextlib.redirect_stdout(out):\n"
+            "        try:\n"
+            "            runpy.run_module(f'bench.{name}', run_name='__main__', alter_sys=True)\n"
+            "        except SystemExit as e:\n"
+            "            assert e.code == 0, (name, e.code)\n"
+            "    text = out.getvalue()\n"
+            "    assert text.startswith(f'usage: python -m bench.{name}') and '--quick' in text, name\n"
+            "print('ok')\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
+                       env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert r.returncode == 0 and r.stdout.startswith("ok"), r.stderr[-3000:]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [n for n in SCRIPTS if n not in OWN_TEST])
+@pytest.mark.parametrize("name", [n for n in BENCHES if n not in OWN_TEST])
 def test_bench_quick_mode_runs_every_section(name, tmp_path):
     """Offline, in its own temp dir; exit 0, no traceback, and every result line present."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False",
-           "HF_HUB_DISABLE_TELEMETRY": "1", "TMPDIR": str(tmp_path), "PYTHONPATH": str(REPO)}
+           "HF_HUB_DISABLE_TELEMETRY": "1", "TMPDIR": str(tmp_path)}
     t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, f"bench/{name}.py", "--quick"], cwd=REPO, env=env, capture_output=True,
+    r = subprocess.run([sys.executable, "-m", f"bench.{name}", "--quick"], cwd=REPO, env=env, capture_output=True,
                        text=True, timeout=480)
     took = time.perf_counter() - t0
-    print(f"bench/{name}.py --quick: {took:.1f} s")
+    print(f"python -m bench.{name} --quick: {took:.1f} s")
     assert r.returncode == 0 and "Traceback" not in r.stderr, f"rc {r.returncode}\n{r.stderr[-3000:]}"
     missing = [rx for rx in RESULT_LINES.get(name, [r"(?!)"]) if not re.search(rx, r.stdout, re.M)]
-    assert not missing, f"bench/{name}.py --quick printed no line matching {missing}:\n{r.stdout[-3000:]}"
+    assert not missing, f"python -m bench.{name} --quick printed no line matching {missing}:\n{r.stdout[-3000:]}"

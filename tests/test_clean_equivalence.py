@@ -126,7 +126,8 @@ def reference(request, tmp_path_factory, sample_docs):
     return request.param, src, out
 
 
-@pytest.mark.parametrize("tasks", TASKS)
+# one representative task count per corpus in the fast suite; every count with --slow
+@pytest.mark.parametrize("tasks", [t if t == 3 else pytest.param(t, marks=pytest.mark.slow) for t in TASKS])
 def test_minhash_executor_keeps_the_in_process_documents(reference, tasks, tmp_path):
     name, src, ref = reference
     out = tmp_path / "out"

@@ -46,6 +46,7 @@ def raw(tmp_path) -> Path:
 
 
 # ------------------------------------------------------------------------------------ orphans (defect 10)
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["clean", "shard"])
 def test_kill_9_of_the_main_process_leaves_no_process_behind(tmp_path, raw, google_tokdir, sample_jsonl, command):
     psutil = pytest.importorskip("psutil")
@@ -82,6 +83,7 @@ def test_working_seconds_count_overlapping_tasks_once_and_skip_gaps():
     assert working_seconds([]) == 0
 
 
+@pytest.mark.slow
 def test_report_time_excludes_the_gap_between_a_killed_run_and_its_rerun(tmp_path, raw, capsys):
     out = tmp_path / "out"
     argv = [raw, "-o", out, "--executor", "local", "--tasks", "2", "--workers", "1", "-q"]

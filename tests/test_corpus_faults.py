@@ -126,6 +126,7 @@ def test_vocab_force_killed_between_renames_keeps_previous_tokdir(tmp_path, docs
     assert _hidden(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_killed_vocab_and_shard_leave_temp_dirs_the_next_run_removes(tmp_path, docs, google_tokdir):
     from zh_bert.corpus.shard import main as shard_main
     from zh_bert.corpus.vocab import main as vocab_main

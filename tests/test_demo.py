@@ -116,7 +116,6 @@ def test_run_fill_never_raises(nudged_tiny, tiny_model_dir):
     assert "⚠️" in result_html(run_fill(pool, "", str(nudged_tiny)))[0]
 
 
-@pytest.mark.slow
 def test_gradio_client_fill_api(demo_url, nudged_tiny):
     from gradio_client import Client
 
@@ -163,7 +162,6 @@ def _raw_fill(url: str, *data) -> tuple[str, object]:
     return name, payload
 
 
-@pytest.mark.slow
 def test_raw_api_lone_surrogate_gets_a_message(demo_url, nudged_tiny):
     name, out = _raw_fill(demo_url, "\ud800中[MASK]", str(nudged_tiny), 5, "(none)")
     assert name == "complete", (name, out)
@@ -179,7 +177,6 @@ def test_cli_without_model_says_how_to_get_one(tmp_path):
     assert "zh-bert pretrain recipes/tiny-cpu.yaml" in r.stderr and "zh-bert download" in r.stderr
 
 
-@pytest.mark.slow
 def test_cli_serves_default_tiny_run_on_localhost(nudged_tiny, tmp_path):
     """`zh-bert demo` with no argument serves runs/tiny-cpu/final (the README recipe's output) on 127.0.0.1."""
     import os
@@ -256,6 +253,7 @@ def test_port_in_use_is_one_line_before_gradio(nudged_tiny, tmp_path):
     assert f"--port {port}: cannot listen on 127.0.0.1:{port}" in line
 
 
+@pytest.mark.slow
 def test_broken_second_model_is_one_line_at_start(nudged_tiny, tmp_path):
     """Models load lazily on the page, but every local MODEL named on the command line is checked first."""
     import os

@@ -62,7 +62,6 @@ def download(*args) -> int:
     return main(["download", *map(str, args)])
 
 
-@pytest.mark.slow
 def test_roundtrip_through_test_hub_same_top5(published, hub, run_dir, online, tmp_path):
     out = tmp_path / "dl"
     assert download(published, "-o", out, "--endpoint", hub.url, "--cache-dir", tmp_path / "cache") == 0

@@ -36,7 +36,8 @@ def write_recipe(path: Path, char_shards, **over) -> Path:
 
 
 def tiny_electra(char_shards, dropout: float = 0.0):
-    from zh_bert.train.model import ElectraPretrainModel, build_config, build_electra
+    from zh_bert.train.arch.bert import build_config
+    from zh_bert.train.model import ElectraPretrainModel, build_electra
     from zh_bert.corpus.tokenizer_files import load_tokenizer
 
     torch.manual_seed(0)

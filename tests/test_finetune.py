@@ -53,6 +53,17 @@ def test_finetune_learns_on_real_slice(tiny_model_dir, tmp_path, capsys, pooling
     assert res["seeds"] == [1] and "dev_acc_std" not in res and res["config"]["pooling"] == pooling
 
 
+def test_finetune_in_fp16_scales_the_loss_like_pretrain(tiny_model_dir, tmp_path, capsys):
+    """--precision takes the recipe's four values: fp16 fine-tunes through pretrain's loss scaler (real fp16
+    matmuls on a CPU too) and ends with finite dev figures."""
+    train = write(tmp_path / "train.tsv", [f"{t}\t{l}" for l, t in balanced("train", 64)])
+    dev = write(tmp_path / "dev.tsv", [f"{t}\t{l}" for l, t in balanced("dev", 32)])
+    rc = cli.main(["finetune", str(tiny_model_dir), "--task", f"tsv:{train},{dev}", "--epochs", "1",
+                   "--seq-len", "32", "--batch-size", "16", "--precision", "fp16", "--no-record"])
+    res = json.loads(capsys.readouterr().out.strip().split("\n")[-1])
+    assert rc == 0 and res["config"]["precision"] == "fp16" and 0 <= res["dev_acc"] <= 1, res
+
+
 def test_malformed_tsv_line(tiny_model_dir, tmp_path, capsys):
     rows = [f"{l}\t{t}" for l, t in chnsenti_rows("train", 6)]
     rows[3] = rows[3].replace("\t", " ")                     # line 5 with the header: a lost tab
@@ -130,8 +141,8 @@ def test_finetune_refuses_bad_options(tiny_model_dir, capsys, argv, message):
 def test_finetune_config_validates_like_the_cli():
     from zh_bert.evaluation.finetune import FinetuneConfig
 
-    with pytest.raises(ZhBertError, match="--precision: invalid choice 'fp16'.*choose from fp32, bf16"):
-        FinetuneConfig(precision="fp16")
+    with pytest.raises(ZhBertError, match="--precision: invalid choice 'fp8'.*choose from auto, fp32, fp16, bf16"):
+        FinetuneConfig(precision="fp8")
     with pytest.raises(ZhBertError, match="--epochs must be >= 1"):
         FinetuneConfig(epochs=0)
 

@@ -1,5 +1,5 @@
 """fp16 with dynamic loss scaling, exercised on a CPU: the path every Pascal/Volta/Turing user runs. zh-bert owns
-the scaler (`training.make_scaler`), so the same code runs here and on CUDA: real fp16 matmuls, overflowed steps
+the scaler (`scaler.make_scaler`), so the same code runs here and on CUDA: real fp16 matmuls, overflowed steps
 skipped and the scale halved, the scale grown after `loss_scale_growth_interval` good steps, and exact resume."""
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ def _parts(char_shards, micro: int = 8, **recipe_keys):
 
     from zh_bert.train.data import ShardDataset, ShardLoader
     from zh_bert.train.masking import MaskingConfig
-    from zh_bert.train.model import PretrainModel, build_config
+    from zh_bert.train.arch.bert import build_config
+    from zh_bert.train.model import PretrainModel
     from zh_bert.train.recipe import Recipe
     from zh_bert.corpus.tokenizer_files import load_tokenizer
     from zh_bert.train.training import lr_lambda, make_accelerator, make_optimizer, make_scaler
@@ -200,7 +201,7 @@ def test_an_fp16_run_whose_every_gradient_is_zero_is_an_error():
     from zh_bert.train.training import Fp16Tally
 
     warned = []
-    run = SimpleNamespace(scaler=object(), recipe=SimpleNamespace(loss_scale_init=1.0), status="finished",
+    run = SimpleNamespace(scaler=SimpleNamespace(is_enabled=lambda: True), recipe=SimpleNamespace(loss_scale_init=1.0), status="finished",
                           warn=warned.append)
     tally = Fp16Tally()
     for _ in range(6):

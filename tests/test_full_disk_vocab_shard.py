@@ -58,6 +58,7 @@ def test_full_disk_vocab_is_one_line_and_writes_nothing(small_disk, sample_jsonl
     assert [p.name for p in small_disk.iterdir()] == ["filler"]  # no TOKDIR, no temp dir
 
 
+@pytest.mark.slow
 def test_full_disk_vocab_force_keeps_the_previous_tokdir(small_disk, sample_jsonl):
     out = small_disk / "tok"
     assert _run("vocab", sample_jsonl, "-o", out, "--max-docs", "50", "-q")[0] == 0
@@ -68,7 +69,7 @@ def test_full_disk_vocab_force_keeps_the_previous_tokdir(small_disk, sample_json
     filler.unlink()
 
 
-@pytest.mark.parametrize("workers", ["1", "2"])
+@pytest.mark.parametrize("workers", ["1", pytest.param("2", marks=pytest.mark.slow)])
 def test_full_disk_shard_in_process_is_one_line_and_writes_nothing(small_disk, sample_jsonl, google_tokdir,
                                                                    workers):
     out = small_disk / "sh"
@@ -78,6 +79,7 @@ def test_full_disk_shard_in_process_is_one_line_and_writes_nothing(small_disk, s
     assert [p.name for p in small_disk.iterdir()] == ["filler"]
 
 
+@pytest.mark.slow
 def test_full_disk_shard_keeps_the_previous_shards(small_disk, sample_jsonl, google_tokdir, tmp_path):
     small = tmp_path / "small.jsonl"
     small.write_text("".join(sample_jsonl.read_text(encoding="utf-8").splitlines(keepends=True)[:40]),
@@ -114,6 +116,7 @@ def test_full_disk_logging_dir_is_one_line_and_leaves_no_job(small_disk, sample_
     assert _leftovers(small_disk) == [] and not out.exists()   # no marker of a job that never started
 
 
+@pytest.mark.slow
 def test_full_disk_vocab_report_json_is_one_line(small_disk, sample_jsonl, google_tokdir):
     for target in (small_disk / "report.json", small_disk / "new" / "report.json"):
         _fill(small_disk, leave=0)

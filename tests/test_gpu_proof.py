@@ -1,6 +1,7 @@
-"""bench/gpu_proof.py keeps working where no GPU is: its GPU-side command runs every section at toy size on a
-CPU with the packages the GPU machine lacks (jieba, rjieba, opencc, datatrove, gradio) made unimportable, and
-writes both report files with every section; bad input is one line, exit 2, nothing written."""
+"""`python -m bench.gpu_proof` keeps working where no GPU is: its GPU-side command runs every section at toy size
+on a CPU with the packages the GPU machine lacks (jieba, rjieba, opencc, datatrove, gradio) made unimportable,
+and writes both report files with every section; bad input is one line, exit 2, nothing written. Those run the
+command end to end (slow: `--slow`); the fast tests check its options and the manifest reader in-process."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 SECTIONS = ("device", "throughput", "memory", "fp16_vs_fp32", "resume", "science")
+#: what its --quick run must print (tests/test_bench.py leaves this benchmark to this file)
+RESULT_LINES = [*(rf"^section {s}: measured \(" for s in SECTIONS), r"^wrote .*gpu_proof\.json and .*gpu_proof\.md"]
 TITLES = ("Device and matmul peak", "Training throughput", "Memory:", "fp16 + loss scaling", "kill -9",
           "--science:")
 MISSING_ON_GPU = ("jieba", "rjieba", "opencc", "datatrove", "gradio")
@@ -36,8 +39,25 @@ def _env(tmp_path: Path, *front: Path) -> dict:
 
 
 def _proof(args: list[str], env: dict, timeout: int = 400) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "bench/gpu_proof.py", *args], cwd=REPO, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "bench.gpu_proof", *args], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=timeout)
+
+
+def test_options_come_from_the_dataclass_and_a_bad_one_is_one_line(tmp_path):
+    """`python -m bench.gpu_proof --help` lists every field of `Options` (nothing else); a refused value is one
+    line, exit 2, nothing written."""
+    from bench.gpu_proof import Options
+    from zh_bert.core.config import cli_fields
+
+    p = _proof(["--help"], _env(tmp_path), timeout=60)
+    assert p.returncode == 0 and p.stdout.startswith("usage: python -m bench.gpu_proof"), p.stderr[-2000:]
+    flags = set(re.findall(r"^  (--[a-z-]+)", p.stdout, re.M)) - {"--help"}   # each option's own line
+    assert flags == {"--" + f.name.replace("_", "-") for f in cli_fields(Options)}
+    for bad in (["--device", "tpu"], ["--budget-s", "nan"], ["--quik"]):
+        p = _proof([*bad, "--out", str(tmp_path / "out")], _env(tmp_path), timeout=60)
+        assert p.returncode == 2 and p.stdout == "" and p.stderr.count("\n") == 1, (bad, p.stderr)
+        assert p.stderr.startswith("gpu_proof: error: ") and bad[0] in p.stderr, (bad, p.stderr)
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.slow
@@ -56,9 +76,7 @@ def test_gpu_side_runs_every_section_without_the_packages_the_gpu_lacks(tmp_path
     assert check.returncode != 0 and "blocked" in check.stderr
     p = _proof(["--device", "cpu", "--quick", "--data", str(data), "--out", str(out)], env)
     assert p.returncode == 0 and "Traceback" not in p.stderr, f"{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
-    from test_bench import RESULT_LINES   # what tests/test_bench.py would check of this --quick run
-
-    assert not [rx for rx in RESULT_LINES["gpu_proof"] if not re.search(rx, p.stdout, re.M)], p.stdout[-3000:]
+    assert not [rx for rx in RESULT_LINES if not re.search(rx, p.stdout, re.M)], p.stdout[-3000:]
     report = json.loads((out / "gpu_proof.json").read_text(encoding="utf-8"))
     assert {s: report["sections"][s]["status"] for s in SECTIONS} == dict.fromkeys(SECTIONS, "measured")
     md = (out / "gpu_proof.md").read_text(encoding="utf-8")
@@ -70,6 +88,7 @@ def test_gpu_side_runs_every_section_without_the_packages_the_gpu_lacks(tmp_path
     assert {r["value"] for r in report["sections"]["science"]["rows"]} >= {"mlm+wwm", "mlm+correction", "electra"}
 
 
+@pytest.mark.slow
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path):
     """--device cuda without a GPU, --science without a prepared corpus, a --data dir that is not a prepared
     one, --prepare into an existing dir."""
@@ -134,6 +153,7 @@ def _device_run(data: Path, out: Path, tmp_path: Path, *extra: str) -> subproces
                    *extra], _env(tmp_path), timeout=200)
 
 
+@pytest.mark.slow
 def test_user_files_survive_gpu_proof_out_holding_the_users_gpu_proof_md_and_json(proof_dirs, tmp_path):
     """Defect 6: --out DIR holding the user's own gpu_proof.md / gpu_proof.json (or gpu_proof's report with
     the user's edits, or any other file; --work likewise) is refused in one line, byte for byte untouched;
@@ -180,9 +200,11 @@ def test_user_files_survive_gpu_proof_out_holding_the_users_gpu_proof_md_and_jso
     assert sorted(x.name for x in out.iterdir()) == ["gpu_proof.json", "gpu_proof.md"]
 
 
-def test_bad_input_gpu_proof_data_manifest_not_an_object(tmp_path):
-    """Defect 18: a --data manifest.json of gpu_proof's name but not its shape ([1, 2], fields of the wrong
-    type) is one line, exit 2, nothing written; no AttributeError."""
+def test_read_manifest_refuses_every_wrong_shape(tmp_path):
+    """Defect 18, in this process: a --data manifest.json of gpu_proof's name but not its shape ([1, 2], fields
+    of the wrong type) is a ProofError naming manifest.json, never another error (an AttributeError)."""
+    from bench.gpu_proof.data import ProofError, read_manifest
+
     head = {"format": "zh-bert gpu_proof data", "version": 1}
     ds = {"tokenizer": "main/tokenizer", "shards": "main/shards", "files": {}, "vocab_size": 8000}
     bad = {"a list": [1, 2], "a string": "manifest", "null": None,
@@ -192,16 +214,19 @@ def test_bad_input_gpu_proof_data_manifest_not_an_object(tmp_path):
            "files a list": {**head, "quick": True, "datasets": {"main": {**ds, "files": ["a"]}}},
            "file info a number": {**head, "quick": True, "datasets": {"main": {**ds, "files": {"main/x": 3}}}},
            "science a list": {**head, "quick": True, "datasets": {"main": ds, "science": [1]}}}
-    sys.path.insert(0, str(REPO / "bench"))
-    from _gpu_proof_data import ProofError, read_manifest
+    for why, manifest in bad.items():
+        (tmp_path / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+        with pytest.raises(ProofError, match="manifest.json"):
+            read_manifest(tmp_path)
 
+
+@pytest.mark.slow
+def test_bad_input_gpu_proof_data_manifest_not_an_object(tmp_path):
+    """Defect 18, end to end: a --data manifest.json of gpu_proof's name but not its shape is one line, exit 2,
+    nothing written (each shape in-process: test_read_manifest_refuses_every_wrong_shape)."""
     data, out = tmp_path / "data", tmp_path / "out"
     data.mkdir()
-    for why, manifest in bad.items():             # each shape, in this process: a ProofError, never another
-        (data / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
-        with pytest.raises(ProofError, match="manifest.json"):
-            read_manifest(data)
-    (data / "manifest.json").write_text("[1, 2]", encoding="utf-8")   # and the command, end to end
+    (data / "manifest.json").write_text("[1, 2]", encoding="utf-8")
     before = _sha(data)
     for extra in ([], ["--science"]):
         p = _proof(["--device", "cpu", "--quick", "--data", str(data), "--out", str(out), *extra], _env(tmp_path),
@@ -215,6 +240,7 @@ DISK_CASES = [(t, d) for t in ("prepare", "out", "out-with-a-report") for d in (
     ("prepare", "fills-at-1m"), ("prepare", "fills-at-3m")]   # a report is a few KB: it fits or it does not
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target,disk", DISK_CASES, ids=[f"{t}-{d}" for t, d in DISK_CASES])
 def test_full_disk_gpu_proof_prepare_and_out_are_one_line(target, disk, proof_dirs, tmp_path):
     """Defect 19: --prepare DIR or --out DIR on a read-only or full file system (a real tmpfs): one line

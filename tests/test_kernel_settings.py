@@ -34,7 +34,7 @@ def test_compile_is_refused_in_one_line_on_gpus_triton_cannot_run(monkeypatch):
 
 
 def test_cpu_settings_and_sdpa_choice():
-    from zh_bert.train.model import build_config
+    from zh_bert.train.arch.bert import build_config
 
     assert kernel_settings(Recipe(), torch.device("cpu")) == {"deterministic": True, "tf32": False,
                                                                "pinned_memory": False, "compile": False}

@@ -7,7 +7,8 @@ import pytest
 import torch
 from transformers import BertConfig, BertForMaskedLM
 
-from zh_bert.train.model import build_config, neighbour_attention_init
+from zh_bert.train.arch.bert import build_config
+from zh_bert.train.model import neighbour_attention_init
 
 
 def _attention(model, ids):
@@ -59,6 +60,7 @@ def _copy_partner_loss(init: str, steps: int = 150) -> float:
     return sum(losses[-20:]) / 20
 
 
+@pytest.mark.slow
 def test_neighbour_init_learns_a_task_that_needs_word_order_where_stock_init_does_not():
     torch.set_num_threads(1)
     chance = torch.log(torch.tensor(290.0)).item()

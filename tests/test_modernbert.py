@@ -275,3 +275,17 @@ def test_every_masking_strategy_trains_a_modernbert(tmp_path, char_shards, maski
     summary = json.loads((tmp_path / "run" / "run.json").read_text())
     assert summary["status"] == "finished" and summary["model"]["architecture"] == "modernbert"
     assert all(r["loss"] > 0 for r in metrics(tmp_path / "run") if "loss" in r)
+
+
+def test_the_main_recipe_switches_architecture_with_one_key():
+    """`attention_init: auto` (the main recipe's) is what each family applies: neighbour for BERT, the stock init
+    for ModernBERT, so `--set architecture=modernbert` alone is a valid recipe."""
+    from zh_bert.core.errors import ZhBertError
+    from zh_bert.train.recipe import load_recipe
+
+    bert = load_recipe(REPO / "recipes/tiny-cpu.yaml")
+    modern = load_recipe(REPO / "recipes/tiny-cpu.yaml", ["architecture=modernbert"])
+    assert bert.attention_init == modern.attention_init == "auto"
+    assert (bert.arch.attention_init(bert), modern.arch.attention_init(modern)) == ("neighbour", "stock")
+    with pytest.raises(ZhBertError, match="attention_init neighbour writes BERT's learned position embeddings"):
+        load_recipe(REPO / "recipes/tiny-cpu.yaml", ["architecture=modernbert", "attention_init=neighbour"])

@@ -55,7 +55,7 @@ def test_unknown_gpu_is_refused_with_the_known_list(capsys):
 
 
 def test_json_plan_is_consistent(capsys):
-    rc, out, _ = run_plan(capsys, "--gpu", "1080ti", "--model", "base", "--json")
+    rc, out, _ = run_plan(capsys, "--gpu", "1080ti", "--model", "base", "--global-batch", "256", "--json")
     assert rc == 0
     p = json.loads(out)
     assert (p["precision"], p["micro_batch"], p["accumulation"]) == ("fp32", 64, 4)
@@ -65,7 +65,7 @@ def test_json_plan_is_consistent(capsys):
     assert p["utilisation_source"] == "assumed" and 0 < p["utilisation"] < 1
     assert p["days"] == pytest.approx(p["tokens"] / p["tokens_per_s"] / 86400)
     assert p["largest_within_days"]["model"] == "small"
-    k80 = make_plan(PlanArgs(gpu="k80", model="base", gpus=8), GPUS["k80"])
+    k80 = make_plan(PlanArgs(gpu="k80", model="base", gpus=8, global_batch=256), GPUS["k80"])
     assert k80.allreduce_s_per_step > 0 and k80.micro_batch * 8 * k80.accumulation == 256
     big = make_plan(PlanArgs(gpu="1080ti", model="large", global_batch=256), GPUS["1080ti"])
     assert big.fits and big.micro_batch < 64                      # large fits with a smaller micro-batch
@@ -108,17 +108,18 @@ def test_build_kernel_check():
 
 @pytest.mark.parametrize("model,objective", [("tiny", "mlm"), ("mini", "mlm"), ("tiny", "mlm+nsp")])
 def test_param_count_matches_the_real_model(model, objective):
-    from zh_bert.train.model import count_params, model_class
+    from zh_bert.train.arch import get as get_architecture
+    from zh_bert.train.model import count_params
 
     cfg = model_config(model, 21128)
-    assert ModelShape.from_config(cfg, pairs=objective != "mlm").params == count_params(model_class(objective)(cfg))
+    assert ModelShape.from_config(cfg, pairs=objective != "mlm").params == count_params(get_architecture("bert").model_class(objective)(cfg))
 
 
 def _modernbert(model: str, vocab: int = 21128):
     """The ModernBertForMaskedLM that pretrain builds for preset `model` (stock transformers, no zh-bert wrapper)."""
     from transformers import ModernBertForMaskedLM
 
-    from zh_bert.train.modernbert import build_modernbert_config
+    from zh_bert.train.arch.modernbert import build_modernbert_config
 
     cfg = build_modernbert_config(model, vocab, special_ids={"pad": 0, "cls": 101, "sep": 102})
     return cfg, ModernBertForMaskedLM(cfg)
@@ -138,19 +139,19 @@ def test_modernbert_param_count_matches_the_built_model(model, capsys):
 
 @pytest.mark.parametrize("keys", [{}, {"global_attn_every_n_layers": 2, "local_attention": 64, "dropout": 0.0}])
 def test_modernbert_config_is_the_one_pretrain_builds(keys):
-    """plan may not import pretrain, so it rebuilds `_modernbert_config`'s config from the same recipe keys."""
-    from zh_bert.train.pretrain import _modernbert_config
+    """plan may not import pretrain, so it rebuilds the config pretrain trains (`recipe.arch.config`) from the
+    same recipe keys."""
     from zh_bert.train.recipe import Recipe
 
     recipe = Recipe(architecture="modernbert", model="mini", **keys)
     mine = model_config("mini", 21128, recipe.dropout, architecture="modernbert",
                         global_attn_every_n_layers=recipe.global_attn_every_n_layers,
                         local_attention=recipe.local_attention)
-    assert mine.to_dict() == _modernbert_config(recipe, 21128).to_dict()
+    assert mine.to_dict() == recipe.arch.config(recipe, 21128).to_dict()
 
 
 def test_modernbert_flops_per_token():
-    from zh_bert.train.modernbert import modernbert_flops_per_token
+    from zh_bert.train.arch.modernbert import modernbert_flops_per_token
 
     args = PlanArgs(gpu="cpu", model="tiny", architecture="modernbert", seq_len=512)
     plan = make_plan(args, get_spec("cpu"))
@@ -205,13 +206,11 @@ def test_hardware_recipes_follow_their_plan_line(name):
     assert plan.install.split("#")[0].strip() in text
 
 
+@pytest.mark.slow
 def test_memory_model_matches_a_measured_cpu_step():
     """One case of bench/plan_memory_check.py (peak RSS of real training steps in a fresh process)."""
-    sys.path.insert(0, str(REPO / "bench"))
-    try:
-        import plan_memory_check as bench
-    finally:
-        sys.path.pop(0)
+    from bench import plan_memory_check as bench
+
     measured = bench.measure("tiny", 16)
     planned = bench.estimate("tiny", 16)
     assert abs(planned / measured - 1) <= 0.25, (planned / 2**20, measured / 2**20)
@@ -226,16 +225,16 @@ def _modernbert_peak_child(model: str, micro_batch: int, seq_len: int = 128) -> 
     baseline of two AdamW steps of two accumulated micro-batches, fp32)."""
     import torch
 
-    sys.path.insert(0, str(REPO / "bench"))
-    from plan_memory_check import _status_kb
+    from bench.plan_memory_check import _status_kb
 
-    from zh_bert.train.model import PretrainModel, model_class
+    from zh_bert.train.arch import MODERNBERT
+    from zh_bert.train.model import PretrainModel
 
     torch.set_num_threads(2)
 
     def run(cfg, mb, steps, accumulation=2):
         torch.manual_seed(0)
-        net = PretrainModel(model_class("mlm", "modernbert")(cfg)).train()
+        net = PretrainModel(MODERNBERT.model_class("mlm")(cfg)).train()
         opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
         g = torch.Generator().manual_seed(0)
         for micro_step in range(1, steps * accumulation + 1):
@@ -254,6 +253,7 @@ def _modernbert_peak_child(model: str, micro_batch: int, seq_len: int = 128) -> 
     return (_status_kb("VmHWM") - baseline) * 1024
 
 
+@pytest.mark.slow
 def test_modernbert_memory_model_matches_a_measured_cpu_step():
     """The BERT case above for ModernBERT (tiny, micro-batch 16, seq 128, fp32), with the same ±25% bar."""
     from zh_bert.plan.memory_model import plan_config, shape_and_flops

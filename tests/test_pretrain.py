@@ -37,7 +37,6 @@ def write_recipe(path: Path, tokdir, sharddir, **over) -> Path:
     return save_recipe(path, {**recipe, **over})
 
 
-@pytest.mark.slow
 def test_end_to_end_loss_falls_and_checkpoint_fills_masks(tmp_path, char_shards):
     from transformers import pipeline
 
@@ -105,7 +104,8 @@ def test_accumulation_4x8_equals_1x32(char_shards):
 
     from zh_bert.train.data import ShardDataset, ShardLoader
     from zh_bert.train.masking import MaskingConfig
-    from zh_bert.train.model import PretrainModel, build_config
+    from zh_bert.train.arch.bert import build_config
+    from zh_bert.train.model import PretrainModel
     from zh_bert.train.training import StepStats, lr_lambda, make_accelerator, make_optimizer, train_step
     from zh_bert.train.recipe import Recipe
     from zh_bert.corpus.tokenizer_files import load_tokenizer
@@ -323,6 +323,7 @@ print(said, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
 
 
+@pytest.mark.slow
 def test_freed_step_buffers_are_reused_without_page_faults():
     """The 16 MB logits of every `tiny-cpu` step came back from the kernel, page by page, each step (faults: a
     few % to 15% of the step); with keep_freed_memory the process reuses them. A user's malloc settings win."""

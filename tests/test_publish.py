@@ -9,9 +9,9 @@ import pytest
 from _hub_helpers import OTHER_TOKEN, SECRET, TOKEN
 from hub_server import free_port
 from zh_bert.cli import main
-from zh_bert.release.publish import MODEL_FILES, RUN_FILES
+from zh_bert.release.publish import MODEL_FILES, PUBLISHED_RUN_FILES
 
-ALLOWED = set(MODEL_FILES) | set(RUN_FILES) | {"README.md", ".gitattributes"}
+ALLOWED = set(MODEL_FILES) | set(PUBLISHED_RUN_FILES) | {"README.md", ".gitattributes"}
 
 
 def publish(capsys, *args) -> tuple[int, str, str]:
@@ -62,7 +62,6 @@ def test_bare_model_folder_card(tiny_model_dir, tmp_path, capsys):
     assert f"{n:,}" in card.text and card.data.pipeline_tag == "fill-mask"
 
 
-@pytest.mark.slow
 def test_publish_upload_never_leaks(run_dir, hub, online, monkeypatch, capsys, tmp_path):
     monkeypatch.setenv("HF_TOKEN", TOKEN)
     rc, out, err = publish(capsys, run_dir, "--repo-id", "zh-org/tiny-zh", "--endpoint", hub.url)

@@ -32,6 +32,7 @@ def oldest_supported() -> tuple[int, int]:
     return int(major), int(minor)
 
 
+@pytest.mark.slow
 def test_recipes_load_on_the_oldest_supported_python():
     python = os.environ.get("ZH_BERT_OLDEST_PYTHON")
     if not python:

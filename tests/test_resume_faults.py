@@ -29,7 +29,7 @@ from _run_helpers import metrics, save_recipe
 from conftest import CHAR_SEQ, REPO
 from zh_bert.train import checkpoint as ckpt
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 ONE_THREAD = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
 COMMON = dict(model="tiny", masking="wwm", seq_len=CHAR_SEQ, global_batch=16, micro_batch=8, lr=3e-3,
@@ -98,6 +98,7 @@ def reference(tmp_path_factory, char_shards):
 # ------------------------------------------------------------------------------------------ kill -9 during a save
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", ["rng-rank0", "optimizer", "manifest", "renamed", "trashed"])
 def test_kill9_during_a_save_never_loses_or_fakes_a_checkpoint(point, tmp_path, char_shards, reference):
     keep_last = 1 if point == "trashed" else 5      # "trashed": killed while removing step-4 after step-8 is in
@@ -128,6 +129,7 @@ def test_kill9_during_a_save_never_loses_or_fakes_a_checkpoint(point, tmp_path, 
     assert all(ckpt.incomplete_reason(c, deep=True) is None for c in root.iterdir())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("error", [OSError(errno.ENOSPC, "No space left on device"),
                                    RuntimeError("[enforce fail at inline_container.cc] . PytorchStreamWriter "
                                                 "failed writing file data/0: file write failed")])
@@ -268,6 +270,7 @@ def test_set_on_resume_refuses_what_cannot_change(tmp_path, reference, capsys):
         assert rc == 2 and len(lines) == 1 and f"'{key}' cannot change when resuming" in lines[0], (key, err)
 
 
+@pytest.mark.slow
 def test_lr_set_on_resume_takes_effect_and_is_recorded(tmp_path, char_shards, capsys):
     over = dict(schedule="constant", warmup_steps=0, max_steps=4, save_every=0)
     same, changed = tmp_path / "same" / "r.yaml", tmp_path / "changed" / "r.yaml"

@@ -1,8 +1,8 @@
-"""bench/_scale_corpus.py, the corpus generator of the scale benchmark, on a ~2 MB corpus: planted near
-duplicates really are at 5-gram Jaccard 0.85-0.95 (recomputed here with a separate shingle function), exact
-duplicates are verbatim, unplanted documents are far apart, every document passes `zh-bert clean` unchanged
+"""`bench.scale_corpus`, the corpus generator of the scale benchmark, on a ~2 MB corpus: planted near duplicates
+really are at 5-gram Jaccard 0.85-0.95 (recomputed here with a separate shingle function), exact duplicates
+are verbatim, unplanted documents are far apart, every document passes `zh-bert clean` unchanged
 (so output documents can be matched by hash), the same seed gives the same bytes, and the scoring counts
-what it should."""
+what it should. The fast suite keeps the first and the clean check; the rest runs with `--slow`."""
 
 from __future__ import annotations
 
@@ -10,15 +10,11 @@ import hashlib
 import itertools
 import json
 import random
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "bench"))
-
-import _scale_corpus as sc  # noqa: E402
+from bench import scale_corpus as sc
 
 # more plants than the benchmark's 1% + 1.5%, so that 2 MB holds enough of them to test
 SPEC = sc.CorpusSpec(size_mb=2, files=8, tasks=4, seed=3, exact_frac=0.05, near_frac=0.08)
@@ -73,6 +69,7 @@ def test_planted_duplicates(corpus):
     assert truth["docs"] == sum(map(len, files)) == (out / "hashes.bin").stat().st_size // 16
 
 
+@pytest.mark.slow
 def test_unplanted_documents_are_far_apart(corpus):
     _, truth, files = corpus
     planted = {(p["file"], p["line"]) for p in truth["planted"]}
@@ -94,6 +91,7 @@ def test_documents_pass_clean_unchanged(corpus):
     assert not changed and len(rejected) <= len(docs) // 500
 
 
+@pytest.mark.slow
 def test_same_seed_same_bytes(corpus, tmp_path, pool):
     out, truth, _ = corpus
     again = sc.generate(SPEC, tmp_path / "again", workers=1, pool=pool)
@@ -104,6 +102,7 @@ def test_same_seed_same_bytes(corpus, tmp_path, pool):
     assert other["planted"] != truth["planted"]
 
 
+@pytest.mark.slow
 def test_scoring(corpus, tmp_path):
     """Dropping exactly the planted copies scores recall 1, precision 1; keeping everything scores recall 0;
     dropping an original instead of its copy still counts as caught; dropping an unplanted doc costs precision."""

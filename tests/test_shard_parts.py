@@ -192,6 +192,7 @@ def test_pairs_per_part(tmp_path, sample_jsonl, google_tokdir):
 
 
 # ---------------------------------------------------------------------------------------------- kill -9, reruns
+@pytest.mark.slow
 def test_kill9_mid_job_then_rerun_finishes_with_the_same_bytes(tmp_path, sample_jsonl, google_tokdir, parts, capsys):
     from zh_bert.corpus.sharddir import read_meta
 

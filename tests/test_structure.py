@@ -154,6 +154,164 @@ def hand_written_options() -> list[str]:
     return found
 
 
+#: third-party packages a module imports inside the function that needs them, never at module level: each costs
+#: a noticeable part of a second or more to import (or has side effects), and `zh-bert COMMAND --help` must not
+#: pay for it. A function-local import of anything else (the standard library, a zh_bert module that loads
+#: none of these) belongs at module level, where the import graph shows it.
+HEAVY = {
+    "torch", "transformers", "accelerate", "safetensors", "tokenizers", "sentencepiece", "huggingface_hub",  # ML
+    "gradio", "gradio_client", "fastapi", "uvicorn", "matplotlib", "tensorboard",                          # UI
+    "datatrove", "ray", "loguru", "multiprocess", "dill", "fsspec", "psutil",                            # engines
+    "jieba", "rjieba", "opencc", "mwparserfromhell", "mwxml", "datasketch",                              # text
+    "numpy", "scipy", "yaml", "tqdm",
+}
+
+
+def _module_level_imports(path: Path) -> set[str]:
+    """Modules a file imports when it loads (its body, `if`/`try` blocks included; not functions)."""
+    found, todo = set(), list(ast.parse(path.read_text(encoding="utf-8")).body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+        elif isinstance(node, (ast.If, ast.Try)):
+            todo += node.body + node.orelse + getattr(node, "handlers", []) + getattr(node, "finalbody", [])
+        elif isinstance(node, ast.ExceptHandler):
+            todo += node.body
+    return found
+
+
+def heavy_dependencies() -> dict[str, set[str]]:
+    """zh_bert module -> the HEAVY packages that importing it loads (its packages' __init__ included)."""
+    mods, memo = modules(), {}
+
+    def of(m: str, stack: tuple = ()) -> set[str]:
+        if m not in memo:
+            parts, out = m.split("."), set()
+            deps = {".".join(parts[:i]) for i in range(1, len(parts))} | _module_level_imports(mods[m])
+            for d in deps:
+                if d.split(".")[0] in HEAVY:
+                    out.add(d.split(".")[0])
+                elif d in mods and d != m and d not in stack:
+                    out |= of(d, stack + (m,))
+            memo[m] = out
+        return memo[m]
+
+    return {m: of(m) for m in mods}
+
+
+def needless_local_imports() -> list[str]:
+    """Function-local imports of what costs nothing to load at module level (see HEAVY)."""
+    mods, heavy, found = modules(), heavy_dependencies(), []
+    for name, path in mods.items():
+        for fn in (n for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+                   if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Import):
+                    targets = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and not node.level:
+                    targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in mods else node.module
+                               for a in node.names]
+                else:
+                    continue
+                light = [t for t in targets if t.split(".")[0] not in HEAVY and not heavy.get(t)
+                         and (t in mods or t.split(".")[0] in sys.stdlib_module_names)]
+                found += [f"{path.relative_to(PKG.parent)}:{node.lineno} {fn.name}: {t}" for t in light]
+    return sorted(set(found))
+
+
+#: the names of model families and objectives, and the one place each kind is defined as objects
+VARIANTS = {"bert", "modernbert", "mlm", "mlm+nsp", "mlm+sop", "electra"}
+VARIANT_HOMES = (PKG / "train" / "arch", PKG / "train" / "objective.py")
+
+
+def variant_comparisons() -> list[str]:
+    """`x == "modernbert"`, `kind in ("bert", ...)`, `objective != "electra"`... outside the variant objects: a
+    branch on a family or objective name, where asking the object (`recipe.arch`, `of_config`,
+    `recipe.objective_spec`) belongs."""
+    found = []
+    for path in modules().values():
+        if any(path == home or home in path.parents for home in VARIANT_HOMES):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Compare):
+                continue
+            for side in [node.left, *node.comparators]:
+                items = side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
+                names = {i.value for i in items if isinstance(i, ast.Constant) and i.value in VARIANTS}
+                if names - {"mlm"} or (names and "objective" in ast.unparse(node)):   # `eval mlm` is a command
+                    found.append(f"{path.relative_to(PKG.parent)}:{node.lineno} {ast.unparse(node)}")
+    return found
+
+
+def scaler_none_checks() -> list[str]:
+    """`scaler is None` / `is not None`: the loss scaler is always an object (disabled unless fp16)."""
+    found = []
+    for path in modules().values():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Compare) and any(isinstance(o, (ast.Is, ast.IsNot)) for o in node.ops)
+                    and "scaler" in ast.unparse(node.left)):
+                found.append(f"{path.relative_to(PKG.parent)}:{node.lineno} {ast.unparse(node)}")
+    return found
+
+
+#: option names that two commands declare for different things (each its own declaration, on purpose)
+DIFFERENT_THINGS: dict[str, str] = {
+    "corpus": "vocab reads plain text as well as cleaned JSONL; shard reads only `zh-bert clean` output",
+    "data": "a recipe's pretraining corpus; `eval cloze`'s file of cloze items",
+    "eval_every": "pretrain: validation every N steps, 0 = at the end only; finetune: dev evals, 0 = every epoch",
+    "out_dir": "a recipe's run dir; ablate's folder of runs",
+    "output": "what each command writes (documents, TOKDIR, SHARDDIR, a downloaded or a staged folder); "
+              "required by some, optional in others: the same -o convention, not the same value",
+    "source": "download: the hub to fetch from (hf, modelscope); publish: the run or checkpoint to upload",
+    "text": "vocab report: texts to tokenize; eval mlm: texts to score",
+    "tokenizer": "shard needs the TOKDIR to encode with; a recipe may leave it null (built from the raw corpus), "
+                 "inspect too (the one meta.json records)",
+}
+
+
+def option_declarations() -> dict[str, list[str]]:
+    """option name -> the `module.Class` of every `name: T = option(...)` declaration in zh_bert/. A field shared
+    with `config.option_of` / `config.keys_of` is the same declaration, not another one."""
+    found: dict[str, list[str]] = {}
+    for name, path in modules().items():
+        for cls in (n for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if isinstance(n, ast.ClassDef)):
+            for st in cls.body:
+                if (isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name) and isinstance(st.value, ast.Call)
+                        and getattr(st.value.func, "id", None) == "option"):
+                    found.setdefault(st.target.id, []).append(f"{name}.{cls.name}")
+    return found
+
+
+def shared_option_types() -> list[str]:
+    """`name: T = option_of(Cls, "name")` whose annotation T is not the one Cls declares: a shared option whose
+    type drifted."""
+    declared, found = {}, []
+    trees = {name: ast.parse(path.read_text(encoding="utf-8")) for name, path in modules().items()}
+    for tree in trees.values():
+        for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+            for st in cls.body:
+                if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name):
+                    declared[(cls.name, st.target.id)] = ast.unparse(st.annotation)
+    for name, tree in trees.items():
+        for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+            for st in cls.body:
+                v = st.value if isinstance(st, ast.AnnAssign) else None
+                if isinstance(v, ast.Call) and getattr(v.func, "id", None) == "option_of":
+                    key = (v.args[0].id, v.args[1].value)
+                    if declared.get(key) != ast.unparse(st.annotation):
+                        found.append(f"{name}.{cls.name}.{st.target.id}: {ast.unparse(st.annotation)} "
+                                     f"(declared {declared.get(key)} in {key[0]})")
+    return found
+
+
+def options_declared_twice() -> list[str]:
+    return [f"{n}: {', '.join(where)}" for n, where in sorted(option_declarations().items())
+            if len(where) > 1 and n not in DIFFERENT_THINGS]
+
+
 def long_modules(limit: int = MAX_MODULE_LINES) -> list[tuple[str, int]]:
     """(file, lines) for every module of zh_bert/ longer than `limit` lines."""
     found = []
@@ -204,18 +362,32 @@ def datatrove_loaded_by(module: str) -> list[str]:
     return proc.stdout.split()
 
 
+def _defined_names(node: ast.stmt) -> list[str]:
+    """The names a module-level statement defines that must be one thing: a class, a function, or an
+    UPPER_CASE constant (`NAME = ...` or `NAME: type = ...`; not `__all__`, not one-letter names)."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    if not isinstance(node, (ast.Assign, ast.AnnAssign)):
+        return []
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+    return [t.id for t in targets if isinstance(t, ast.Name) and t.id.isupper() and len(t.id) > 1]
+
+
 def module_level_names() -> dict[str, list[str]]:
-    """name -> the zh_bert modules that define a class or function of that name at module level."""
+    """name -> the zh_bert modules that define a class, function or UPPER_CASE constant of that name at
+    module level."""
     found: dict[str, list[str]] = {}
     for name, path in modules().items():
         for node in ast.parse(path.read_text(encoding="utf-8")).body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                found.setdefault(node.name, []).append(name)
+            for defined in _defined_names(node):
+                if name not in found.setdefault(defined, []):   # a module may rebind its own constant
+                    found[defined].append(name)
     return found
 
 
 def name_collisions() -> list[str]:
-    """Module-level classes or functions of the same name in two modules (the command protocol aside)."""
+    """Module-level classes, functions or constants of the same name in two modules (the command protocol
+    aside)."""
     return [f"{n}: {', '.join(ms)}" for n, ms in sorted(module_level_names().items())
             if len(ms) > 1 and n not in COMMAND_PROTOCOL]
 
@@ -295,6 +467,28 @@ def test_no_function_named_like_a_module():
         f"functions named like a zh_bert module: {functions_named_like_modules()}"
 
 
+def test_function_local_imports_only_for_heavy_dependencies():
+    assert not needless_local_imports(), f"function-local imports of light modules: {needless_local_imports()}"
+
+
+def test_variants_are_asked_not_compared():
+    assert not variant_comparisons(), f"family/objective names compared outside zh_bert/train/arch and " \
+                                      f"train/objective.py: {variant_comparisons()}"
+
+
+def test_no_scaler_none_branch():
+    assert not scaler_none_checks(), f"branches on a missing loss scaler: {scaler_none_checks()}"
+
+
+def test_each_option_is_declared_once():
+    """A key two commands share is one declaration (`config.option_of`, `config.keys_of`), so its type, help and
+    checks cannot drift apart; a name two commands use for different things is listed, with what each means."""
+    assert not options_declared_twice(), f"options declared in more than one config class: {options_declared_twice()}"
+    assert not shared_option_types(), f"shared options whose type differs from the declaration: {shared_option_types()}"
+    unused = sorted(set(DIFFERENT_THINGS) - {n for n, w in option_declarations().items() if len(w) > 1})
+    assert not unused, f"DIFFERENT_THINGS lists names declared once (remove them): {unused}"
+
+
 def test_every_cli_option_is_a_dataclass_field():
     assert not hand_written_options(), hand_written_options()
 
@@ -321,5 +515,8 @@ if __name__ == "__main__":
           sep="\n  ")
     print("module-level names defined in two modules:", *name_collisions(), sep="\n  ")
     print("functions named like a zh_bert module:", *functions_named_like_modules(), sep="\n  ")
+    print("needless function-local imports:", *needless_local_imports(), sep="\n  ")
+    print("family/objective name comparisons:", *variant_comparisons(), sep="\n  ")
+    print("options declared more than once:", *options_declared_twice(), sep="\n  ")
     print(f"hand-written add_argument calls: {len(hand_written_options())}", *hand_written_options(), sep="\n  ")
     sys.exit(0)

@@ -108,6 +108,7 @@ def test_round_trip_on_chnsenticorp(tokdirs, kind):
     assert ok >= 0.6 * len(texts), f"only {ok} of {len(texts)} reviews encode without [UNK]"
 
 
+@pytest.mark.slow
 def test_every_kind_builds_byte_identical_files_in_a_fresh_process(tokdirs, sample_jsonl, tmp_path):
     """Same corpus + same flags -> same TOKDIR bytes. Built again in another Python process, because the
     `tokenizers` WordPieceTrainer's ties followed Rust HashMap order, which is random per process (the

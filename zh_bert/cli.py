@@ -13,6 +13,7 @@ import sys
 
 from zh_bert import __version__
 from zh_bert.core.errors import ZhBertError, suggest
+from zh_bert.core.fileio import reset_claims
 
 # One row per command, in pipeline order: name, module, one-line help.
 _TABLE = """
@@ -55,7 +56,6 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"zh-bert: unknown command '{name}'{suggest(name, COMMANDS)}\n\n{_usage()}", file=sys.stderr)
         return 2
-    from zh_bert.core.fileio import reset_claims
 
     reset_claims()   # a command owns only what it claims itself
     try:

@@ -212,6 +212,39 @@ def option(default: Any = dataclasses.MISSING, *, help: str = "", flags: tuple[s
     return dataclasses.field(default=default, metadata=meta)
 
 
+def option_of(cls: type, key: str, **changes: Any) -> Any:
+    """The field `key` of dataclass `cls` again, for another dataclass: one declaration (type, help, bounds,
+    default) shared by two commands' configs, e.g. a recipe key that a stage's option also sets. `changes`
+    (default=..., help=...) says in the code what differs, where a command needs another default."""
+    f = {f.name: f for f in dataclasses.fields(cls)}[key]
+    meta = dict(f.metadata)
+    if "help" in changes:
+        meta["cli"] = {**meta["cli"], "help": changes.pop("help")}
+    default = changes.pop("default", f.default)
+    if changes:
+        raise TypeError(f"option_of: unknown changes {sorted(changes)}")
+    if default is dataclasses.MISSING and f.default_factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=f.default_factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def keys_of(cls: type, *names: str, name: str) -> type:
+    """A dataclass (named `name`) whose fields are the fields `names` of dataclass `cls` (or of a dataclass field
+    of it, e.g. a recipe's `masking`), the same declarations: type, default, help, bounds. A command that takes
+    some of another's keys subclasses it instead of declaring them again, so the two cannot drift."""
+    found = {}
+    for owner in [cls] + [tp for tp in typing.get_type_hints(cls).values() if dataclasses.is_dataclass(tp)]:
+        hints = typing.get_type_hints(owner)
+        for f in dataclasses.fields(owner):
+            found.setdefault(f.name, (hints[f.name], f))
+    spec = []
+    for key in names:
+        tp, f = found[key]
+        spec.append((key, tp, dataclasses.field(default=f.default, default_factory=f.default_factory,
+                                                 metadata=f.metadata)))
+    return dataclasses.make_dataclass(name, spec)
+
+
 def check_bounds(obj) -> None:
     """One line for the first field of dataclass `obj` outside its declared `bounds`."""
     for f in dataclasses.fields(obj):

@@ -13,10 +13,15 @@ it is an assumption stated in docs/hardware.md and replaced by a measured figure
 
 from __future__ import annotations
 
+import ctypes
 import os
 import time
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
+
+from zh_bert.core.errors import ZhBertError, suggest
 
 # PyTorch's own wheel build scripts (.ci/manywheel/build_cuda.sh) decide which GPUs a wheel runs on:
 # cu118 builds (last: 2.7) still carry sm_37; cu126 builds carry sm_50/sm_60 (Maxwell/Pascal) and sm_70;
@@ -71,6 +76,8 @@ GPUS: dict[str, GPUSpec] = {
                     {"fp32": 0.45, "bf16": 0.35, "fp16": 0.35}, link_gbs=350.0),
 }
 KNOWN_DEVICES = (*GPUS, "cpu")
+Precision = Literal["auto", "fp32", "fp16", "bf16"]   # what a run asks for; `decide_precision` says what it gets
+PRECISIONS = typing.get_args(Precision)
 
 
 def cpu_supports_bf16() -> bool:
@@ -94,7 +101,6 @@ def _cpu_memory_gb() -> float:
 
 def matmul_tflops(dtype: str = "fp32", n: int = 1024, seconds: float = 0.3) -> float:
     """Measured TFLOP/s of an n×n matmul on this CPU: the CPU's practical 'peak'."""
-    import time
 
     import torch
 
@@ -124,7 +130,6 @@ def device_key(name: str) -> str:
     an error listing the known ones."""
     key = name.lower().replace(" ", "").replace("-", "").replace("_", "")
     if key != "cpu" and key not in GPUS:
-        from zh_bert.core.errors import ZhBertError, suggest
         raise ZhBertError(f"unknown GPU '{name}'{suggest(key, KNOWN_DEVICES)}; known: {', '.join(KNOWN_DEVICES)}")
     return key
 
@@ -143,11 +148,10 @@ def decide_precision(requested: str, capability: tuple[int, int] | None, *, cpu_
     fp16 + dynamic loss scaling on GPUs with fast fp16 but no bf16 (P100, Volta, Turing); fp32 where fp16
     buys no time (Kepler, Maxwell, GP102/GP104 such as the 1080 Ti) and on other CPUs.
     """
-    from zh_bert.core.errors import ZhBertError
 
     warnings: list[str] = []
-    if requested not in ("auto", "fp32", "fp16", "bf16"):
-        raise ZhBertError(f"precision must be one of auto, fp32, fp16, bf16; got '{requested}'")
+    if requested not in PRECISIONS:
+        raise ZhBertError(f"precision must be one of {', '.join(PRECISIONS)}; got '{requested}'")
     if capability is None:
         if requested == "auto":
             return ("bf16" if cpu_bf16 else "fp32"), warnings
@@ -271,7 +275,6 @@ def keep_freed_memory() -> str:
     if any(k.startswith("MALLOC_") and k.endswith("_") for k in os.environ) or "malloc" in os.environ.get(
             "GLIBC_TUNABLES", ""):
         return "unchanged: set by the environment"
-    import ctypes
 
     try:
         mallopt = ctypes.CDLL("libc.so.6").mallopt
@@ -316,7 +319,6 @@ def check_compile(device) -> None:
     """Refuse `compile: true` where torch.compile cannot generate kernels: Triton needs sm_70 or newer."""
     import torch
 
-    from zh_bert.core.errors import ZhBertError
 
     if device.type == "cuda" and tuple(torch.cuda.get_device_capability(device)) < (7, 0):
         major, minor = torch.cuda.get_device_capability(device)

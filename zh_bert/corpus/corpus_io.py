@@ -22,7 +22,8 @@ from typing import IO, Any, Iterable, Iterator
 from zh_bert.core.errors import ZhBertError
 
 JSONL_SUFFIXES = (".jsonl", ".json")
-PART_SUFFIXES = tuple(base + z for base in (".jsonl", ".txt") for z in ("", ".gz", ".bz2", ".xz"))   # read by open_binary
+COMPRESSED = (".gz", ".bz2", ".xz")   # open_binary reads each; no seeking into these: a file goes whole to one task
+PART_SUFFIXES = tuple(base + z for base in (".jsonl", ".txt") for z in ("",) + COMPRESSED)   # read by open_binary
 CLEAN_REPORT = "report.json"       # written last by `zh-bert clean --executor`: the directory is complete
 JOB_MARKER = ".zh-bert/job.json"   # written first by `zh-bert clean/shard --executor`: a job owns the directory
 REPORT_NAMES = (CLEAN_REPORT, ".report.json")   # clean's reports (OUTDIR's, or OUT.report.json): never parts
@@ -162,7 +163,6 @@ def read_documents(paths: Iterable[str | os.PathLike], max_docs: int | None = No
 # ---------------------------------------------------------------------------------------------------
 # cutting inputs across tasks (`clean --executor`, `shard --executor`)
 # ---------------------------------------------------------------------------------------------------
-COMPRESSED = (".gz", ".bz2", ".xz")      # no seeking into these: such a file goes whole to one task
 Segment = tuple[str, int, int]    # (path, first byte, end byte); end -1: the whole file
 
 

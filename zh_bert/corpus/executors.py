@@ -16,9 +16,11 @@ job's leftovers are refused unless `--force`.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import hashlib
 import importlib.util
 import json
+import multiprocessing as mp
 import os
 import re
 import shutil
@@ -31,11 +33,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Optional
 
-from zh_bert.core.config import option
+from zh_bert.core.config import option, option_of
 from zh_bert.core.errors import ZhBertError
-from zh_bert.core.fileio import (claim_dir, claim_file, read_json, refuse_overlap, remove_owned, remove_scratch,
-                            write_json)
+from zh_bert.core.fileio import (
+    claim_dir,
+    claim_file,
+    read_json,
+    refuse_overlap,
+    remove_owned,
+    remove_scratch,
+    write_json,
+)
 from zh_bert.core.fileio.claims import STATE_DIR
+from zh_bert.core.options import Shared
 
 ExecutorKind = Literal["local", "slurm", "ray"]
 SCALE_INSTALL = "pip install 'zh-bert[scale]'  (or: pip install -e \".[scale]\" in a checkout)"
@@ -58,8 +68,7 @@ class ExecutorOptions:
                                         "(--executor ray; default: start a local one)")
     logging_dir: Optional[str] = option(None, metavar="DIR", help="datatrove logs, stats and completion markers "
                                         "(default: OUTDIR/.zh-bert/logs)")
-    force: bool = option(False, help="start over in an output directory that holds another job's "
-                         "unfinished work (its parts and logs are removed)")
+    force: bool = option_of(Shared, "force", help="start over in an output directory that holds another job's unfinished work (its parts and logs are removed)")
 
     def __post_init__(self):
         if self.executor is not None and self.executor not in _ENGINE_MODULE:
@@ -125,7 +134,6 @@ def start_method() -> str:
     """fork when this process runs no other Python thread (fast: no re-import); otherwise forkserver,
     because forking while another thread holds a lock (logging, imports) can deadlock the child. fsspec's
     event-loop thread (datatrove's file layer starts it) does not count: fsspec resets it in a forked child."""
-    import multiprocessing as mp
 
     methods = mp.get_all_start_methods()
     others = [t for t in threading.enumerate() if t is not threading.main_thread() and t.name != "fsspecIO"]
@@ -229,7 +237,6 @@ def _after_fork_in_child() -> None:
     before this line ran, exit now."""
     if not _PDEATHSIG["on"] or not sys.platform.startswith("linux"):
         return
-    import ctypes
 
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)   # 1 = PR_SET_PDEATHSIG
     if os.getppid() != _PDEATHSIG["forker"]:

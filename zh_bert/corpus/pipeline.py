@@ -19,12 +19,18 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from zh_bert.core.errors import ZhBertError
+from zh_bert.core.fileio import recover
 from zh_bert.corpus.clean import CleanJob, clean
 from zh_bert.corpus.clean.readers import ReadOptions
 from zh_bert.corpus.clean.report import read_report
-from zh_bert.corpus.corpus_io import CLEAN_REPORT, JOB_MARKER, REPORT_NAMES, corpus_files, iter_lines
-from zh_bert.core.errors import ZhBertError
-from zh_bert.core.fileio import recover
+from zh_bert.corpus.corpus_io import (
+    CLEAN_REPORT,
+    JOB_MARKER,
+    REPORT_NAMES,
+    corpus_files,
+    iter_lines,
+)
 from zh_bert.corpus.shard import ShardConfig, build_shards
 from zh_bert.corpus.sharddir import META
 from zh_bert.corpus.vocab.build import VocabConfig, VocabOptions, build_vocab
@@ -138,8 +144,8 @@ def cache_key(paths: list[Path], files: list[Path], settings: dict) -> str:
 
 
 # the stage flags a recipe sets through its own keys: a stage's error names the key the user wrote
-RECIPE_KEYS = {"--valid-docs": "valid_docs", "--seq-len": "seq_len", "--doc-sep": "doc_sep", "--size": "vocab_size",
-               "--kind": "vocab_kind"}
+RECIPE_KEY_OF_FLAG = {"--valid-docs": "valid_docs", "--seq-len": "seq_len", "--doc-sep": "doc_sep",
+                      "--size": "vocab_size", "--kind": "vocab_kind"}
 
 
 @contextlib.contextmanager
@@ -150,7 +156,7 @@ def _in_recipe_terms():
         yield
     except ZhBertError as e:
         msg = str(e)
-        for flag, key in RECIPE_KEYS.items():
+        for flag, key in RECIPE_KEY_OF_FLAG.items():
             msg = re.sub(rf"(?<![\w-]){flag}(?![\w-])", key, msg)
         if msg == str(e):
             raise

@@ -11,13 +11,16 @@ see, with special tokens as words of their own.
 from __future__ import annotations
 
 import logging
+import typing
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
 from zh_bert.core.errors import ZhBertError, suggest
 
-SEGMENTERS = ("rjieba", "jieba", "none")
+SegmenterName = Literal["rjieba", "jieba", "none"]
+SEGMENTERS = typing.get_args(SegmenterName)
 DEFAULT_SEGMENTER = "rjieba"
 
 

@@ -38,7 +38,7 @@ from zh_bert.core.fileio import atomic_write, claim_file
 from zh_bert.corpus.segment import word_units
 
 TABLE_FILE = "similar_words.npz"
-FORMAT_VERSION = 1
+TABLE_FORMAT_VERSION = 1   # of similar_words.npz (a SHARDDIR's own format is sharddir.FORMAT_VERSION)
 WINDOW = 2              # context words on each side
 MIN_COUNT = 3           # a word needs this many occurrences to get a vector
 MAX_WORDS = 50_000      # most frequent words with vectors
@@ -49,7 +49,7 @@ MAX_TOKENS = 20_000_000  # train tokens read (evenly spaced sequences beyond tha
 MAX_WORD_LEN = 4        # longest word, in tokens, that can have similar words
 MIN_TRAIN_TOKENS = 20_000   # smaller train splits cannot give a table
 MIN_TABLE_WORDS = 100       # words with vectors needed for a table
-SETTINGS = {"format": FORMAT_VERSION, "window": WINDOW, "min_count": MIN_COUNT, "max_words": MAX_WORDS,
+SETTINGS = {"format": TABLE_FORMAT_VERSION, "window": WINDOW, "min_count": MIN_COUNT, "max_words": MAX_WORDS,
             "dim": DIM, "neighbours": NEIGHBOURS, "min_similarity": MIN_SIMILARITY, "max_tokens": MAX_TOKENS,
             "max_word_len": MAX_WORD_LEN, "alpha": 0.75}
 

@@ -26,29 +26,50 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from zh_bert.evaluation.ablation_corpus import carve_corpus, carved_paths, check_carved, check_corpus_size, split_corpus
-from zh_bert.evaluation.ablation_results import random_init_rows, run_one, write_results
-from zh_bert.evaluation.ablation_spec import (FLAT, AblationRun, AblationSpec, check_same_recipe, load_spec, plan_runs,
-                                   run_recipe, slug, spec_keys)
-from zh_bert.core.config import build_parser as derive_parser, config_from_args, load_yaml, option, parse_set
+from zh_bert.core.config import build_parser as derive_parser
+from zh_bert.core.config import (
+    config_from_args,
+    load_yaml,
+    option,
+    option_of,
+    parse_set,
+)
 from zh_bert.core.errors import ZhBertError
 from zh_bert.core.fileio import claim_dir
-from zh_bert.evaluation.finetune import check_trainable
+from zh_bert.core.options import Shared
 from zh_bert.corpus.pipeline import data_inputs, is_sharddir
-from zh_bert.train.recipe import load_recipe
+from zh_bert.evaluation.ablation_corpus import (
+    carve_corpus,
+    carved_paths,
+    check_carved,
+    check_corpus_size,
+    split_corpus,
+)
+from zh_bert.evaluation.ablation_results import random_init_rows, run_one, write_results
+from zh_bert.evaluation.ablation_spec import (
+    FLAT,
+    AblationRun,
+    AblationSpec,
+    check_same_recipe,
+    load_spec,
+    plan_runs,
+    run_recipe,
+    slug,
+    spec_keys,
+)
+from zh_bert.evaluation.finetune import check_trainable
 from zh_bert.evaluation.tasks import load_task
+from zh_bert.train.recipe import load_recipe
 
 
 @dataclass
 class AblateArgs:
     spec: str = option(positional=True, metavar="recipes/ablations/NAME.yaml", help="the ablation spec")
-    set: list[str] = option(default_factory=list, action="append", metavar="KEY=VALUE",
-                            help="override for every run: a recipe key (e.g. max_steps=100) or a key of the "
-                                 "ablation spec (e.g. finetune_max_train=1000)")
+    set: list[str] = option_of(Shared, "set", help="override for every run: a recipe key (e.g. max_steps=100) or a key of the ablation spec (e.g. finetune_max_train=1000)")
     out_dir: Optional[str] = option(None, help="override the spec's out_dir")
     only: list[str] = option(default_factory=list, action="append", metavar="LABEL",
                              help="run only these settings")
-    dry_run: bool = option(False, help="print the runs and their overrides, run nothing")
+    dry_run: bool = option_of(Shared, "dry_run", help="print the runs and their overrides, run nothing")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -140,8 +161,8 @@ def plan_ablation(args: AblateArgs) -> AblationPlan:
 def prepare_correction_data(p: AblationPlan, data_by_fraction: dict, log=print) -> None:
     """The exact check of `check_corpus_size`, before the first run trains: every correction run's data is
     prepared (the cache its run then reuses) and its train split counted."""
-    from zh_bert.corpus.sharddir import read_meta
     from zh_bert.corpus.pipeline import prepare_data
+    from zh_bert.corpus.sharddir import read_meta
     from zh_bert.corpus.similar_words import check_possible
 
     for r in p.runs:

@@ -12,6 +12,7 @@ from typing import Any, Literal, Optional
 from zh_bert.core.config import from_dict, load_yaml
 from zh_bert.core.errors import ZhBertError, unknown_key_error
 from zh_bert.evaluation.finetune import FinetuneConfig
+from zh_bert.plan.memory_model import model_config, shape_and_flops
 from zh_bert.train.masking import STRATEGIES
 from zh_bert.train.recipe import check_seed, load_recipe
 
@@ -207,15 +208,11 @@ def run_recipe(spec: AblationSpec, run: AblationRun, base: dict, out: Path, data
 def recipe_flops_per_token(recipe) -> float:
     """Training FLOPs per token of `recipe` as `zh-bert plan` counts them (both networks for electra), at the
     recipe's vocab_size (21,128 when it sets none)."""
-    from zh_bert.plan.memory_model import model_config, shape_and_flops
     from zh_bert.plan import PlanArgs
 
     vocab = recipe.vocab_size or 21128
-    if recipe.architecture == "modernbert":
-        from zh_bert.train.modernbert import modernbert_flops_per_token, recipe_modernbert_config
-
-        return modernbert_flops_per_token(recipe_modernbert_config(recipe, vocab), recipe.seq_len,
-                                          recipe.mean_mask_rate())
+    if not recipe.objective_spec.generator:   # one network: the architecture counts it
+        return recipe.arch.flops_per_token(recipe.arch.config(recipe, vocab), recipe.seq_len, recipe.mean_mask_rate())
     args = PlanArgs(model=recipe.model, seq_len=recipe.seq_len, vocab_size=vocab,
                     mask_rate=recipe.mean_mask_rate(), objective=recipe.objective,
                     generator_ratio=recipe.generator_ratio)

@@ -14,14 +14,14 @@ from zh_bert.core.fileio import claim_file, read_json, write_json
 from zh_bert.train.rundir import find_run_dir
 
 FILENAME = "eval_results.json"
-KEYS = ("task_type", "task_name", "dataset_type", "dataset_name", "metric_type", "metric_name", "metric_value")
-_IDENTITY = KEYS[:-1]
+ENTRY_KEYS = ("task_type", "task_name", "dataset_type", "dataset_name", "metric_type", "metric_name", "metric_value")
+_IDENTITY = ENTRY_KEYS[:-1]
 
 
 def entry(task_type: str, task_name: str, dataset_type: str, dataset_name: str, metric_type: str,
           metric_name: str, metric_value: float) -> dict:
-    return dict(zip(KEYS, (task_type, task_name, dataset_type, dataset_name, metric_type, metric_name,
-                           round(float(metric_value), 6))))
+    return dict(zip(ENTRY_KEYS, (task_type, task_name, dataset_type, dataset_name, metric_type, metric_name,
+                                 round(float(metric_value), 6))))
 
 
 def load(run_dir: str | Path) -> list[dict]:
@@ -44,7 +44,7 @@ def record(run_dir: str | Path, entries: list[dict]) -> Path:
     """Merge `entries` into RUN/eval_results.json (atomic write); same identity -> replaced, kept in place."""
     path = Path(run_dir) / FILENAME
     old = load(run_dir)
-    claim_file(path, ours=lambda _: all(set(KEYS) <= e.keys() for e in old), flag="eval results",
+    claim_file(path, ours=lambda _: all(set(ENTRY_KEYS) <= e.keys() for e in old), flag="eval results",
                what="an eval_results.json zh-bert wrote")
     write_json(path, latest(old + list(entries)))
     return path

@@ -23,17 +23,20 @@ from typing import Literal, Optional
 
 import numpy as np
 
-from zh_bert.core.config import at_least, build_parser as derive_parser, config_from_args, option
-from zh_bert.corpus.corpus_io import read_documents, read_jsonl
+from zh_bert.core.config import at_least, config_from_args, option, option_of
+from zh_bert.core.config import build_parser as derive_parser
 from zh_bert.core.errors import ZhBertError
-from zh_bert.evaluation.eval_results import entry, record_for_checkpoint
-from zh_bert.train.rundir import masked_lm_dir
-from zh_bert.train.masking import MaskingConfig, mask_batch
-from zh_bert.corpus.segment import SEGMENTERS, Segmenter
+from zh_bert.core.options import Shared
+from zh_bert.corpus.corpus_io import read_documents, read_jsonl
+from zh_bert.corpus.segment import SEGMENTERS, Segmenter, SegmenterName
+from zh_bert.corpus.shard.build import ShardConfig
 from zh_bert.corpus.shard.encode import Specials, TextEncoder, pack_sequences
 from zh_bert.corpus.tokenizer_files import load_tokenizer
+from zh_bert.evaluation.eval_results import entry, record_for_checkpoint
+from zh_bert.train.arch import of_config
+from zh_bert.train.masking import MaskingConfig, mask_batch
+from zh_bert.train.rundir import masked_lm_dir
 from zh_bert.train.weights import load_pretrained
-
 
 # --------------------------------------------------------------------------- model
 
@@ -72,17 +75,9 @@ def masked_logits(model, batch: dict, positions):
 
 def sparse_head(model):
     """(encoder, head) of a stock masked LM whose head can run on chosen positions only, else None (dense
-    logits): BERT `bert` then `cls`; ModernBERT `model` then `decoder(head(.))` (give it no token_type_ids:
-    `model_batch`)."""
-    if getattr(getattr(model, "config", None), "model_type", None) == "modernbert":
-        encoder, dense, decoder = (getattr(model, n, None) for n in ("model", "head", "decoder"))
-        if encoder is not None and dense is not None and decoder is not None:
-            return encoder, lambda hidden: decoder(dense(hidden))
-        return None
-    base_model, head = getattr(model, "base_model", None), getattr(model, "cls", None)
-    if base_model is not None and head is not None and base_model is not model:
-        return base_model, head
-    return None
+    logits): its architecture knows where the head is (BERT `bert` then `cls`; ModernBERT `model` then
+    `decoder(head(.))`, given no token_type_ids: `model_batch`)."""
+    return of_config(getattr(model, "config", None)).sparse_head(model)
 
 
 def model_batch(model, input_ids, attention_mask) -> dict:
@@ -91,7 +86,7 @@ def model_batch(model, input_ids, attention_mask) -> dict:
     import torch
 
     batch = {"input_ids": input_ids, "attention_mask": attention_mask}
-    if getattr(model.config, "type_vocab_size", None) and getattr(model.config, "model_type", None) != "modernbert":
+    if getattr(model.config, "type_vocab_size", None) and of_config(model.config).uses_token_types:
         batch["token_type_ids"] = torch.zeros_like(input_ids)
     return batch
 
@@ -124,11 +119,11 @@ def encode_and_pack(docs: list[str], tok, seq_len: int, segmenter: str = "rjieba
 class MlmEvalConfig:
     """Settings of `eval mlm`. `masking` holds the masking options (--masking, --mask-rate, ...);
     `mask_rate=` is accepted as a shorthand for `masking.mask_rate`."""
-    seed: int = option(0, help="masking seed (same seed = same blanks)")
-    seq_len: int = option(128, help="tokens per packed sequence, [CLS] and [SEP] included")
-    batch_size: int = option(32, help="sequences per forward pass (does not change the figures)")
+    seed: int = option_of(Shared, "seed", default=0, help="masking seed (same seed = same blanks)")
+    seq_len: int = option_of(ShardConfig, "seq_len", help="tokens per packed sequence, [CLS] and [SEP] included")
+    batch_size: int = option_of(Shared, "batch_size", help="sequences per forward pass (does not change the figures)")
     max_seqs: int = option(0, help="evaluate the first N packed sequences (0: all)")
-    segmenter: Literal["rjieba", "jieba", "none"] = option("rjieba", help="word boundaries for wwm/ngram")
+    segmenter: SegmenterName = option_of(ShardConfig, "segmenter", help="word boundaries for wwm/ngram")
     order_check: bool = option(False, help="also score the same blanks with each sequence's tokens shuffled; "
                                            "reports mlm_acc_shuffled and order_gain (≈0: the model ignores "
                                            "word order)")
@@ -362,8 +357,8 @@ class ClozeEvalConfig:
                                             '"answer": i} or {"text": "..[MASK]..", "answer": "..", '
                                             '"candidates": [..] (optional)}')
     score: Literal["sum", "mean"] = option("sum", help="rank candidates by summed or mean token log-probability")
-    seq_len: int = option(256, help="longest input; the window is centred on the blank")
-    batch_size: int = option(32, help="inputs per forward pass")
+    seq_len: int = option_of(ShardConfig, "seq_len", default=256, help="longest input; the window is centred on the blank")
+    batch_size: int = option_of(Shared, "batch_size", help="inputs per forward pass")
     show: int = option(5, help="print the first N predictions")
 
     def __post_init__(self):

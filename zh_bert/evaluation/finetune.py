@@ -22,15 +22,28 @@ from typing import Literal, Optional
 
 import numpy as np
 
-from zh_bert.core.config import at_least, build_parser as derive_parser, check_choices, check_finite, config_from_args, option
+from zh_bert.core.config import (
+    at_least,
+    check_choices,
+    check_finite,
+    config_from_args,
+    option,
+    option_of,
+)
+from zh_bert.core.config import build_parser as derive_parser
 from zh_bert.core.errors import ZhBertError
-from zh_bert.evaluation.eval_results import entry, record_for_checkpoint
 from zh_bert.core.fileio import read_json
-from zh_bert.train.recipe import check_seed
-from zh_bert.train.rundir import model_dir
+from zh_bert.core.hardware import Precision, resolve_precision
+from zh_bert.core.options import Shared
+from zh_bert.corpus.shard.build import ShardConfig
+from zh_bert.corpus.tokenizer_files import load_tokenizer
+from zh_bert.evaluation.eval_results import entry, record_for_checkpoint
 from zh_bert.evaluation.evaluate import CheckpointArgs
 from zh_bert.evaluation.tasks import DATASET_NAMES, TaskData, load_task
-from zh_bert.corpus.tokenizer_files import load_tokenizer
+from zh_bert.train.arch import of_config
+from zh_bert.train.recipe import Recipe, check_seed
+from zh_bert.train.recipe_keys import OptimizerKeys, PrecisionKeys
+from zh_bert.train.rundir import model_dir
 from zh_bert.train.weights import init_from_config, load_pretrained
 
 
@@ -38,17 +51,16 @@ from zh_bert.train.weights import init_from_config, load_pretrained
 class FinetuneConfig:
     """How one fine-tuning run trains; `zh-bert ablate` keys its cached evaluations on the whole value."""
     epochs: int = option(3, help="passes over the training set (early stop on dev may end sooner)")
-    lr: float = option(5e-5, help="peak learning rate")
-    seq_len: int = option(128, help="max tokens per example (longer ones are truncated)")
-    batch_size: int = option(32, help="examples per step")
+    lr: float = option_of(OptimizerKeys, "lr", default=5e-5, help="peak learning rate")
+    seq_len: int = option_of(ShardConfig, "seq_len", help="max tokens per example (longer ones are truncated)")
+    batch_size: int = option_of(Shared, "batch_size", help="examples per step")
     warmup: float = option(0.1, help="warmup fraction of all steps")
-    weight_decay: float = option(0.01, help="AdamW weight decay (not on biases and LayerNorm)")
+    weight_decay: float = option_of(OptimizerKeys, "weight_decay")
     patience: int = option(2, help="early stop after N dev evals without gain")
     eval_every: int = option(0, help="steps between dev evals (0: per epoch)")
     max_train: int = option(0, help="use N training examples (0: all)")
     random_init: bool = option(False, help="same architecture, random weights (baseline)")
-    precision: Literal["fp32", "bf16"] = option("fp32", help="bf16: CPU/GPU autocast (real on CPUs with "
-                                                             "avx512_bf16)")
+    precision: Precision = option_of(PrecisionKeys, "precision", default="fp32", help="auto = what pretrain picks here (bf16 on CPUs with avx512_bf16); fp16 with dynamic loss scaling; bf16 autocast")
     pooling: Literal["cls", "mean"] = option("cls", help="cls: stock pooler on [CLS]; mean: masked mean of the "
                                                          "last layer (MLM-only checkpoints never trained [CLS] "
                                                          "or the pooler)")
@@ -74,7 +86,7 @@ class FinetuneJob:
     task: str = option(help="chnsenticorp | tnews | tsv:TRAIN,DEV[,TEST]")
     columns: Optional[str] = option(None, help="TSV columns, e.g. label,text or text,label or label,text_a,text_b "
                                                "(default: detected from the header or the values)")
-    seed: int = option(42, help="first seed")
+    seed: int = option_of(Shared, "seed", help="first seed")
     seeds: int = option(1, help="number of seeds (S, S+1, ...); reports mean ± std")
 
     def __post_init__(self):
@@ -138,7 +150,7 @@ def logits(model, batch: dict, pooling: str):
     """Class logits. `mean` pools the last layer over real tokens instead of using [CLS] through the pooler:
     an MLM-only checkpoint never trained [CLS] or the pooler (no NSP), but every token's representation.
     ModernBERT has no token types and pools by its config (`load_classifier` set it to `pooling`)."""
-    if getattr(model.config, "model_type", None) == "modernbert":
+    if of_config(model.config).pools_itself():
         return model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
     if pooling == "cls":
         return model(**batch).logits
@@ -151,12 +163,20 @@ def logits(model, batch: dict, pooling: str):
     return model.classifier(model.dropout(pooled))
 
 
+def precision_autocast(device, precision: str):
+    """Autocast for a precision in effect (`resolve_precision`): fp16 or bf16 matmuls, or none for fp32."""
+    import torch
+
+    half = {"fp16": torch.float16, "bf16": torch.bfloat16}
+    return torch.autocast(device.type, dtype=half.get(precision, torch.bfloat16), enabled=precision in half)
+
+
 def predict(model, data: dict, batch_size: int, pad_id: int, precision: str, pooling: str = "cls") -> np.ndarray:
     import torch
 
     model.eval()
     preds = []
-    with torch.no_grad(), torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+    with torch.no_grad(), precision_autocast(model.device, precision):
         for batch in batches(data, np.arange(len(data["labels"])), batch_size * 2, pad_id):
             batch.pop("labels")
             batch = {k: v.to(model.device) for k, v in batch.items()}
@@ -166,7 +186,8 @@ def predict(model, data: dict, batch_size: int, pad_id: int, precision: str, poo
 
 
 def scores(model, data, cfg, pad_id) -> tuple[float, float]:
-    pred = predict(model, data, cfg.batch_size, pad_id, cfg.precision, cfg.pooling)
+    pred = predict(model, data, cfg.batch_size, pad_id, resolve_precision(cfg.precision, model.device)[0],
+                   cfg.pooling)
     return accuracy(data["labels"], pred), macro_f1(data["labels"], pred)
 
 
@@ -179,8 +200,7 @@ def load_classifier(ckpt_dir: Path, num_labels: int, random_init: bool, labels: 
 
     id2label = dict(enumerate(labels))
     kw = dict(num_labels=num_labels, id2label=id2label, label2id={v: k for k, v in id2label.items()})
-    if read_json(Path(ckpt_dir) / "config.json", default={}).get("model_type") == "modernbert":
-        kw["classifier_pooling"] = pooling
+    kw.update(of_config(read_json(Path(ckpt_dir) / "config.json", default={})).classifier_kwargs(pooling))
     if random_init:
         return init_from_config(AutoModelForSequenceClassification, ckpt_dir, "a classifier", **kw)
     return load_pretrained(AutoModelForSequenceClassification, ckpt_dir, "a classifier", **kw)
@@ -211,7 +231,10 @@ def train_one(ckpt_dir: Path, task: TaskData, cfg: FinetuneConfig, seed: int, to
     import torch
     from transformers import get_linear_schedule_with_warmup
 
-    from zh_bert.train.model import decay_groups   # torch: imported when training, not for --help
+    from zh_bert.train.model import (
+        decay_groups,  # torch: imported when training, not for --help
+    )
+    from zh_bert.train.scaler import make_scaler
 
     tok = tok or load_tokenizer(ckpt_dir)
     label_index = {l: i for i, l in enumerate(task.labels)}
@@ -228,6 +251,8 @@ def train_one(ckpt_dir: Path, task: TaskData, cfg: FinetuneConfig, seed: int, to
                           f"{model.config.vocab_size}")
     model.to("cuda" if torch.cuda.is_available() else "cpu").train()
     opt = torch.optim.AdamW(decay_groups(model, cfg.weight_decay), lr=cfg.lr)
+    precision = resolve_precision(cfg.precision, model.device)[0]
+    scaler = make_scaler(precision, model.device, Recipe())   # fp16's loss scaling at pretrain's defaults
     steps_per_epoch = math.ceil(len(train["labels"]) / cfg.batch_size)
     total = steps_per_epoch * cfg.epochs
     sched = get_linear_schedule_with_warmup(opt, int(cfg.warmup * total), total)
@@ -240,12 +265,14 @@ def train_one(ckpt_dir: Path, task: TaskData, cfg: FinetuneConfig, seed: int, to
         order = rng.permutation(len(train["labels"]))
         for batch in batches(train, order, cfg.batch_size, pad_id):
             batch = {k: v.to(model.device) for k, v in batch.items()}
-            with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16"):
+            with precision_autocast(model.device, precision):
                 labels = batch.pop("labels")
                 loss = torch.nn.functional.cross_entropy(logits(model, batch, cfg.pooling).float(), labels)
-            loss.backward()
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
+            scaler.step(opt)        # fp16: skipped when the gradients overflowed; otherwise opt.step()
+            scaler.update()
             sched.step()
             opt.zero_grad(set_to_none=True)
             step += 1

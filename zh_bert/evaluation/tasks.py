@@ -16,9 +16,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from zh_bert.corpus.corpus_io import read_jsonl
 from zh_bert.core.errors import ZhBertError, suggest
 from zh_bert.core.fileio import read_text
+from zh_bert.corpus.corpus_io import read_jsonl
 
 TASKS = ("chnsenticorp", "tnews")
 LABEL_NAMES = ("label", "labels", "y", "class", "category", "sentiment", "target")
@@ -141,11 +141,12 @@ def read_tsv(path: str | Path, columns: str | None = None) -> list[Example]:
 # --------------------------------------------------------------------------- bundled tasks
 
 def task_data_dir(name: str) -> Path:
-    """`corpora/tasks/NAME` from $ZH_BERT_TASK_DATA, the source checkout, or the current directory."""
+    """`corpora/tasks/NAME` from $ZH_BERT_TASK_DATA, the source checkout (zh_bert/evaluation/ is two below it), or
+    the current directory."""
     candidates = []
     if os.environ.get("ZH_BERT_TASK_DATA"):
         candidates.append(Path(os.environ["ZH_BERT_TASK_DATA"]) / name)
-    candidates += [Path(__file__).resolve().parent.parent / "corpora" / "tasks" / name,
+    candidates += [Path(__file__).resolve().parents[2] / "corpora" / "tasks" / name,
                    Path.cwd() / "corpora" / "tasks" / name]
     for c in candidates:
         if c.is_dir():

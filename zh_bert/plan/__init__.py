@@ -8,8 +8,8 @@ Answered before the run starts, from first principles:
 - micro-batch = the largest divisor of the per-device batch that fits; accumulation = global batch /
   (micro-batch × devices), so every device count trains with the same global batch;
 - precision = `zh_bert.core.hardware.decide_precision`, the same rule `pretrain` applies to its torch.device;
-- time = training FLOPs (`zh_bert.train.model.flops_per_token`: 6 × matmul params per token + attention, MLM
-  head only at masked positions; `--architecture modernbert`: `zh_bert.train.modernbert.modernbert_flops_per_token`,
+- time = training FLOPs (`zh_bert.train.arch.bert.flops_per_token`: 6 × matmul params per token + attention, MLM
+  head only at masked positions; `--architecture modernbert`: `zh_bert.train.arch.modernbert.modernbert_flops_per_token`,
   GeGLU and windowed local layers) ÷ (peak × assumed utilisation) + gradient all-reduce per step.
   `--measure` runs real steps on this machine and replaces the assumed utilisation by the measured one.
 
@@ -24,53 +24,68 @@ import json
 import math
 import sys
 from dataclasses import asdict, dataclass, field
-from typing import Literal, Optional
+from typing import Optional
 
 from zh_bert.core.config import build_parser as derive_parser
-from zh_bert.core.config import check_finite, config_from_args, option
+from zh_bert.core.config import (
+    check_finite,
+    config_from_args,
+    keys_of,
+    option,
+    option_of,
+)
 from zh_bert.core.errors import ZhBertError
-from zh_bert.core.hardware import KNOWN_DEVICES, GPUSpec, decide_precision, device_key, get_spec
-from zh_bert.plan.memory_model import (GiB, RECOMPUTE, divisors, estimate_memory, modernbert_recipe, plan_config,
-                                  shape_and_flops)
+from zh_bert.core.hardware import (
+    KNOWN_DEVICES,
+    GPUSpec,
+    decide_precision,
+    device_key,
+    get_spec,
+)
+from zh_bert.core.options import Shared
+from zh_bert.corpus.vocab.build import DEFAULT_SIZE
 from zh_bert.plan.measure import measure_utilisation
+from zh_bert.plan.memory_model import (
+    RECOMPUTE,
+    GiB,
+    divisors,
+    estimate_memory,
+    plan_config,
+    plan_recipe,
+    shape_and_flops,
+)
+from zh_bert.train.recipe import Recipe
 
 BERT_PHASE1_STEPS = 900_000          # BERT's 128-token phase: 900k steps × 256 × 128 tokens
 PRESET_ORDER = ("tiny", "mini", "small", "medium", "base", "large")
 
 
+#: the recipe keys a plan depends on: the same declarations as `zh-bert pretrain`'s (type, default, help)
+RecipeKeys = keys_of(Recipe, "model", "architecture", "global_attn_every_n_layers", "local_attention",
+                     "objective", "generator_ratio", "mask_rate", "seq_len", "global_batch", "attention_dropout",
+                     "precision", "grad_checkpointing", "vocab_size", name="RecipeKeys")
+
+
 @dataclass
-class PlanArgs:
-    """What to plan: the `zh-bert plan` options (validated here, so `make_plan` gets only sound values)."""
+class PlanArgs(RecipeKeys):
+    """What to plan: a run's recipe keys (those that decide its memory and time) and the device. Validated
+    here, so `make_plan` gets only sound values; `grad_checkpointing` off lets the plan turn it on when nothing
+    fits without it (the plan then says to set it)."""
     gpu: str = option("cpu", help=f"device: {', '.join(KNOWN_DEVICES)}")
     gpus: int = option(1, help="devices (a K80 board counts as 2)")
-    model: str = option("base", help="preset (tiny, mini, small, medium, base, large) or config.json")
-    architecture: Literal["bert", "modernbert"] = option("bert", help="recipe key architecture: bert = "
-                                                         "BertForMaskedLM; modernbert = ModernBertForMaskedLM "
-                                                         "at the preset's size")
-    global_attn_every_n_layers: int = option(3, help="modernbert: layers 0, N, 2N, ... attend globally")
-    local_attention: int = option(128, help="modernbert: sliding-window size of the other layers, in tokens")
-    seq_len: int = option(128)
-    global_batch: int = option(256, help="sequences per optimizer step (all devices)")
     tokens: Optional[float] = option(None, help="training tokens (default: BERT's 128-token phase, 900k steps "
                                                 "× global batch × seq-len)")
-    vocab_size: int = option(21128)
-    precision: Literal["auto", "fp32", "fp16", "bf16"] = option("auto")
-    mask_rate: float = option(0.15)
-    attention_dropout: float = option(0.0, help="recipe key attention_dropout; > 0 on a CPU stores the s×s "
-                                                "attention matrix")
-    objective: Literal["mlm", "mlm+nsp", "mlm+sop", "electra"] = option("mlm")
-    generator_ratio: float = option(0.25, help="objective electra: generator hidden size / discriminator's")
-    grad_checkpointing: Literal["auto", "on", "off"] = option("auto", help="auto: only when nothing fits "
-                                                                           "without it")
     utilisation: Optional[float] = option(None, help="override the assumed fraction of peak")
     days: float = option(7.0, help="budget for 'largest preset that finishes'")
     measure: bool = option(False, help="run real steps on this machine's device and use the measured utilisation")
     measure_steps: int = option(3)
     measure_micro_batch: Optional[int] = option(None, help="micro-batch for --measure (default: the planned "
                                                            "one; capped at 8 on a CPU)")
-    json: bool = option(False, help="print the plan as JSON")
+    json: bool = option_of(Shared, "json", help="print the plan as JSON")
 
     def __post_init__(self):
+        if self.vocab_size is None:     # the recipe's null: the vocab builder's default size
+            self.vocab_size = DEFAULT_SIZE["char"]
         check_finite(self)
         device_key(self.gpu)                      # unknown names are refused here, listing the known ones
         if self.gpus < 1:
@@ -90,9 +105,8 @@ class PlanArgs:
             raise ZhBertError(f"--generator-ratio must be in (0, 1], got {self.generator_ratio}")
         if self.measure_steps < 1:
             raise ZhBertError(f"--measure-steps must be at least 1, got {self.measure_steps}")
-        if self.architecture == "modernbert":     # the recipe's own checks: what pretrain would refuse
-            modernbert_recipe(self.model, 0.1, self.attention_dropout, self.global_attn_every_n_layers,
-                              self.local_attention, self.objective)
+        plan_recipe(self.model, 0.1, self.attention_dropout, self.global_attn_every_n_layers,   # what pretrain
+                    self.local_attention, self.objective, self.architecture)              # would refuse
 
     @property
     def device(self) -> str:
@@ -161,7 +175,7 @@ def make_plan(args: PlanArgs, spec: GPUSpec, utilisation: float | None = None,
         return estimate_memory(shape, seq_len, mb, prec, device="cpu" if is_cpu else "cuda",
                                mask_rate=mask_rate, fused_attention=fused, grad_checkpointing=ckpt)
 
-    choices = [False, True] if args.grad_checkpointing == "auto" else [args.grad_checkpointing == "on"]
+    choices = [True] if args.grad_checkpointing else [False, True]
     micro, ckpt, fits = 1, choices[0], False
     for ck in choices:
         fitting = [d for d in divisors(per_device) if mem(d, ck).total <= capacity]
@@ -188,8 +202,8 @@ def make_plan(args: PlanArgs, spec: GPUSpec, utilisation: float | None = None,
         notes.append(f"does not fit: even micro-batch 1 needs {m.total / GiB:.1f} GB of {spec.memory_gb} GB")
     if not fused:
         notes.append("no fused SDPA kernel here: the s×s attention matrix is stored (counted above)")
-    if args.architecture == "modernbert" and shape.sliding_layers and seq_len > args.local_attention:
-        notes.append(f"FLOPs count {shape.sliding_layers} local layers over their {args.local_attention}-token "
+    if shape.sliding_layers and seq_len > shape.window:
+        notes.append(f"FLOPs count {shape.sliding_layers} local layers over their {shape.window}-token "
                      f"window (an exact kernel); SDPA with a mask computes all {seq_len} keys and discards")
     return Plan(
         device=args.device, device_name=spec.name, arch=f"{spec.arch} sm_{spec.capability[0]}{spec.capability[1]}"

@@ -4,10 +4,20 @@ device's peak that they imply."""
 from __future__ import annotations
 
 import dataclasses
+import time
 
 from zh_bert.core.errors import ZhBertError
 from zh_bert.core.hardware import GPUSpec
-from zh_bert.plan.memory_model import GiB, RECOMPUTE, estimate_memory, model_config, plan_config, shape_and_flops
+from zh_bert.plan.memory_model import (
+    RECOMPUTE,
+    GiB,
+    estimate_memory,
+    model_config,
+    plan_config,
+    shape_and_flops,
+)
+from zh_bert.train.arch import of_config
+from zh_bert.train.objective import OBJECTIVES
 
 
 def measure(model: str, seq_len: int, micro_batch: int, precision: str, *, vocab_size: int = 21128,
@@ -16,19 +26,25 @@ def measure(model: str, seq_len: int, micro_batch: int, precision: str, *, vocab
             generator_ratio: float = 0.25, architecture: str = "bert", global_attn_every_n_layers: int = 3,
             local_attention: int = 128) -> dict:
     """Time real training steps (`training.train_step` with its model, optimizer and precision handling) on
-    the local device ('cpu' or 'cuda'; None = the GPU if there is one). `architecture` modernbert builds
-    the ModernBertForMaskedLM pretrain builds (`memory_model.model_config`, the config of pretrain's
-    `modernbert.recipe_modernbert_config`).
+    the local device ('cpu' or 'cuda'; None = the GPU if there is one), of the model `architecture`'s object
+    builds for pretrain (`memory_model.model_config`: `Architecture.config` of the same recipe keys).
 
     Returns tokens/s and, on CUDA, the peak allocated memory; the first step (allocations, kernel
     selection) is not timed.
     """
-    import time
 
     import torch
-    from zh_bert.train.model import ElectraPretrainModel, PretrainModel, build_electra, model_class
+
+    from zh_bert.train.model import ElectraPretrainModel, PretrainModel, build_electra
     from zh_bert.train.recipe import Recipe
-    from zh_bert.train.training import StepStats, lr_lambda, make_accelerator, make_optimizer, make_scaler, train_step
+    from zh_bert.train.training import (
+        StepStats,
+        lr_lambda,
+        make_accelerator,
+        make_optimizer,
+        make_scaler,
+        train_step,
+    )
 
     acc = make_accelerator(precision, cpu=(device or ("cuda" if torch.cuda.is_available() else "cpu")) == "cpu")
     dev = acc.device
@@ -37,8 +53,8 @@ def measure(model: str, seq_len: int, micro_batch: int, precision: str, *, vocab
     torch.manual_seed(0)
     cfg = model_config(model, vocab_size, dropout, attention_dropout, architecture=architecture,
                        global_attn_every_n_layers=global_attn_every_n_layers, local_attention=local_attention)
-    net = (ElectraPretrainModel(*build_electra(cfg, generator_ratio)) if objective == "electra"
-           else PretrainModel(model_class("mlm", architecture)(cfg)))
+    net = (ElectraPretrainModel(*build_electra(cfg, generator_ratio)) if recipe.objective_spec.generator
+           else PretrainModel(of_config(cfg).model_class("mlm")(cfg)))
     for hf in (net.hf, getattr(net, "generator", None)):
         if grad_checkpointing and hf is not None:
             hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -100,7 +116,7 @@ def measure_utilisation(args, spec: GPUSpec, plan) -> dict:
     measured = measure(args.model, args.seq_len, mb, plan.precision, vocab_size=args.vocab_size,
                        steps=args.measure_steps, mask_rate=args.mask_rate, device=dev,
                        attention_dropout=args.attention_dropout, grad_checkpointing=plan.grad_checkpointing,
-                       objective="electra" if args.objective == "electra" else "mlm",
+                       objective=args.objective if OBJECTIVES[args.objective].generator else "mlm",
                        generator_ratio=args.generator_ratio, architecture=args.architecture,
                        global_attn_every_n_layers=args.global_attn_every_n_layers,
                        local_attention=args.local_attention)

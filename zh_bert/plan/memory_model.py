@@ -16,7 +16,7 @@ its width (its embeddings E = the discriminator's hidden size, plus the projecti
 E in place of h, plus the discriminator's encoder and RTD head (3 h-sized inputs per token: 12h bytes fp32, 6h
 under AMP).
 
-`--architecture modernbert` (`ModelShape.from_modernbert`, stock ModernBertForMaskedLM; measured tensor by
+`--architecture modernbert` (block `pre-norm-glu`, stock ModernBertForMaskedLM; measured tensor by
 tensor with saved-tensor hooks, transformers 5.24): per layer the residual stream before the MLP norm and the
 layer output (2×4h, fp32 even under AMP), the two matmul inputs after the bias-free pre-norms (2·x·h, x = 4
 bytes fp32 / 2 under AMP), the fused QKV output (3·x·h: SDPA's V is a view that keeps all of it), RoPE-rotated
@@ -33,6 +33,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from typing import Optional
+
+from zh_bert.train.arch import get as get_architecture
+from zh_bert.train.arch import of_config
+from zh_bert.train.arch.bert import layer_params
+from zh_bert.train.objective import OBJECTIVES
 
 GiB = 2 ** 30
 CUDA_CONTEXT_BYTES = 0.5 * GiB       # CUDA context + cuBLAS workspace + kernels, outside the allocator
@@ -56,20 +61,20 @@ class ModelShape:
     #   tests/test_plan.py checks it equals model.count_params of the built model
     generator: Optional["ModelShape"] = None   # electra: the generator (its params: only what it adds)
     embedding: int = 0                         # electra: the generator's embedding width (= hidden here)
-    architecture: str = "bert"                 # "modernbert": `from_modernbert`, `modernbert_activation_bytes`
+    architecture: str = "bert"                 # a zh_bert.train.arch family: its block picks the activation formula
     sliding_layers: int = 0                    # modernbert: layers attending in a window (each keeps its mask)
     window: int = 0                            # modernbert: local_attention, in tokens
 
     @classmethod
     def from_config(cls, cfg, pairs: bool = False) -> "ModelShape":
-        h, i, v, l = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size, cfg.num_hidden_layers
-        p = cfg.max_position_embeddings
-        emb = v * h + p * h + cfg.type_vocab_size * h + 2 * h
-        layer = (4 * h * h + 4 * h) + (2 * h * i + i + h) + 2 * 2 * h
-        head = h * h + h + 2 * h + v                     # transform + LayerNorm + decoder bias (weight tied)
-        extra = (h * h + h + 2 * h + 2) if pairs else 0  # pooler + seq_relationship
-        return cls(l, h, cfg.num_attention_heads, i, v, p, cfg.hidden_dropout_prob,
-                   cfg.attention_probs_dropout_prob, emb + l * layer + head + extra)
+        """The shape of a transformers config of any family (its architecture counts the parameters)."""
+        arch = of_config(cfg)
+        dropout, attention_dropout = arch.dropouts(cfg)
+        sliding, window = arch.local_layers(cfg)
+        return cls(cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads, cfg.intermediate_size,
+                   cfg.vocab_size, cfg.max_position_embeddings, dropout, attention_dropout,
+                   arch.config_params(cfg, "pairs" if pairs else "mlm"), architecture=arch.name,
+                   sliding_layers=sliding, window=window)
 
     @classmethod
     def from_electra(cls, disc, gen) -> "ModelShape":
@@ -77,61 +82,35 @@ class ModelShape:
         embedding module of width E = disc.embedding_size; `params` = both, the shared embeddings once."""
         h, i, v, l, e = disc.hidden_size, disc.intermediate_size, disc.vocab_size, disc.num_hidden_layers, disc.embedding_size
         emb = v * e + disc.max_position_embeddings * e + disc.type_vocab_size * e + 2 * e
-        d_params = emb + l * _layer_params(h, i) + (h * h + h + h + 1)             # RTD head: dense + prediction
+        d_params = emb + l * layer_params(h, i) + (h * h + h + h + 1)             # RTD head: dense + prediction
         hg, ig, lg = gen.hidden_size, gen.intermediate_size, gen.num_hidden_layers
-        g_params = ((e * hg + hg) if e != hg else 0) + lg * _layer_params(hg, ig) + (hg * e + e + 2 * e) + v
+        g_params = ((e * hg + hg) if e != hg else 0) + lg * layer_params(hg, ig) + (hg * e + e + 2 * e) + v
         g = cls(lg, hg, gen.num_attention_heads, ig, v, gen.max_position_embeddings, gen.hidden_dropout_prob,
                 gen.attention_probs_dropout_prob, g_params, embedding=e)
         return cls(l, h, disc.num_attention_heads, i, v, disc.max_position_embeddings, disc.hidden_dropout_prob,
                    disc.attention_probs_dropout_prob, d_params + g_params, generator=g, embedding=e)
 
-    @classmethod
-    def from_modernbert(cls, cfg) -> "ModelShape":
-        """A ModernBertConfig (`modernbert.build_modernbert_config`): `params` = `modernbert_mlm_params`, the
-        GeGLU width as `intermediate`, and the layers that attend in a sliding window."""
-        from zh_bert.train.modernbert import global_every, layer_types, modernbert_mlm_params
-
-        h, i, v, l = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size, cfg.num_hidden_layers
-        types = getattr(cfg, "layer_types", None) or layer_types(l, global_every(cfg))
-        return cls(l, h, cfg.num_attention_heads, i, v, cfg.max_position_embeddings, cfg.mlp_dropout,
-                   cfg.attention_dropout, modernbert_mlm_params(l, h, i, v), architecture="modernbert",
-                   sliding_layers=sum(t == "sliding_attention" for t in types), window=cfg.local_attention)
-
     def label(self) -> str:
-        if self.architecture == "modernbert":
-            return (f"ModernBERT L{self.layers}/H{self.hidden}/A{self.heads}/GeGLU {self.intermediate}, "
-                    f"{self.sliding_layers}/{self.layers} layers local ({self.window})")
-        own = f"L{self.layers}/H{self.hidden}/A{self.heads}"
+        own = get_architecture(self.architecture).shape_label(self)
         return own if self.generator is None else f"{own} + generator {self.generator.label()}"
-
-
-def _layer_params(h: int, i: int) -> int:
-    """One post-LN encoder layer: attention (qkvo + biases), FFN, two LayerNorms."""
-    return (4 * h * h + 4 * h) + (2 * h * i + i + h) + 2 * 2 * h
 
 
 def model_config(model: str, vocab_size: int, dropout: float = 0.1, attention_dropout: float = 0.0, *,
                  architecture: str = "bert", global_attn_every_n_layers: int = 3, local_attention: int = 128):
-    """The config a run of preset/config `model` trains: the BertConfig of `model.build_config`, or with
-    architecture modernbert the ModernBertConfig that pretrain builds from the same recipe keys
-    (`modernbert.recipe_modernbert_config`; tests/test_plan.py checks the two agree). Imported lazily: torch."""
-    if architecture == "modernbert":
-        from zh_bert.train.modernbert import recipe_modernbert_config
-
-        recipe = modernbert_recipe(model, dropout, attention_dropout, global_attn_every_n_layers, local_attention)
-        return recipe_modernbert_config(recipe, vocab_size)
-    from zh_bert.train.model import build_config
-
-    return build_config(model, vocab_size, dropout=dropout, attention_dropout=attention_dropout)
+    """The config a run of preset/config `model` trains: the architecture's config of the same recipe keys that
+    pretrain builds (tests/test_plan.py checks the two agree). Imported lazily: torch."""
+    recipe = plan_recipe(model, dropout, attention_dropout, global_attn_every_n_layers, local_attention,
+                         architecture=architecture)
+    return recipe.arch.config(recipe, vocab_size)
 
 
-def modernbert_recipe(model: str, dropout: float, attention_dropout: float, global_attn_every_n_layers: int,
-                      local_attention: int, objective: str = "mlm"):
-    """The `Recipe` of a modernbert run with these keys: building it applies the recipe's own one-line checks
-    (objective, window, global period), so plan refuses what pretrain would."""
+def plan_recipe(model: str, dropout: float, attention_dropout: float, global_attn_every_n_layers: int,
+                local_attention: int, objective: str = "mlm", architecture: str = "bert"):
+    """The `Recipe` of a run with these keys: building it applies the recipe's own one-line checks
+    (the architecture's objectives, window, global period), so plan refuses what pretrain would."""
     from zh_bert.train.recipe import Recipe
 
-    return Recipe(architecture="modernbert", model=model, objective=objective, dropout=dropout,
+    return Recipe(architecture=architecture, model=model, objective=objective, dropout=dropout,
                   attention_dropout=attention_dropout, global_attn_every_n_layers=global_attn_every_n_layers,
                   local_attention=local_attention)
 
@@ -159,15 +138,17 @@ class Memory:
                 + self.overhead)
 
 
-def activation_bytes(shape: ModelShape, seq_len: int, micro_batch: int, precision: str, *,
-                     mask_rate: float = 0.15, fused_attention: bool = True,
-                     grad_checkpointing: bool = False, device: str = "cuda") -> float:
-    """Bytes autograd keeps for backward in one micro-batch (see module docstring for the derivation);
-    `device` ('cpu' | 'cuda') only changes ModernBERT's dropout masks."""
-    if shape.architecture == "modernbert":
-        return modernbert_activation_bytes(shape, seq_len, micro_batch, precision, mask_rate=mask_rate,
-                                           fused_attention=fused_attention, grad_checkpointing=grad_checkpointing,
-                                           device=device)
+def activation_bytes(shape: ModelShape, seq_len: int, micro_batch: int, precision: str, **kw) -> float:
+    """Bytes autograd keeps for backward in one micro-batch, by the architecture's block (see module docstring
+    for the derivations); keywords: mask_rate, fused_attention, grad_checkpointing, device ('cpu' | 'cuda',
+    which only changes the pre-norm GLU block's dropout masks)."""
+    return BLOCKS[get_architecture(shape.architecture).block](shape, seq_len, micro_batch, precision, **kw)
+
+
+def post_norm_activation_bytes(shape: ModelShape, seq_len: int, micro_batch: int, precision: str, *,
+                               mask_rate: float = 0.15, fused_attention: bool = True,
+                               grad_checkpointing: bool = False, device: str = "cuda") -> float:
+    """BERT's post-LN block (and ELECTRA's two networks of it)."""
     if shape.generator is not None:
         kw = dict(fused_attention=fused_attention, grad_checkpointing=grad_checkpointing)
         half, tokens, h = precision in ("fp16", "bf16"), micro_batch * seq_len, shape.hidden
@@ -195,10 +176,10 @@ def activation_bytes(shape: ModelShape, seq_len: int, micro_batch: int, precisio
     return encoder + embeddings + head
 
 
-def modernbert_activation_bytes(shape: ModelShape, seq_len: int, micro_batch: int, precision: str, *,
-                                mask_rate: float = 0.15, fused_attention: bool = True,
-                                grad_checkpointing: bool = False, device: str = "cuda") -> float:
-    """`activation_bytes` of a ModernBERT block (module docstring): pre-norm, fused QKV + RoPE, GeGLU."""
+def glu_activation_bytes(shape: ModelShape, seq_len: int, micro_batch: int, precision: str, *,
+                         mask_rate: float = 0.15, fused_attention: bool = True,
+                         grad_checkpointing: bool = False, device: str = "cuda") -> float:
+    """ModernBERT's block (module docstring): pre-norm, fused QKV + RoPE, GeGLU."""
     h, i, a, s, v = shape.hidden, shape.intermediate, shape.heads, seq_len, shape.vocab
     half = precision in ("fp16", "bf16")
     x = 2 if half else 4                                    # bytes of a matmul input/output element
@@ -225,6 +206,10 @@ def modernbert_activation_bytes(shape: ModelShape, seq_len: int, micro_batch: in
     return encoder + embeddings + rope + head
 
 
+#: `Architecture.block` -> its activation formula
+BLOCKS = {"post-norm": post_norm_activation_bytes, "pre-norm-glu": glu_activation_bytes}
+
+
 def estimate_memory(shape: ModelShape, seq_len: int, micro_batch: int, precision: str, *,
                     device: str = "cuda", mask_rate: float = 0.15, fused_attention: bool = True,
                     grad_checkpointing: bool = False) -> Memory:
@@ -249,13 +234,10 @@ def divisors(n: int) -> list[int]:
 def shape_and_flops(args, cfg) -> tuple[ModelShape, float]:
     """(what trains, its training FLOPs per token) for `args.objective` on `cfg` (`plan_config(args)`); `args` is
     a `zh_bert.plan.PlanArgs` (its architecture, objective, generator_ratio, seq_len and mask_rate)."""
-    from zh_bert.train.model import electra_configs, electra_flops_per_token, flops_per_token
+    from zh_bert.train.model import electra_configs, electra_flops_per_token
 
-    if getattr(args, "architecture", "bert") == "modernbert":   # GeGLU, windowed attention in local layers
-        from zh_bert.train.modernbert import modernbert_flops_per_token
-
-        return ModelShape.from_modernbert(cfg), modernbert_flops_per_token(cfg, args.seq_len, args.mask_rate)
-    if args.objective == "electra":
+    if OBJECTIVES[args.objective].generator:
         disc, gen = electra_configs(cfg, args.generator_ratio)
         return ModelShape.from_electra(disc, gen), electra_flops_per_token(disc, gen, args.seq_len, args.mask_rate)
-    return ModelShape.from_config(cfg, pairs=args.objective != "mlm"), flops_per_token(cfg, args.seq_len, args.mask_rate)
+    shape = ModelShape.from_config(cfg, pairs=OBJECTIVES[args.objective].pairs is not None)
+    return shape, of_config(cfg).flops_per_token(cfg, args.seq_len, args.mask_rate)

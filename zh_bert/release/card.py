@@ -15,9 +15,10 @@ from typing import Any
 
 import yaml
 
-from zh_bert.evaluation import eval_results
 from zh_bert.core.config import safe_load_unique
 from zh_bert.core.fileio import read_json
+from zh_bert.evaluation import eval_results
+from zh_bert.train.arch import of_config
 from zh_bert.train.rundir import GENERATOR
 
 WIDGET_TEXT = "北京是中国的{mask}都。"
@@ -202,15 +203,16 @@ class _Facts:
         return bool(self.generator)
 
     @property
-    def modernbert(self) -> bool:
-        return self.config.get("model_type") == "modernbert"
+    def arch(self):
+        """The model family of config.json (`zh_bert.train.arch`): what the card says differently."""
+        return of_config(self.config)
 
     @property
     def model_class(self) -> str:
         archs = self.config.get("architectures")
         if isinstance(archs, list) and archs and isinstance(archs[0], str):
             return archs[0]
-        return "ModernBertForMaskedLM" if self.modernbert else "BertForMaskedLM"
+        return self.arch.mlm_class_name
 
     @property
     def widget_text(self) -> str:
@@ -226,7 +228,7 @@ def _metadata(facts: _Facts, name: str, license: str):
                                metric_type=e["metric_type"], metric_name=e.get("metric_name"),
                                metric_value=e["metric_value"]) for e in facts.evals]
     kind_tag = [f"vocab-{facts.vocab_kind}"] if facts.vocab_kind != "unknown" else []
-    arch_tag = "modernbert" if facts.modernbert else "bert"
+    arch_tag = facts.arch.name
     # an ELECTRA discriminator fills no blanks: no fill-mask widget at the top level (the generator has one)
     return ModelCardData(
         language="zh", license=license, library_name="transformers",
@@ -239,45 +241,9 @@ def _metadata(facts: _Facts, name: str, license: str):
 
 
 def _arch(config: dict) -> str:
-    ffn = "GeGLU width" if config.get("model_type") == "modernbert" else "FFN"
+    ffn = of_config(config).ffn_label
     return (f"{config.get('num_hidden_layers', '?')} layers, hidden {config.get('hidden_size', '?')}, "
             f"{config.get('num_attention_heads', '?')} heads, {ffn} {config.get('intermediate_size', '?')}")
-
-
-def modernbert_attention(config: dict) -> dict:
-    """A ModernBERT config.json's attention layout, read from the keys of either transformers major:
-    global_every, window, theta_global, theta_local (a value the config lacks is '?')."""
-    every = config.get("global_attn_every_n_layers")
-    types = config.get("layer_types")
-    if not isinstance(every, int) and isinstance(types, list) and types:
-        from zh_bert.train.modernbert import global_period
-        every = global_period(types)
-    rope = config.get("rope_parameters") if isinstance(config.get("rope_parameters"), dict) else {}
-    theta_global = (rope.get("full_attention") or {}).get("rope_theta", config.get("global_rope_theta"))
-    theta_local = (rope.get("sliding_attention") or {}).get("rope_theta", config.get("local_rope_theta"))
-    return {"global_every": every if every is not None else "?", "window": config.get("local_attention", "?"),
-            "theta_global": theta_global if theta_global is not None else "?",
-            "theta_local": theta_local if theta_local is not None else "?"}
-
-
-def _modernbert_rows(config: dict) -> list[str]:
-    """The rows that say what makes it a ModernBERT, not a BERT (Warner et al. 2024)."""
-    a = modernbert_attention(config)
-    a = {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in a.items()}
-    return [f"| position encoding | RoPE, θ {_fmt_int(a['theta_global'])} in global layers, "
-            f"{_fmt_int(a['theta_local'])} in local ones (no position table) |",
-            f"| attention | {_global_layers(config, a['global_every'])}, a sliding window of {a['window']} tokens "
-            f"in the others |",
-            f"| block | pre-norm, GeGLU MLP of width {config.get('intermediate_size', '?')}, no biases, "
-            f"tied embeddings; no token types |"]
-
-
-def _global_layers(config: dict, every) -> str:
-    """Which layers attend globally, in words: 'every N layers' would mislead when N >= the layer count."""
-    layers = config.get("num_hidden_layers")
-    if isinstance(every, int) and isinstance(layers, int) and every >= layers:
-        return f"global attention in layer 0 only (of {layers})"
-    return f"global attention every {every} layers (from layer 0)"
 
 
 def _plain(value):
@@ -288,11 +254,9 @@ def _plain(value):
 RECIPE_KEYS = ("architecture", "model", "objective", "seq_len", "global_batch", "lr", "max_steps", "precision")
 
 
-def _recipe_row(recipe: dict) -> list[str]:
+def _recipe_row(recipe: dict, arch) -> list[str]:
     shown = [f"{k}: {_plain(recipe[k])}" for k in RECIPE_KEYS if isinstance(recipe.get(k), (str, int, float))]
-    if recipe.get("architecture") == "modernbert":
-        shown += [f"{k}: {_plain(recipe[k])}" for k in ("global_attn_every_n_layers", "local_attention", "global_rope_theta",
-                                                 "local_rope_theta") if isinstance(recipe.get(k), (int, float))]
+    shown += [f"{k}: {_plain(recipe[k])}" for k in arch.card_recipe_keys if isinstance(recipe.get(k), (int, float))]
     return [f"| recipe | `recipe.yaml`: {', '.join(shown)} |"] if shown else []
 
 
@@ -303,7 +267,7 @@ def _model_section(facts: _Facts, name: str) -> list[str]:
     masking = _find(run, "masking")
     masking = ", ".join(f"{k}={v}" for k, v in masking.items()) if isinstance(masking, dict) else masking
     arch = _arch(config)
-    family = "ModernBERT" if facts.modernbert else "BERT"
+    family = facts.arch.family
     what = (f"A Chinese ELECTRA discriminator (replaced-token detection) pretrained from scratch with zh-bert "
             f"({'preset `' + str(preset) + '`, ' if preset else ''}{arch}); its generator, a small masked LM, is "
             f"in `{GENERATOR}/`." if facts.electra else
@@ -313,11 +277,11 @@ def _model_section(facts: _Facts, name: str) -> list[str]:
              "## Model", "",
              "| | |", "|---|---|",
              f"| architecture | {facts.model_class} ({arch}) |"]
-    lines += _modernbert_rows(config) if facts.modernbert else []
+    lines += facts.arch.card_rows(config)
     lines += [f"| parameters | {_fmt_int(facts.params) if facts.params else 'unknown'} |",
               f"| vocabulary | {facts.vocab_kind}, {_fmt_int(facts.vocab_size)} entries |",
               f"| max sequence length | {config.get('max_position_embeddings', '?')} |"]
-    lines += _recipe_row(facts.recipe)
+    lines += _recipe_row(facts.recipe, facts.arch)
     if facts.electra:
         gen = facts.generator
         lines += [f"| this folder | the discriminator: {config.get('architectures', ['?'])[0]}, the model to "
@@ -403,34 +367,8 @@ def _usage_and_limits(facts: _Facts, repo_id: str) -> list[str]:
     small = (facts.params or 0) < 50_000_000
     if facts.electra:
         return _electra_usage(facts, repo_id) + _limits(small, electra=True)
-    if facts.modernbert:
-        return _modernbert_usage(facts, repo_id) + _limits(small)
-    return ["", "## How to use", "", "```python",
-            "from transformers import pipeline", "",
-            f'fill = pipeline("fill-mask", model="{repo_id}")',
-            f'print(fill("{facts.widget_text}"))', "```", "",
-            "It is a stock `BertForMaskedLM` folder (safetensors, `tokenizer.json` and `vocab.txt`): "
-            "`AutoModelForMaskedLM`, `AutoTokenizer` and `BertTokenizer` load it in transformers 4.x and 5.x. "
-            "Fine-tune it like any BERT checkpoint, continue pretraining it with zh-bert, or try it in the "
-            f"browser with `zh-bert demo {repo_id}`.", ""] + _limits(small)
-
-
-def _modernbert_usage(facts: _Facts, repo_id: str) -> list[str]:
-    both = all(k in facts.config for k in ("layer_types", "global_attn_every_n_layers"))   # write_portable_config's
-    portable = ("config.json carries the attention layout in the keys of both transformers 4.x and 5.x, so "
-                "`AutoModelForMaskedLM` and `AutoTokenizer` load the same model in either" if both else
-                "`AutoModelForMaskedLM` and `AutoTokenizer` load it")
-    return ["", "## How to use", "", "Needs transformers >= 4.48 (the first release with ModernBERT).", "",
-            "```python",
-            "from transformers import AutoModelForMaskedLM, AutoTokenizer, pipeline", "",
-            f'model = AutoModelForMaskedLM.from_pretrained("{repo_id}")',
-            f'tokenizer = AutoTokenizer.from_pretrained("{repo_id}")',
-            'fill = pipeline("fill-mask", model=model, tokenizer=tokenizer)',
-            f'print(fill("{facts.widget_text}"))', "```", "",
-            f"It is a stock `{facts.model_class}` folder (safetensors, `tokenizer.json` and `vocab.txt`); "
-            f"{portable}. The model takes no token_type_ids. Fine-tune it with `AutoModelForSequenceClassification`, continue pretraining it "
-            f"with zh-bert (`architecture: modernbert`), or try it in the browser with `zh-bert demo {repo_id}`.",
-            ""]
+    return ["", "## How to use", ""] + facts.arch.card_usage(facts.model_class, facts.widget_text, repo_id,
+                                                            facts.config) + [""] + _limits(small)
 
 
 def _limits(small: bool, electra: bool = False) -> list[str]:

@@ -13,9 +13,12 @@ import json
 from dataclasses import dataclass
 
 from zh_bert.core import config
-from zh_bert.core.config import option
+from zh_bert.core.config import option, option_of
 from zh_bert.core.errors import ZhBertError, suggest
+from zh_bert.core.options import Shared
 from zh_bert.release.hub import check_repo_id, endpoint_and_host, hub_errors
+from zh_bert.train.arch import ARCHITECTURES
+from zh_bert.train.arch import get as get_architecture
 
 PAPERS = {
     "bert": "Devlin et al. 2019, BERT (arXiv:1810.04805)",
@@ -26,27 +29,6 @@ PAPERS = {
     "modernbert": "Warner et al. 2024, Smarter, Better, Faster, Longer: A Modern Bidirectional Encoder "
                   "(ModernBERT, arXiv:2412.13663)",
 }
-
-ARCHITECTURES = ("bert", "modernbert")
-
-
-def bert_params(layers: int, hidden: int, intermediate: int, vocab_size: int) -> int:
-    """Parameters of BertModel (embeddings + encoder + pooler), the figure BERT model cards quote."""
-    h, i, v = hidden, intermediate, vocab_size
-    emb = (v + 512 + 2) * h + 2 * h
-    layer = 4 * (h * h + h) + 2 * h + (h * i + i) + (i * h + h) + 2 * h
-    return emb + layers * layer + (h * h + h)
-
-
-def modernbert_params(layers: int, hidden: int, intermediate: int, vocab_size: int) -> int:
-    """Parameters of ModernBertModel: no biases, norms without bias, RoPE (no position table), no pooler.
-
-    Token embeddings + embedding norm; per layer Wqkv 3h² + Wo h², attn_norm h (layer 0 has none: its
-    input is already normed), mlp_norm h, GeGLU Wi h·2i + Wo i·h; then final_norm h."""
-    h, i = hidden, intermediate
-    layer = 4 * h * h + 2 * h + 3 * h * i
-    return vocab_size * h + h + layers * layer - (h if layers else 0) + h
-
 
 @dataclass(frozen=True)
 class CatalogEntry:
@@ -62,7 +44,7 @@ class CatalogEntry:
     paper: str          # key of PAPERS
     note: str = ""
     modelscope_id: str | None = None  # only where verified to exist
-    architecture: str = "bert"        # one of ARCHITECTURES; decides the parameter formula
+    architecture: str = "bert"        # a zh_bert.train.arch family; its parameter formula counts the size
 
     def __post_init__(self):
         if self.architecture not in ARCHITECTURES:
@@ -72,8 +54,8 @@ class CatalogEntry:
     @property
     def params(self) -> int:
         """Parameters of the base model (BertModel or ModernBertModel), computed from the shape."""
-        count = modernbert_params if self.architecture == "modernbert" else bert_params
-        return count(self.layers, self.hidden, self.intermediate, self.vocab_size)
+        return get_architecture(self.architecture).params(self.layers, self.hidden, self.intermediate,
+                                                          self.vocab_size, head="base")
 
     @property
     def size(self) -> str:
@@ -161,8 +143,8 @@ def community_models(endpoint: str | None = None, limit: int = 50) -> list[dict]
 @dataclass
 class ModelsConfig:
     community: bool = option(False, help="also list Hub models tagged 'zh-bert'")
-    endpoint: str | None = option(None, help="Hub endpoint or mirror (default: $HF_ENDPOINT or huggingface.co)")
-    json: bool = option(False, help="machine-readable output")
+    endpoint: str | None = option_of(Shared, "endpoint")
+    json: bool = option_of(Shared, "json")
 
 
 def build_parser():

@@ -13,17 +13,17 @@ import html
 import math
 import os
 import re
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from zh_bert.core import config
-
-from zh_bert.train import rundir
-from zh_bert.release.catalog import CATALOG, resolve
 from zh_bert.core.config import option
-from zh_bert.release.download import default_out, download_hf
 from zh_bert.core.errors import ZhBertError
 from zh_bert.corpus.tokenizer_files import load_tokenizer
+from zh_bert.release.catalog import CATALOG, resolve
+from zh_bert.release.download import default_out, download_hf
+from zh_bert.train import rundir
 from zh_bert.train.weights import check_weights, load_pretrained
 
 MAX_CHARS = 256        # longer input is refused with a message (also bounds latency)
@@ -130,7 +130,9 @@ def fill(model, tokenizer, text: str, top_k: int = 5, max_chars: int = MAX_CHARS
         raise FillError(f"文本太长：{len(ids)} 个词元，模型最多 {limit}。Text too long for this model ({len(ids)} tokens).")
     banned = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
     top_k = max(1, min(int(top_k), 20))
-    from zh_bert.evaluation.evaluate import sparse_head   # BERT's token types are left at their default (all zeros)
+    from zh_bert.evaluation.evaluate import (
+        sparse_head,  # BERT's token types are left at their default (all zeros)
+    )
 
     split = sparse_head(model)
 
@@ -375,7 +377,6 @@ def build_parser():
 def check_port(host: str, port: int) -> None:
     """Bind `host:port` once (as the server will, SO_REUSEADDR) so a busy port or an unknown host is one
     line before Gradio and the models spend seconds loading."""
-    import socket
 
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)

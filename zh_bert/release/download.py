@@ -13,23 +13,43 @@ from __future__ import annotations
 
 import fnmatch
 import glob
+import http.client
 import json
 import os
 import pickle
 import shutil
+import socket
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from zh_bert.core import config
-from zh_bert.release.catalog import resolve
-from zh_bert.core.config import option
+from zh_bert.core.config import option, option_of
 from zh_bert.core.errors import ZhBertError
-from zh_bert.core.fileio import (atomic_dir, atomic_write, claim_dir, copy_file, read_json, save_pretrained, save_safetensors,
-                            write_bytes, write_json)
-from zh_bert.release.hub import (check_listing, endpoint_and_host, hub_errors, is_transient, local_path, quiet_progress_bars,
-                         scratch_dir)
+from zh_bert.core.fileio import (
+    atomic_dir,
+    atomic_write,
+    claim_dir,
+    copy_file,
+    read_json,
+    save_pretrained,
+    save_safetensors,
+    write_bytes,
+    write_json,
+)
+from zh_bert.core.options import Shared
 from zh_bert.corpus.tokenizer_files import TOKENIZER_FILES
+from zh_bert.release.catalog import resolve
+from zh_bert.release.hub import (
+    check_listing,
+    endpoint_and_host,
+    hub_errors,
+    is_transient,
+    local_path,
+    quiet_progress_bars,
+    scratch_dir,
+)
 
 #: files a model folder needs besides its weights
 NEEDED = ("config.json",) + TOKENIZER_FILES
@@ -181,9 +201,6 @@ def _modelscope_names(raw: bytes, where: str) -> list[str]:
 def download_modelscope(model_id: str, out: Path, *, revision: str | None = None, endpoint: str | None = None,
                         overwrite: bool = False) -> Path:
     """ModelScope through its public HTTP API, with the standard library only (no `modelscope` package)."""
-    import http.client
-    import socket
-    import urllib.request  # 35 ms of http/ssl imports, for ModelScope only
 
     ep = (endpoint or os.environ.get("MODELSCOPE_DOMAIN") or "https://www.modelscope.cn").rstrip("/")
     if not ep.startswith("http"):
@@ -226,11 +243,11 @@ class DownloadConfig:
     name: str = option(positional=True, metavar="NAME_OR_ALIAS",
                        help="catalog alias (see `zh-bert models`) or ORG/NAME repo id")
     output: str | None = option(None, flags=("-o",), help="model folder to create (default: models/<name>)")
-    endpoint: str | None = option(None, help="Hub endpoint or mirror (default: $HF_ENDPOINT or huggingface.co)")
-    revision: str | None = option(None, help="branch, tag or commit (default: main; ModelScope: master)")
+    endpoint: str | None = option_of(Shared, "endpoint")
+    revision: str | None = option_of(Shared, "revision")
     source: Literal["hf", "modelscope"] = option("hf", help="where to download from")
     cache_dir: str | None = option(None, help="Hugging Face cache dir (default: $HF_HUB_CACHE)")
-    force: bool = option(False, help="replace the output folder if it exists")
+    force: bool = option_of(Shared, "force", help="replace the output folder if it exists (only a folder zh-bert wrote)")
 
     def __post_init__(self):
         if self.source not in ("hf", "modelscope"):

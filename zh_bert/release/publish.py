@@ -21,21 +21,43 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zh_bert.core import config
-from zh_bert.release.card import build_card
-from zh_bert.core.config import option
+from zh_bert.core.config import option, option_of
 from zh_bert.core.errors import ZhBertError
-from zh_bert.core.fileio import atomic_dir, copy_file, fault_point, refuse_overlap, write_text
-from zh_bert.release.hub import check_repo_id, endpoint_and_host, hub_errors, quiet_progress_bars, scratch_dir, with_retries
-from zh_bert.train.rundir import FINAL, GENERATOR, Checkpoint, is_model_dir, locate
+from zh_bert.core.fileio import (
+    atomic_dir,
+    copy_file,
+    fault_point,
+    refuse_overlap,
+    write_text,
+)
+from zh_bert.core.options import Shared
 from zh_bert.corpus.tokenizer_files import TOKENIZER_FILES
+from zh_bert.release.card import build_card
+from zh_bert.release.hub import (
+    check_repo_id,
+    endpoint_and_host,
+    hub_errors,
+    quiet_progress_bars,
+    scratch_dir,
+    with_retries,
+)
+from zh_bert.train.rundir import (
+    ABLATE_EVALS,
+    FINAL,
+    GENERATOR,
+    RUN_FILES,
+    Checkpoint,
+    is_model_dir,
+    locate,
+)
 from zh_bert.train.weights import check_weights
 
 #: from the model folder (out_dir/final or a checkpoint or any stock BERT / ModernBERT folder)
 MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors",
                "model.safetensors.index.json") + TOKENIZER_FILES
 MODEL_PATTERNS = ("model-*-of-*.safetensors",)
-#: from the run dir
-RUN_FILES = ("recipe.yaml", "metrics.jsonl", "curves.png", "run.json", "eval_results.json")
+#: from the run dir: what zh-bert writes at its top, less ablate's eval cache (its figures are in eval_results.json)
+PUBLISHED_RUN_FILES = tuple(n for n in RUN_FILES if n != ABLATE_EVALS)
 MAX_TEXT_SCAN = 64 << 20
 RETRY_BACKOFF_S = 2.0   # first wait; doubles per retry
 
@@ -68,7 +90,7 @@ def select_files(src: Checkpoint) -> tuple[dict[str, Path], list[str]]:
     model = src.model_dir.resolve()
     dirs = [(src.model_dir, _allowed, True)]
     if src.run_dir and src.run_dir != model:
-        dirs.append((src.run_dir, lambda n: n in RUN_FILES, True))
+        dirs.append((src.run_dir, lambda n: n in PUBLISHED_RUN_FILES, True))
         final = src.run_dir / FINAL
         if final.is_dir() and final != model:  # intermediate checkpoints may hold only weights
             dirs.append((final, lambda n: n in TOKENIZER_FILES, False))
@@ -140,7 +162,7 @@ def portable_text(text: str, run_dir: Path | None) -> str:
 
 def _copy_portable(name: str, path: Path, target: Path, run_dir: Path | None) -> None:
     """Copy one file; the run's text files (and only they) with absolute paths made portable."""
-    if name in RUN_FILES and name != "curves.png":
+    if name in PUBLISHED_RUN_FILES and name != "curves.png":
         try:
             text = path.read_text(encoding="utf-8")
         except UnicodeDecodeError:
@@ -218,9 +240,9 @@ class PublishConfig:
                          help="run dir (uses final/), checkpoint or model folder")
     repo_id: str = option(help="ORG/NAME on the Hub")
     private: bool = option(False, help="create the repo private")
-    revision: str | None = option(None, help="branch to commit to (created from main), e.g. step-10000")
-    endpoint: str | None = option(None, help="Hub endpoint (default: $HF_ENDPOINT or huggingface.co)")
-    dry_run: bool = option(False, help="stage and show what would be uploaded; upload nothing")
+    revision: str | None = option_of(Shared, "revision", help="branch to commit to (created from main), e.g. step-10000")
+    endpoint: str | None = option_of(Shared, "endpoint", help="Hub endpoint (default: $HF_ENDPOINT or huggingface.co)")
+    dry_run: bool = option_of(Shared, "dry_run", help="stage and show what would be uploaded; upload nothing")
     output: str | None = option(None, flags=("-o",), help="with --dry-run: write the staged repo folder here")
     license: str = option("apache-2.0", help="licence id for the card")
     message: str | None = option(None, flags=("-m",), help="commit message")

@@ -34,13 +34,26 @@ import numpy as np
 import torch
 
 from zh_bert.core.errors import ZhBertError
-from zh_bert.core.fileio import (check_dir_ours, fault_point, foreign_entries, fresh_staging_dir, read_json, remove_owned, remove_scratch,
-                            rename_owned, replace_dir, save_pretrained, torch_save, write_json)
-from zh_bert.train.modernbert import write_portable_config
+from zh_bert.core.fileio import (
+    check_dir_ours,
+    fault_point,
+    foreign_entries,
+    fresh_staging_dir,
+    read_json,
+    remove_owned,
+    remove_scratch,
+    rename_owned,
+    replace_dir,
+    save_pretrained,
+    torch_save,
+    write_json,
+)
+from zh_bert.train.arch import of_config
 from zh_bert.train.rundir import GENERATOR
+from zh_bert.train.scaler import NO_SCALING
 
 STATE = "trainer_state.json"
-MANIFEST = "manifest.json"
+CHECKPOINT_MANIFEST = "manifest.json"   # a checkpoint's files and sizes (not fileio.MANIFEST, the ownership proof)
 HASH_LIMIT = 16 << 20        # files up to this size also get a sha256 in the manifest
 FAULT_POINTS = ("tmp-dir", "rng-rank0", "model", "optimizer", "trainer-state", "manifest", "renamed", "trashed")
 _STEP_DIR = re.compile(r"^step-(\d+)$")
@@ -107,7 +120,7 @@ def _together(accelerator, work) -> None:
 
 
 def save_checkpoint(ckpt_root: Path, step: int, *, accelerator, hf_model, optimizer, scheduler,
-                    trainer_state: dict, keep_last: int, generator=None, scaler=None, name: str | None = None) -> Path:
+                    trainer_state: dict, keep_last: int, generator=None, scaler=NO_SCALING, name: str | None = None) -> Path:
     """Every process calls this (each saves its RNG); returns the final dir: `step-N`, or `name` (NODECAY), a
     complete checkpoint like the others that `keep_last` never removes.
 
@@ -129,12 +142,12 @@ def save_checkpoint(ckpt_root: Path, step: int, *, accelerator, hf_model, optimi
         fault_point(f"after:rng-rank{rank}", step)
         if main:
             save_pretrained(hf_model, tmp, safe_serialization=True)
-            write_portable_config(tmp)
+            of_config(hf_model.config).save_config(tmp)
             if generator is not None:
                 save_pretrained(generator, tmp / GENERATOR, safe_serialization=True)
             fault_point("after:model", step)
             torch_save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                        "scaler": scaler.state_dict() if scaler is not None else None}, tmp / "optimizer.pt")
+                        "scaler": scaler.state_dict()}, tmp / "optimizer.pt")
             fault_point("after:optimizer", step)
 
     def commit():
@@ -176,7 +189,7 @@ def write_manifest(folder: Path) -> None:
     files = {}
     for p in sorted(Path(folder).rglob("*")):
         name = p.relative_to(folder).as_posix()
-        if name == MANIFEST or not p.is_file():
+        if name == CHECKPOINT_MANIFEST or not p.is_file():
             continue
         entry = {"size": p.stat().st_size}
         with open(p, "rb") as f:
@@ -184,7 +197,7 @@ def write_manifest(folder: Path) -> None:
             if entry["size"] <= HASH_LIMIT:
                 entry["sha256"] = hashlib.sha256(f.read()).hexdigest()
         files[name] = entry
-    write_json(Path(folder) / MANIFEST, {"format": 1, "files": files})
+    write_json(Path(folder) / CHECKPOINT_MANIFEST, {"format": 1, "files": files})
 
 
 def _fsync_dir(path: Path) -> None:
@@ -199,10 +212,10 @@ def listed_files(path: Path) -> dict[str, int] | None:
     """What the checkpoint's `manifest.json` says zh-bert wrote in `path` (name -> size, the manifest itself
     included), or None for a checkpoint without a readable manifest."""
     try:
-        files = {str(k): int(v["size"]) for k, v in read_json(Path(path) / MANIFEST)["files"].items()}
+        files = {str(k): int(v["size"]) for k, v in read_json(Path(path) / CHECKPOINT_MANIFEST)["files"].items()}
     except (ZhBertError, ValueError, KeyError, TypeError, AttributeError):
         return None
-    return {MANIFEST: (Path(path) / MANIFEST).stat().st_size, **files}   # the manifest goes first
+    return {CHECKPOINT_MANIFEST: (Path(path) / CHECKPOINT_MANIFEST).stat().st_size, **files}   # the manifest goes first
 
 
 def _legacy_entry(name: str, is_dir: bool) -> bool:
@@ -237,23 +250,23 @@ def incomplete_reason(path: Path, deep: bool = False) -> str | None:
     path = Path(path)
     if not path.is_dir():
         return "no such checkpoint directory"
-    if not (path / MANIFEST).is_file():
+    if not (path / CHECKPOINT_MANIFEST).is_file():
         return _legacy_reason(path)
     try:
-        files = read_json(path / MANIFEST)["files"]
+        files = read_json(path / CHECKPOINT_MANIFEST)["files"]
         entries = [(str(name), int(e["size"]), e.get("sha256")) for name, e in files.items()]
     except (ZhBertError, ValueError, KeyError, TypeError, AttributeError):
-        return f"{MANIFEST} is unreadable"
+        return f"{CHECKPOINT_MANIFEST} is unreadable"
     if STATE not in files:
-        return f"{STATE} is not in {MANIFEST}"
+        return f"{STATE} is not in {CHECKPOINT_MANIFEST}"
     for name, size, digest in entries:
         f = path / name
         if not f.is_file():
             return f"{name} is missing"
         if f.stat().st_size != size:
-            return f"{name} has {f.stat().st_size} bytes, {MANIFEST} says {size}"
+            return f"{name} has {f.stat().st_size} bytes, {CHECKPOINT_MANIFEST} says {size}"
         if deep and digest and hashlib.sha256(f.read_bytes()).hexdigest() != digest:
-            return f"{name} does not match its sha256 in {MANIFEST}"
+            return f"{name} does not match its sha256 in {CHECKPOINT_MANIFEST}"
     return None
 
 
@@ -328,7 +341,7 @@ def find_resume(resume: str | None, ckpt_root: Path, warn=print) -> Path | None:
 
 
 def load_checkpoint(path: Path, *, accelerator, hf_model, optimizer, scheduler, generator=None,
-                    scaler=None) -> dict:
+                    scaler=NO_SCALING) -> dict:
     """Restore model (and the ELECTRA generator), optimizer, scheduler, scaler and this process's RNG; return
     the trainer state."""
     path = Path(path)
@@ -344,7 +357,7 @@ def load_checkpoint(path: Path, *, accelerator, hf_model, optimizer, scheduler, 
     opt = torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True)
     optimizer.load_state_dict(opt["optimizer"])
     scheduler.load_state_dict(opt["scheduler"])
-    if scaler is not None and opt.get("scaler"):
+    if opt.get("scaler"):   # a disabled scaler ignores it; fp32/bf16 checkpoints store {} (older ones None)
         scaler.load_state_dict(opt["scaler"])
     rng_file = path / f"rng-rank{accelerator.process_index}.pt"
     if rng_file.is_file():

@@ -11,6 +11,8 @@ import json
 import warnings
 from pathlib import Path
 
+from zh_bert.core.fileio import atomic_write
+
 # fonts with the CJK glyphs of a run's name (out_dir 中文实验), the first one installed is used
 CJK_FONTS = ("Noto Sans CJK SC", "Noto Sans SC", "Source Han Sans SC", "WenQuanYi Zen Hei", "WenQuanYi Micro Hei",
              "SimHei", "Microsoft YaHei", "PingFang SC", "Heiti SC", "AR PL UMing CN")
@@ -43,8 +45,6 @@ def plot_curves(metrics_path: str | Path, out_png: str | Path, title: str = "") 
 
 
 def _draw_curves(plt, train: list[dict], val: list[dict], title: str, out_png: str | Path) -> None:
-    from zh_bert.core.fileio import atomic_write
-
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
     panels = [("loss", "val_mlm_loss", "MLM loss"), ("mlm_acc", "val_mlm_acc", "MLM accuracy"), ("lr", None, "learning rate")]
     for ax, (key, vkey, label) in zip(axes, panels):

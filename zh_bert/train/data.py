@@ -17,13 +17,13 @@ from pathlib import Path
 import numpy as np
 
 from zh_bert.core.errors import ZhBertError
-from zh_bert.train.masking import MaskingConfig, mask_batch
 from zh_bert.corpus.sharddir import META, SPLITS, UNIGRAM_COUNTS, read_meta, split_file
+from zh_bert.corpus.tokenizer_files import tokenizer_fingerprint
+from zh_bert.train.masking import MaskingConfig, mask_batch
 
 
 def _fingerprint_of(tok) -> tuple[str, str]:
     """(fingerprint, description) from a fingerprint string, a tokenizer dir, or a tokenizer object."""
-    from zh_bert.corpus.tokenizer_files import tokenizer_fingerprint
 
     if isinstance(tok, (str, os.PathLike)) and Path(tok).is_dir():
         return tokenizer_fingerprint(tok), f"tokenizer {tok}"

@@ -16,12 +16,13 @@ from typing import Literal, Optional
 import numpy as np
 
 from zh_bert.core.config import build_parser as _build_parser
-from zh_bert.core.config import config_from_args, option
-from zh_bert.train.data import ShardDataset
+from zh_bert.core.config import config_from_args, option, option_of
 from zh_bert.core.errors import ZhBertError
-from zh_bert.train.masking import STRATEGIES, MaskingConfig, mask_batch
+from zh_bert.core.options import Shared
 from zh_bert.corpus.sharddir import read_meta
 from zh_bert.corpus.tokenizer_files import load_tokenizer
+from zh_bert.train.data import ShardDataset
+from zh_bert.train.masking import STRATEGIES, MaskingConfig, mask_batch
 
 
 @dataclass
@@ -31,9 +32,9 @@ class InspectConfig:
     tokenizer: Optional[str] = option(None, metavar="TOKDIR", help="tokenizer dir for token strings "
                                       "(default: the one recorded in meta.json)")
     samples: int = option(3, help="sequences to show (random, from --seed)")
-    seed: int = option(0)
+    seed: int = option_of(Shared, "seed", default=0, help="masking seed (same seed = same blanks)")
     split: Literal["train", "valid"] = option("train")
-    json: bool = option(False, help="one JSON object per sequence")
+    json: bool = option_of(Shared, "json", help="one JSON object per sequence")
 
     def __post_init__(self):
         if self.samples < 1:

@@ -37,13 +37,22 @@ from typing import Literal, Sequence, Union
 import numpy as np
 
 from zh_bert.core.config import option
-from zh_bert.core.errors import ZhBertError
+from zh_bert.core.errors import ZhBertError, suggest
 from zh_bert.corpus.segment import special_cuts, word_units
 
 # one generator for a whole batch, or one per row (masks keyed per sequence)
 Rng = Union[np.random.Generator, Sequence[np.random.Generator]]
 
-STRATEGIES = ("token", "wwm", "ngram", "unigram-noise", "correction")
+# the masking strategies: what each picks as its unit and what replaces it
+STRATEGY_HELP = {
+    "token": "token (BERT)",
+    "wwm": "wwm = whole jieba words",
+    "ngram": "ngram = spans of 1..max_ngram words (MacBERT)",
+    "unigram-noise": "unigram-noise = token with random replacements drawn from the corpus unigram distribution",
+    "correction": "correction = words replaced by similar words instead of [MASK] (MacBERT)",
+}
+STRATEGIES = tuple(STRATEGY_HELP)
+Strategy = Literal[STRATEGIES]
 # strategies whose unit is one jieba word
 WORD_STRATEGIES = ("wwm", "correction")
 
@@ -55,11 +64,7 @@ MACBERT_NGRAM_PROBS = (0.4, 0.3, 0.2, 0.1)
 class MaskingConfig:
     """How tokens are picked and replaced; the fields are also the `--masking/--mask-rate/...` options of
     every command that masks (eval mlm, inspect) and the masking keys of a recipe."""
-    strategy: Literal["token", "wwm", "ngram", "unigram-noise", "correction"] = option(
-        "wwm", flags=("--masking",),
-        help="unit of masking: token (BERT); wwm = whole jieba words; ngram = spans of 1..max_ngram words "
-             "(MacBERT); unigram-noise = token with random replacements drawn from the corpus unigram "
-             "distribution; correction = words replaced by similar words instead of [MASK] (MacBERT)")
+    strategy: Strategy = option("wwm", flags=("--masking",), help="unit of masking: " + "; ".join(STRATEGY_HELP.values()))
     mask_rate: float = option(0.15, help="fraction of maskable tokens predicted")
     mask_token_prob: float = option(0.8, help="of predicted tokens: replaced by [MASK] (correction: of predicted "
                                          "words, replaced by a similar word)")
@@ -69,8 +74,6 @@ class MaskingConfig:
 
     def __post_init__(self):
         if self.strategy not in STRATEGIES:
-            from zh_bert.core.errors import suggest
-
             raise ZhBertError(f"masking strategy '{self.strategy}' is not one of {', '.join(STRATEGIES)}"
                               f"{suggest(self.strategy, STRATEGIES)}")
         if not 0.0 < self.mask_rate < 1.0:

@@ -15,99 +15,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from zh_bert.core.errors import ZhBertError, suggest
-from zh_bert.core.fileio import read_json
-
-# name -> (layers, hidden, heads); intermediate = 4 * hidden (UER-py / Turc et al. miniatures)
-PRESETS: dict[str, tuple[int, int, int]] = {
-    "tiny": (2, 128, 2),
-    "mini": (4, 256, 4),
-    "small": (4, 512, 8),
-    "medium": (8, 512, 8),
-    "base": (12, 768, 12),
-    "large": (24, 1024, 16),
-}
-
-
-def build_config(model: str, vocab_size: int, *, pad_token_id: int = 0, dropout: float = 0.1,
-                 attention_dropout: float = 0.0, max_positions: int = 512):
-    """BertConfig for a preset name or a config.json path, with the tokenizer's vocab size."""
-    from transformers import BertConfig
-
-    if model in PRESETS:
-        layers, hidden, heads = PRESETS[model]
-        return BertConfig(vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=layers,
-                          num_attention_heads=heads, intermediate_size=4 * hidden,
-                          max_position_embeddings=max_positions, pad_token_id=pad_token_id,
-                          hidden_dropout_prob=dropout, attention_probs_dropout_prob=attention_dropout)
-    path = config_path(model)
-    kind = _model_type(path)
-    if kind not in (None, "bert"):   # BertConfig reads any config.json, and the model then fails mid-run
-        raise ZhBertError(f"{path}: model_type {kind!r}, but architecture is bert: give a config.json with "
-                          f"model_type: bert" + (", or set architecture: modernbert" if kind == "modernbert" else ""))
-    try:
-        cfg = BertConfig.from_json_file(str(path))
-    except _config_errors() as e:   # UnicodeDecodeError is a ValueError
-        raise ZhBertError(f"{path}: not a BERT config: {' '.join(str(e).split())[:200]}") from None
-    check_shape(cfg, path)
-    cfg.vocab_size = vocab_size
-    return cfg
-
-
-def config_path(model: str) -> Path:
-    """The config.json that a `model:` value other than a preset names (a file, or a folder holding one)."""
-    path = Path(model)
-    if path.is_dir():
-        path = path / "config.json"
-    if not path.is_file():
-        raise ZhBertError(f"model '{model}' is neither a preset ({', '.join(PRESETS)}){suggest(model, PRESETS)} "
-                          f"nor a config.json file")
-    return path
-
-
-def _model_type(path: Path):
-    """config.json's `model_type`, or None when it has none (Google's bert_config.json) or is no JSON mapping
-    (the config loader then says what is wrong)."""
-    import json
-
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data.get("model_type") if isinstance(data, dict) else None
-
-
-def _config_errors() -> tuple[type[BaseException], ...]:
-    """What reading a bad config.json raises: also transformers' strict field checks ('hidden_size': "abc")."""
-    import huggingface_hub.errors as hub_errors
-
-    strict = getattr(hub_errors, "StrictDataclassError", None)
-    return (OSError, ValueError, TypeError, AttributeError) + ((strict,) if strict else ())
-
-
-# BertConfig fields that must be positive integers for a model to be built from it
-_SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-          "max_position_embeddings", "type_vocab_size")
-
-
-def check_shape(cfg, where) -> None:
-    """Refuse a config whose sizes no model can have (transformers would fail deep inside, or `plan` would
-    compute with them): each size a positive integer, hidden_size divisible by the heads, dropouts in [0, 1)."""
-    for key in _SIZES:
-        value = getattr(cfg, key, None)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ZhBertError(f"{where}: '{key}' must be a positive integer, got {value!r}")
-    if cfg.hidden_size % cfg.num_attention_heads:
-        raise ZhBertError(f"{where}: hidden_size {cfg.hidden_size} is not a multiple of num_attention_heads "
-                          f"{cfg.num_attention_heads}")
-    from transformers.activations import ACT2FN
-
-    if isinstance(cfg.hidden_act, str) and cfg.hidden_act not in ACT2FN:
-        raise ZhBertError(f"{where}: unknown hidden_act {cfg.hidden_act!r}{suggest(cfg.hidden_act, ACT2FN)}")
-    for key in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
-        value = getattr(cfg, key, 0.0)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-            raise ZhBertError(f"{where}: '{key}' must be a number in [0, 1), got {value!r}")
+from zh_bert.core.errors import ZhBertError
+from zh_bert.core.fileio import read_json, read_vocab_txt
+from zh_bert.corpus.tokenizer_files import load_tokenizer
+from zh_bert.train.arch import Architecture, of_config
+from zh_bert.train.arch.bert import encoder_macs
+from zh_bert.train.weights import load_pretrained
 
 
 def neighbour_attention_init(hf, amplitude: float = 0.05, sharpness: float = 2.0, n_freq: int = 16) -> None:
@@ -148,14 +61,6 @@ def neighbour_attention_init(hf, amplitude: float = 0.05, sharpness: float = 2.0
             attn.key.weight[rows, :d] = sharpness * torch.eye(d)
 
 
-def model_class(objective: str, architecture: str = "bert"):
-    from transformers import BertForMaskedLM, BertForPreTraining, ModernBertForMaskedLM
-
-    if architecture == "modernbert":
-        return ModernBertForMaskedLM
-    return BertForMaskedLM if objective == "mlm" else BertForPreTraining
-
-
 def count_params(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
@@ -172,10 +77,8 @@ def decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 def _checkpoint_vocab(ckpt: Path) -> list[str] | None:
     """The token list a checkpoint was trained with, read through its own tokenizer when it ships one (so
     both sides are normalised alike, e.g. the U+2028 entries of Google's vocab), else from vocab.txt."""
-    from zh_bert.core.fileio import read_vocab_txt
 
     if (ckpt / "tokenizer.json").is_file() or (ckpt / "tokenizer_config.json").is_file():
-        from zh_bert.corpus.tokenizer_files import load_tokenizer
         tok = load_tokenizer(ckpt)
         return tok.convert_ids_to_tokens(list(range(len(tok))))
     if (ckpt / "vocab.txt").is_file():
@@ -183,10 +86,10 @@ def _checkpoint_vocab(ckpt: Path) -> list[str] | None:
     return None
 
 
-def load_init(init_from: str | Path, tokenizer, objective: str, seq_len: int, architecture: str = "bert"):
+def load_init(init_from: str | Path, tokenizer, objective: str, seq_len: int, arch: Architecture | None = None):
     """A stock model from checkpoint dir `init_from`, fitted to `tokenizer`.
 
-    Same vocab size: loaded as is. Tokenizer larger and its first N tokens equal to the checkpoint's N:
+    `arch` None: the checkpoint's own family. Same vocab size: loaded as is. Tokenizer larger and its first N tokens equal to the checkpoint's N:
     embeddings extended (`extend_vocab`). Anything else: refused, naming both sizes — training on ids
     that mean different characters would silently destroy the checkpoint.
     """
@@ -213,9 +116,8 @@ def load_init(init_from: str | Path, tokenizer, objective: str, seq_len: int, ar
                    f"their first {old_n} tokens differ")
             raise ZhBertError(f"vocab size mismatch: checkpoint {ckpt} has vocab_size {old_n} but the tokenizer "
                               f"has {new_n} tokens ({why}); use the checkpoint's tokenizer or one that extends it")
-    from zh_bert.train.weights import load_pretrained
 
-    model = load_pretrained(model_class(objective, architecture), ckpt, "init_from")
+    model = load_pretrained((arch or of_config(cfg)).model_class(objective), ckpt, "init_from")
     if new_n > old_n:
         extend_vocab(model, new_tokens, old_n, tokenizer)
     return model
@@ -261,19 +163,16 @@ class PretrainModel(nn.Module):
     def __init__(self, hf_model):
         super().__init__()
         self.hf = hf_model
-        self.modern = hf_model.config.model_type == "modernbert"
-        self.pairs = not self.modern and hasattr(hf_model.cls, "seq_relationship")
+        self.arch = of_config(hf_model.config)
+        self.pairs = hasattr(getattr(hf_model, "cls", None), "seq_relationship")
 
     def encode(self, input_ids, attention_mask, token_type_ids):
-        """(hidden states, pooled output or None) of the stock encoder; ModernBERT has no token types."""
-        if self.modern:
-            return self.hf.model(input_ids=input_ids, attention_mask=attention_mask)[0], None
-        out = self.hf.bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
-        return out[0], (out[1] if len(out) > 1 else None)
+        """(hidden states, pooled output or None) of the stock encoder (the architecture knows its inputs)."""
+        return self.arch.encode(self.hf, input_ids, attention_mask, token_type_ids)
 
     def mlm_logits(self, h):
         """The stock MLM head on the rows `h` (masked positions only)."""
-        return self.hf.decoder(self.hf.head(h)) if self.modern else self.hf.cls.predictions(h)
+        return self.arch.mlm_logits(self.hf, h)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
                 next_sentence_label=None) -> dict[str, torch.Tensor]:
@@ -300,23 +199,6 @@ def top1_correct(logits, target):
     """How many rows rank their target first. amax is vectorised on CPU, argmax is not: over 512 × 8,000
     fp32 logits this takes ~1 ms instead of ~4.5 ms, 2% of a `tiny-cpu` step. A tie counts as correct."""
     return (logits.gather(1, target[:, None]).squeeze(1) >= logits.amax(-1)).sum()
-
-
-def flops_per_token(cfg, seq_len: int, mask_rate: float, sparse: bool = True) -> float:
-    """Training FLOPs per input token (forward + backward = 3 × forward, 2 FLOPs per MAC).
-
-    "Useful" FLOPs: encoder matmuls + attention scores, and the MLM head only where a prediction is
-    needed (masked positions) — what any implementation must compute; a dense head's extra work is waste.
-    """
-    h, v = cfg.hidden_size, cfg.vocab_size
-    head = h * h + h * v
-    return 6.0 * (encoder_macs(cfg, seq_len) + head * (mask_rate if sparse else 1.0))
-
-
-def encoder_macs(cfg, seq_len: int) -> int:
-    """Multiply-accumulates per token of the encoder: qkvo + ffn matmuls, QK^T and AV."""
-    h, l, i = cfg.hidden_size, cfg.num_hidden_layers, cfg.intermediate_size
-    return l * (4 * h * h + 2 * h * i) + l * 2 * seq_len * h
 
 
 def electra_flops_per_token(disc, gen, seq_len: int, mask_rate: float) -> float:

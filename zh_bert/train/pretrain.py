@@ -18,23 +18,48 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from zh_bert.core.config import build_parser as derive_parser
-from zh_bert.core.config import config_from_args, option
-from zh_bert.train.curves import plot_curves
+from zh_bert.core.config import config_from_args, option, option_of
 from zh_bert.core.errors import ZhBertError
-from zh_bert.core.fileio import atomic_dir, copy_file, save_pretrained, write_json, write_vocab_txt
-from zh_bert.core.hardware import check_compile, kernel_settings, keep_freed_memory, omp_wait_policy, resolve_precision
+from zh_bert.core.fileio import (
+    atomic_dir,
+    copy_file,
+    read_json,
+    read_text,
+    save_pretrained,
+    write_json,
+    write_vocab_txt,
+)
+from zh_bert.core.hardware import (
+    check_compile,
+    keep_freed_memory,
+    kernel_settings,
+    omp_wait_policy,
+    resolve_precision,
+)
+from zh_bert.core.options import Shared
+from zh_bert.corpus.tokenizer_files import load_tokenizer
+from zh_bert.train.arch import of_config
+from zh_bert.train.arch.base import PRESETS, config_path
+from zh_bert.train.arch.modernbert import layer_types
+from zh_bert.train.curves import plot_curves
 from zh_bert.train.recipe import Recipe, load_recipe, save_recipe
 from zh_bert.train.rundir import GENERATOR, final_entry
-from zh_bert.train.training_run import (MetricsLog, TrainingRun, check_out_dir, claim_out_dir, release_out_dir,
-                                  resume_point, run_summary)
+from zh_bert.train.training_run import (
+    MetricsLog,
+    TrainingRun,
+    check_out_dir,
+    claim_out_dir,
+    release_out_dir,
+    resume_point,
+    run_summary,
+)
 
 
 @dataclass
 class PretrainArgs:
     """The `zh-bert pretrain` command line."""
     recipe: str = option(positional=True, help="recipe YAML (see recipes/)")
-    set: list[str] = option(default_factory=list, action="append", metavar="KEY=VALUE",
-                            help="override one recipe key (repeatable), e.g. --set max_steps=40")
+    set: list[str] = option_of(Shared, "set")
     resume: Optional[str] = option(None, metavar="auto|PATH",
                                    help="continue from the newest complete checkpoint in out_dir/checkpoints "
                                         "(auto) or PATH (an older one of the same run only with --set "
@@ -64,7 +89,6 @@ def main(argv: list[str]) -> int:
 def print_recipe(recipe: Recipe, path: str, sets: list[str]) -> str:
     """`--print-recipe`: the resolved recipe as commented YAML that loads back to the same recipe, keeping the
     file's own one-line reasons beside the values it sets."""
-    from zh_bert.core.fileio import read_text
     from zh_bert.train.recipe import recipe_comments, render_recipe
 
     _, reasons = recipe_comments(read_text(path))
@@ -90,7 +114,6 @@ def _accelerator(recipe: Recipe):
 def load_datasets(recipe: Recipe, prepared):
     """(tokdir, tokenizer, train split, valid split or None), checked against the recipe."""
     from zh_bert.train.data import ShardDataset
-    from zh_bert.corpus.tokenizer_files import load_tokenizer
 
     tokdir = Path(recipe.tokenizer) if recipe.tokenizer else prepared.tokdir or (
         Path(recipe.init_from) if recipe.init_from else None)
@@ -114,24 +137,23 @@ def _hf_model(recipe: Recipe, tokenizer, train_ds):
     ELECTRA generator, sharing its embeddings, or None)."""
     from accelerate.utils import set_seed
 
-    from zh_bert.train.model import build_config, build_electra, load_init, model_class, neighbour_attention_init
+    from zh_bert.train.model import build_electra, load_init, neighbour_attention_init
 
     set_seed(recipe.seed)
-    generator = None
+    generator, arch = None, recipe.arch
     if recipe.init_from:
-        hf = load_init(recipe.init_from, tokenizer, recipe.objective, recipe.seq_len, recipe.architecture)
+        hf = load_init(recipe.init_from, tokenizer, recipe.objective, recipe.seq_len, arch)
     else:
-        cfg = (_modernbert_config(recipe, len(tokenizer), train_ds) if recipe.architecture == "modernbert" else
-               build_config(recipe.model, len(tokenizer), pad_token_id=train_ds.pad_id, dropout=recipe.dropout,
-                            attention_dropout=recipe.attention_dropout, max_positions=max(512, recipe.seq_len)))
+        ids = {"pad": train_ds.pad_id, "cls": train_ds.cls_id, "sep": train_ds.sep_id}
+        cfg = arch.config(recipe, len(tokenizer), ids)
         try:
-            if recipe.objective == "electra":
+            if recipe.objective_spec.generator:
                 hf, generator = build_electra(cfg, recipe.generator_ratio)
             else:
-                hf = model_class(recipe.objective, recipe.architecture)(cfg)
-        except (ValueError, TypeError, KeyError, AttributeError) as e:   # a config.json build_config cannot vet
+                hf = arch.model_class(recipe.objective)(cfg)
+        except (ValueError, TypeError, KeyError, AttributeError) as e:   # a config.json the config cannot vet
             raise ZhBertError(f"model {recipe.model}: cannot build the model: {str(e).splitlines()[0][:300]}") from None
-        if recipe.attention_init == "neighbour":
+        if arch.attention_init(recipe) == "neighbour":
             neighbour_attention_init(hf)
     if hf.config.vocab_size < train_ds.vocab_size:
         raise ZhBertError(f"model vocab_size {hf.config.vocab_size} < shard vocab_size {train_ds.vocab_size}")
@@ -142,14 +164,6 @@ def _hf_model(recipe: Recipe, tokenizer, train_ds):
         if recipe.compile and net is not None:   # in place: the weights keep their names in every checkpoint
             getattr(net.base_model, "encoder", net.base_model).compile()
     return hf, generator
-
-
-def _modernbert_config(recipe: Recipe, vocab_size: int, train_ds=None):
-    """The ModernBertConfig of `recipe` (special ids from the shards; placeholders when only checking)."""
-    from zh_bert.train.modernbert import recipe_modernbert_config
-
-    ids = {"pad": train_ds.pad_id, "cls": train_ds.cls_id, "sep": train_ds.sep_id} if train_ds is not None else None
-    return recipe_modernbert_config(recipe, vocab_size, ids)
 
 
 def build_run(recipe: Recipe, resume: str | None = None, log: Callable[[str], None] | None = None) -> TrainingRun:
@@ -212,9 +226,9 @@ def _assemble(recipe: Recipe, accelerator, precision: str, warnings: list[str], 
     """The data (prepared: raw corpus -> shards, cached), model, optimizer and loaders of a fresh `TrainingRun`."""
     import torch
 
+    from zh_bert.corpus.pipeline import prepare_data
     from zh_bert.train.data import ShardLoader
     from zh_bert.train.model import ElectraPretrainModel, PretrainModel
-    from zh_bert.corpus.pipeline import prepare_data
     from zh_bert.train.training import lr_lambda, make_optimizer, make_scaler
 
     world, rank = accelerator.num_processes, accelerator.process_index
@@ -253,23 +267,11 @@ def _say_model(run: TrainingRun) -> None:
 
 
 def _init_values(config: dict) -> dict:
-    """The recipe keys that an init_from checkpoint fixes, as its config.json holds them (BERT's, or ModernBERT's
-    in the keys of either transformers major)."""
-    from types import SimpleNamespace
-
-    from zh_bert.train.modernbert import global_every, rope_thetas
+    """The recipe keys that an init_from checkpoint fixes, as its config.json holds them (in the keys of either
+    transformers major)."""
 
     try:
-        if config.get("model_type") == "modernbert":
-            cfg = SimpleNamespace(**config)
-            every = global_every(cfg)
-            out = {"dropout": config.get("mlp_dropout"), "attention_dropout": config.get("attention_dropout"),
-                   "local_attention": config.get("local_attention"),
-                   "global_attn_every_n_layers": every if every >= 1 else None}
-            out["global_rope_theta"], out["local_rope_theta"] = rope_thetas(cfg)
-        else:
-            out = {"dropout": config.get("hidden_dropout_prob"),
-                   "attention_dropout": config.get("attention_probs_dropout_prob")}
+        out = of_config(config).init_values(config)
     except (TypeError, ValueError, AttributeError, IndexError):
         return {}   # load_init names what is wrong with it
     return {k: v for k, v in out.items() if v is not None}
@@ -279,9 +281,6 @@ def check_init_keys(recipe: Recipe) -> None:
     """With `init_from`, the model's shape, attention layout and dropout come from the checkpoint; a recipe that
     sets one of them to another value would train the checkpoint's while recipe.yaml and the log report the
     recipe's. One line naming the key and init_from (a key left at its default is no request: not refused)."""
-    from zh_bert.core.fileio import read_json
-    from zh_bert.train.model import PRESETS, config_path
-    from zh_bert.train.modernbert import layer_types
 
     where = f"init_from {recipe.init_from}"
     config = read_json(Path(recipe.init_from) / "config.json", default=None)
@@ -296,7 +295,7 @@ def check_init_keys(recipe: Recipe) -> None:
         if want != defaults[key].default and want != have:
             raise ZhBertError(f"{key} {want} with {where}, whose config.json has {have}: a continued model keeps "
                               f"its checkpoint's {key}; remove the key, or set it to {have}")
-    if recipe.attention_init != defaults["attention_init"].default:
+    if recipe.attention_init not in ("stock", "auto"):
         raise ZhBertError(f"attention_init {recipe.attention_init} with {where}: it sets the starting weights of a "
                           f"model built from scratch, and a continued model starts from its checkpoint's; remove "
                           f"the key, or set attention_init: stock")
@@ -319,21 +318,17 @@ def check_recipe(recipe: Recipe) -> None:
     `ablate` (before its first run trains, --dry-run too) refuse the same recipes the same way: the model
     config, the objective against a SHARDDIR, and masking correction's corpus size against a SHARDDIR's
     train split (a raw corpus is checked once sharded, by the loader)."""
-    from zh_bert.corpus.sharddir import read_meta
     from zh_bert.corpus.pipeline import is_sharddir
+    from zh_bert.corpus.sharddir import read_meta
 
     if recipe.init_from:   # a checkpoint of the other architecture is one line before any data work
-        from zh_bert.train.modernbert import check_init_architecture
-        check_init_architecture(recipe.init_from, recipe.architecture)
+        recipe.arch.check_init(recipe.init_from)
         check_init_keys(recipe)
-    elif recipe.architecture == "modernbert":   # a bad shape or config.json, likewise
-        cfg = _modernbert_config(recipe, 1)
+    else:   # a bad shape or config.json, likewise
+        cfg = recipe.arch.config(recipe, 1)
         if recipe.seq_len > cfg.max_position_embeddings:
             raise ZhBertError(f"seq_len {recipe.seq_len} exceeds model {recipe.model}'s max_position_embeddings "
                               f"{cfg.max_position_embeddings}")
-    else:
-        from zh_bert.train.model import build_config
-        build_config(recipe.model, 1)
     check_objective_data(recipe)
     paths = recipe.data_paths
     if recipe.masking.strategy == "correction" and len(paths) == 1 and is_sharddir(paths[0]):
@@ -344,11 +339,11 @@ def check_recipe(recipe: Recipe) -> None:
 def check_objective_data(recipe: Recipe) -> None:
     """Refuse a SHARDDIR that does not fit the objective before any data work: ELECTRA trains on single-segment
     shards (sentence-pair shards carry NSP/SOP labels it would ignore, and segments cut for pairs)."""
-    from zh_bert.corpus.sharddir import read_meta
     from zh_bert.corpus.pipeline import is_sharddir
+    from zh_bert.corpus.sharddir import read_meta
 
     paths = recipe.data_paths
-    if recipe.objective != "electra" or len(paths) != 1 or not is_sharddir(paths[0]):
+    if not recipe.objective_spec.generator or len(paths) != 1 or not is_sharddir(paths[0]):
         return
     pairs = read_meta(paths[0]).get("pairs")
     if pairs:
@@ -377,10 +372,9 @@ def _write_final(out: Path, hf_model, tokenizer, tokdir: Path | None, generator=
 
 def _write_model_dir(folder: Path, hf_model, tokenizer, tokdir: Path | None) -> None:
     """One loadable model folder: weights, config (in both transformers majors' keys), tokenizer files, vocab.txt."""
-    from zh_bert.train.modernbert import write_portable_config
 
     save_pretrained(hf_model, folder, safe_serialization=True)
-    write_portable_config(folder)
+    of_config(hf_model.config).save_config(folder)
     save_pretrained(tokenizer, folder)
     for name in ("vocab.txt", "zh_bert_vocab.json", "spiece.model"):
         if tokdir is not None and (tokdir / name).is_file():

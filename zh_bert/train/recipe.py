@@ -18,9 +18,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Mapping, Optional, Union
 
-from zh_bert.core.config import check_bounds, check_finite, from_dict, load_yaml, option, parse_set
+from zh_bert.core.config import (
+    check_bounds,
+    check_finite,
+    from_dict,
+    load_yaml,
+    parse_set,
+)
 from zh_bert.core.errors import ZhBertError, unknown_key_error
+from zh_bert.core.fileio import atomic_write
+from zh_bert.train.arch import get as get_architecture
 from zh_bert.train.masking import MaskingConfig, scheduled_mask_rate
+from zh_bert.train.objective import OBJECTIVES, Objective
+from zh_bert.train.recipe_keys import (
+    SECTIONS,
+    BatchKeys,
+    BookkeepingKeys,
+    ObjectiveKeys,
+    OptimizerKeys,
+    PlaceAndModelKeys,
+    PrecisionKeys,
+    RawCorpusKeys,
+)
+from zh_bert.train.rundir import RECIPE_HEADER
 
 # accepted alternative spellings -> key; they also feed "did you mean" (`lerning_rate` -> `lr`)
 ALIASES = {
@@ -53,140 +73,26 @@ def check_seed(name: str, first: int, last: int | None = None) -> None:
         raise ZhBertError(f"{name} must be in [0, {SEED_MAX:,}] (a 32-bit seed), got {span}")
 
 
-# The first key of each section of a rendered recipe (`render_recipe`, docs/pretrain.md's table).
-SECTIONS = {
-    "out_dir": "where things are",
-    "objective": "objective and masking",
-    "seq_len": "shape and batch",
-    "lr": "optimizer and schedule",
-    "precision": "precision and memory",
-    "save_every": "bookkeeping",
-    "vocab_kind": "raw-corpus path only (ignored when data is a SHARDDIR)",
-}
-
-
 @dataclass
-class Recipe:
+class Recipe(RawCorpusKeys, BookkeepingKeys, PrecisionKeys, OptimizerKeys, BatchKeys, ObjectiveKeys, PlaceAndModelKeys):
     """Every key of a pretraining recipe, each declared once with its type, default and help: validation,
     `zh-bert pretrain --print-recipe`, recipes/tiny-cpu.yaml's comments and docs/pretrain.md's table all
-    come from these fields."""
-    # --- where things are
-    out_dir: str = option("runs/tiny-cpu", help="run directory: metrics.jsonl, curves.png, run.json, "
-                          "checkpoints/, final/ (a new folder, or a run dir of pretrain's own)")
-    data: Union[str, list[str]] = option(
-        "corpora/sample/zhwiki_sampled.txt",
-        help="a SHARDDIR (has meta.json), cleaned documents (a `zh-bert clean` OUTDIR, or a dir of only "
-             "*.jsonl / *.jsonl.gz parts of {\"text\", \"source\"} lines: vocab and shard, not cleaned again) or "
-             "raw text files/dirs (cleaned, a vocab built and sharded first); a list may not mix cleaned and raw. "
-             "Built data is cached under data_cache, keyed by the input bytes and settings")
-    tokenizer: Optional[str] = option(None, help="TOKDIR; null = init_from's tokenizer, or the one built from "
-                                      "the raw corpus (vocab_kind, vocab_size)")
-    model: str = option("tiny", help="preset tiny L2/H128 | mini L4/H256 | small L4/H512 | medium L8/H512 | "
-                        "base L12/H768 | large L24/H1024 (UER's names), or a config.json path (model_type bert, "
-                        "or modernbert with architecture: modernbert)")
-    architecture: Literal["bert", "modernbert"] = option(
-        "bert", help="bert = stock BertForMaskedLM (2018); modernbert = stock ModernBertForMaskedLM (RoPE, pre-norm, "
-                     "GeGLU sized to the BERT preset's parameter count, no biases, local/global attention): the "
-                     "preset's layers/hidden/heads either way")
-    init_from: Optional[str] = option(None, help="checkpoint dir to continue pretraining from (its tokenizer, "
-                                      "fitted to `tokenizer` if set); null = from scratch")
-    attention_init: Literal["stock", "neighbour"] = option(
-        "stock", help="start of a from-scratch model: stock = BERT's N(0, 0.02); neighbour = layer-0 heads start "
-                      "on the previous/next token (still a stock BERT checkpoint; see model.neighbour_attention_init; "
-                      "bert only)")
-    global_attn_every_n_layers: int = option(3, help="modernbert: layer i attends globally when i mod N = 0, the "
-                                             "others in a sliding window (ModernBERT: 3)")
-    local_attention: int = option(128, help="modernbert: sliding-window size in tokens, even (local_attention / 2 to "
-                                  "each side; ModernBERT: 128)")
-    global_rope_theta: float = option(160000.0, help="modernbert: RoPE base of the global layers (ModernBERT: 160,000)")
-    local_rope_theta: float = option(10000.0, help="modernbert: RoPE base of the sliding-window layers (10,000)")
-    # --- objective and masking (the masking keys are zh_bert.train.masking.MaskingConfig's fields)
-    objective: Literal["mlm", "mlm+nsp", "mlm+sop", "electra"] = option(
-        "mlm", help="mlm; mlm+nsp / mlm+sop also train next-sentence / sentence-order prediction on shards built "
-                    "with --pairs; electra = generator MLM + rtd_weight × the discriminator's replaced-token "
-                    "detection (final/ = discriminator, final/generator/ = the masked LM)")
-    generator_ratio: float = option(0.25, help="electra: generator hidden size / discriminator's, in (0, 1] "
-                                    "(same layers, intermediate size scaled alike, one head per 64 dims)")
-    rtd_weight: float = option(50.0, help="electra: λ in loss = generator MLM + λ · RTD, >= 0 (Clark et al.: 50)")
-    masking: MaskingConfig = option(default_factory=MaskingConfig,
-                                    help="the masking strategy and its settings (flat keys below)")
-    mask_rate_schedule: Literal["constant", "rise-decay"] = option(
-        "constant", help="constant = mask_rate at every step; rise-decay = Chinese ModernBERT's (arXiv 2510.12285): "
-                         "mask_rate rising linearly to mask_rate_peak over warmup_steps, then falling linearly back to "
-                         "mask_rate at max_steps (validation keeps mask_rate, so its figures stay comparable)")
-    mask_rate_peak: float = option(0.3, help="rise-decay: the mask rate at the end of warmup, in (mask_rate, 1)")
-    # --- shape and batch
-    seq_len: int = option(128, help="tokens per packed sequence, [CLS] ... [SEP] (must match the SHARDDIR's)")
-    global_batch: int = option(32, help="sequences per optimizer step, all processes together")
-    micro_batch: int = option(32, help="sequences per forward pass per process; accumulation = global_batch / "
-                              "(micro_batch × processes), which must divide exactly")
-    # --- optimizer and schedule
-    lr: float = option(1e-4, help="peak AdamW learning rate")
-    weight_decay: float = option(0.01, help="AdamW decoupled weight decay (not on biases and LayerNorm)")
-    betas: list[float] = option(default_factory=lambda: [0.9, 0.999], help="AdamW betas, two numbers in [0, 1)")
-    adam_eps: float = option(1e-6, help="AdamW epsilon")
-    grad_clip: float = option(1.0, help="max global gradient norm; 0 = no clipping")
-    warmup_steps: int = option(100, help="linear warmup steps")
-    max_steps: int = option(1000, help="optimizer steps in the run")
-    schedule: Literal["linear", "cosine", "constant", "wsd"] = option(
-        "linear", help="lr after warmup: linear or cosine decay to 0, constant, or wsd = warmup-stable-decay (peak lr "
-                       "until the last decay_fraction of max_steps, then linear to 0; the weights at the start of the "
-                       "decay are kept as checkpoints/nodecay/, to continue pretraining from)")
-    decay_fraction: float = option(0.1, help="wsd: fraction of max_steps spent decaying, in (0, 1]")
-    dropout: float = option(0.1, help="hidden dropout of models built from scratch (saved in config.json, so "
-                            "fine-tuning the checkpoint uses it too)")
-    attention_dropout: float = option(0.0, help="attention-probability dropout; 0 keeps SDPA on its fused kernel "
-                                      "(on a CPU any other value takes the math path: 4-6x slower attention)")
-    # --- precision and memory
-    precision: Literal["auto", "fp32", "fp16", "bf16"] = option(
-        "auto", help="auto = bf16 where native (CPUs with avx512_bf16, Ampere+ GPUs), fp16 with loss scaling on "
-                     "older GPUs, fp32 on Kepler and other CPUs; the log states the precision in effect")
-    loss_scale_init: float = option(65536.0, bounds=(1.0, 2.0 ** 24),
-                                    help="fp16: the dynamic loss scale at the start (2^16); an overflowed step is "
-                                    "skipped and halves it. Bounded because above 2^24 the first steps overflow and "
-                                    "are skipped until it halves down, and below 1 small gradients round to 0 in "
-                                    "fp16; a run that still skips most steps, or whose every gradient is 0, ends "
-                                    "with an error")
-    loss_scale_growth_interval: int = option(2000, help="fp16: the loss scale doubles after this many steps in a "
-                                             "row without overflow")
-    deterministic: Optional[bool] = option(None, help="deterministic kernels, so a resumed run repeats an "
-                                           "uninterrupted one exactly; null = true on a CPU (its kernels are), "
-                                           "false on CUDA, where true sets torch.use_deterministic_algorithms and "
-                                           "CUBLAS_WORKSPACE_CONFIG at some cost in speed (run.json says which)")
-    tf32: bool = option(True, help="fp32 on Ampere+ GPUs: matmuls and convolutions in TF32 (10-bit mantissa, "
-                        "several times faster); ignored elsewhere")
-    compile: bool = option(False, help="torch.compile the encoder (Inductor; on CUDA needs Triton, sm_70+): "
-                           "faster steps after a compile of a minute or more at the start")
-    grad_checkpointing: bool = option(False, help="recompute activations in backward: less memory, ~30% slower")
-    max_nan_streak: int = option(20, help="stop after this many consecutive skipped steps (non-finite loss or "
-                                 "gradient norm)")
-    # --- bookkeeping
-    save_every: int = option(500, help="checkpoint every N steps (also at the end and on SIGINT/SIGTERM); "
-                             "0 = only then")
-    keep_last: int = option(2, help="keep the newest K checkpoints")
-    log_every: int = option(10, help="metrics.jsonl + TensorBoard line every N steps")
-    eval_every: int = option(200, help="validation MLM loss/accuracy every N steps (and at the end); 0 = only "
-                             "at the end")
-    eval_batches: int = option(20, help="validation micro-batches, fixed masks (comparable across evaluations)")
-    seed: int = option(42, help="model init, data order, masking, dropout; in [0, 2^32 - 1]")
-    # --- raw-corpus path only (ignored when data is a SHARDDIR)
-    vocab_kind: Literal["char", "wordpiece", "sentencepiece", "word"] = option(
-        "char", help="`zh-bert vocab --kind`")
-    vocab_size: Optional[int] = option(None, help="`zh-bert vocab --size`; null = the builder's default")
-    doc_sep: Literal["line", "blank"] = option("line", help="`zh-bert clean --doc-sep`: one document per line, "
-                                               "or blank-line separated")
-    valid_docs: int = option(100, help="`zh-bert shard --valid-docs`: documents held out for validation")
-    data_cache: Optional[str] = option(None, help="where the clean/vocab/shard outputs are cached; null = "
-                                       "out_dir/data")
+    come from these fields, declared in the key groups above (`GROUPS`), which other commands take keys from
+    (`config.keys_of`)."""
 
     @property
     def data_paths(self) -> list[str]:
         return [self.data] if isinstance(self.data, str) else list(self.data)
 
     @property
+    def objective_spec(self) -> Objective:
+        """The `Objective` of `objective`: what it trains besides the masked-LM loss."""
+        return OBJECTIVES[self.objective]
+
+    @property
     def pairs(self) -> Optional[str]:
         """The sentence pairs the shards must hold for `objective` (`zh-bert shard --pairs`): nsp, sop or None."""
-        return {"mlm+nsp": "nsp", "mlm+sop": "sop"}.get(self.objective)
+        return self.objective_spec.pairs
 
     def __post_init__(self):
         """Cross-field checks that a type check cannot do; errors name the keys involved."""
@@ -216,9 +122,6 @@ class Recipe:
         for key in ("dropout", "attention_dropout"):
             if not 0 <= getattr(self, key) < 1:
                 raise ZhBertError(f"'{key}' must be in [0, 1), got {getattr(self, key)}")
-        positions = 8192 if self.architecture == "modernbert" else 512
-        if self.seq_len > positions and self.init_from is None and not self.model.endswith(".json"):
-            raise ZhBertError(f"seq_len {self.seq_len} exceeds the {self.architecture} presets' {positions} positions")
         if self.seq_len < 8:
             raise ZhBertError(f"seq_len {self.seq_len} is too short (at least 8)")
         if not 0 < self.generator_ratio <= 1:
@@ -227,9 +130,9 @@ class Recipe:
         check_seed("'seed'", self.seed)
         if self.rtd_weight < 0:
             raise ZhBertError(f"'rtd_weight' must be >= 0, got {self.rtd_weight}")
-        self._check_architecture()
+        self.arch.check_recipe(self)
         self._check_schedules()
-        if self.objective == "electra" and self.init_from:
+        if self.objective_spec.generator and self.init_from:
             raise ZhBertError("objective electra trains a generator and a discriminator from scratch; init_from "
                               "is not supported with it (set init_from: null)")
 
@@ -245,27 +148,10 @@ class Recipe:
             return self.masking.mask_rate
         return sum(self.mask_rate_at(s) for s in range(self.max_steps)) / self.max_steps
 
-    def _check_architecture(self) -> None:
-        """What `architecture: modernbert` cannot do, named before any data work."""
-        if self.architecture != "modernbert":
-            return
-        if self.objective in ("mlm+nsp", "mlm+sop"):
-            raise ZhBertError(f"objective {self.objective} needs token-type embeddings and a pooler, which ModernBERT "
-                              f"does not have: use objective mlm with architecture modernbert")
-        if self.objective == "electra":
-            raise ZhBertError("objective electra builds ELECTRA's own BERT-style generator and discriminator: use "
-                              "architecture bert with it, or objective mlm with modernbert")
-        if self.attention_init == "neighbour":
-            raise ZhBertError("attention_init neighbour writes BERT's learned position embeddings; ModernBERT has "
-                              "RoPE instead: set attention_init: stock with architecture modernbert")
-        if self.global_attn_every_n_layers < 1:
-            raise ZhBertError(f"'global_attn_every_n_layers' must be at least 1, got {self.global_attn_every_n_layers}")
-        if self.local_attention < 2 or self.local_attention % 2:
-            raise ZhBertError(f"'local_attention' must be an even number of tokens >= 2 (half to each side), got "
-                              f"{self.local_attention}")
-        for key in ("global_rope_theta", "local_rope_theta"):
-            if not getattr(self, key) > 1:
-                raise ZhBertError(f"'{key}' must be > 1, got {getattr(self, key)}")
+    @property
+    def arch(self):
+        """The `Architecture` object of `architecture`: what differs between the model families."""
+        return get_architecture(self.architecture)
 
     def _check_schedules(self) -> None:
         """wsd's decay and the rise-decay mask rate must fit the run."""
@@ -466,9 +352,6 @@ def save_recipe(recipe: Recipe, path: str | Path) -> None:
     the folder as a pretrain run dir (`rundir.written_by_pretrain`)."""
     import yaml
 
-    from zh_bert.core.fileio import atomic_write
-
-    from zh_bert.train.rundir import RECIPE_HEADER
 
     with atomic_write(path) as f:
         f.write(RECIPE_HEADER)   # the run dir's marker: pretrain writes into a folder only when it holds this

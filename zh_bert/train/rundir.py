@@ -19,9 +19,10 @@ GENERATOR = "generator"   # objective electra: FINAL/ (and each checkpoint) = di
 CHECKPOINTS = "checkpoints"
 MARKERS = ("run.json", "recipe.yaml")  # written at the top of every run dir
 RECIPE_HEADER = "# written by zh-bert pretrain: the resolved recipe of this run dir, every key explicit\n"
+ABLATE_EVALS = "ablate_evals.json"   # ablate's cache of one run's evals (settings and figures)
 # everything zh-bert writes at the top of a run dir (pretrain; eval/finetune: eval_results.json; ablate:
 # ablate_evals.json); `.NAME.tmp-PID...` / `.NAME.old-PID` are its atomic writes' leftovers
-RUN_FILES = ("run.json", "recipe.yaml", "metrics.jsonl", "curves.png", "eval_results.json", "ablate_evals.json")
+RUN_FILES = ("run.json", "recipe.yaml", "metrics.jsonl", "curves.png", "eval_results.json", ABLATE_EVALS)
 RUN_DIRS = (FINAL, CHECKPOINTS, "tb", "data")
 # what `final/` of older versions (before its manifest) holds: a model folder's files, and ELECTRA's generator/
 FINAL_FILES = ("config.json", "model.safetensors", "model.safetensors.index.json", "generation_config.json",

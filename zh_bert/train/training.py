@@ -29,12 +29,12 @@ import warnings
 from typing import TYPE_CHECKING
 
 import torch
-
-from zh_bert.train.checkpoint import NODECAY
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState, GradientState
 
+from zh_bert.train.checkpoint import NODECAY
 from zh_bert.train.model import add_sampling_noise, decay_groups, sampling_uniforms
+from zh_bert.train.scaler import NO_SCALING, make_scaler  # noqa: F401  (make_scaler: what callers of the step build)
 
 if TYPE_CHECKING:
     from zh_bert.train.training_run import TrainingRun
@@ -101,15 +101,6 @@ def make_accelerator(precision: str, cpu: bool):
 MIN_LOSS_SCALE = 1.0   # below it, fp16 gradients overflow even unscaled: the run has diverged
 
 
-def make_scaler(precision: str, device, recipe):
-    """zh-bert's own dynamic loss scaler for fp16, one code path on CPU and CUDA (Accelerate makes none on a
-    CPU, and its autocast there ignores fp16); None for fp32 and bf16, which need none."""
-    if precision != "fp16":
-        return None
-    return torch.amp.GradScaler(device.type, init_scale=recipe.loss_scale_init, growth_factor=2.0,
-                                backoff_factor=0.5, growth_interval=recipe.loss_scale_growth_interval)
-
-
 def autocast(accelerator, fp16: bool):
     """fp16: torch's fp16 autocast on this device (real fp16 matmuls on a CPU too); else Accelerate's (bf16 or
     nothing)."""
@@ -148,7 +139,7 @@ class StepStats:
 
 
 def train_step(model, optimizer, scheduler, accelerator, micro_batches: list[dict], recipe, stats: StepStats,
-               step: int = 0, scaler=None) -> dict:
+               step: int = 0, scaler=NO_SCALING) -> dict:
     """Optimizer step `step` (0-based) over `micro_batches` (this process's share of the global batch, host
     tensors).
 
@@ -160,13 +151,13 @@ def train_step(model, optimizer, scheduler, accelerator, micro_batches: list[dic
 
     `finite`: the loss that was backpropagated (weighted, as summed here: a huge rtd_weight overflows it or
     only its gradient) and the gradient norm are both finite. A step that is not is never applied and comes
-    back `skipped`, which `fit`'s guard counts. fp16 (`scaler`, from `make_scaler`): the loss is scaled for
+    back `skipped`, which `fit`'s guard counts. fp16 (`scaler`, from `make_scaler`; disabled otherwise): the loss is scaled for
     backward and the gradients unscaled before clipping; a finite loss with overflowed gradients is the
     scaler's business (it halves its scale, and doubles it after `loss_scale_growth_interval` good steps).
     """
     device = accelerator.device
     world = accelerator.num_processes
-    if recipe.objective == "electra":   # the generator's sampling noise, keyed per sequence (exact resume, N ranks)
+    if recipe.objective_spec.generator:   # the generator's sampling noise, keyed per sequence (exact resume, N ranks)
         micro_batches = add_sampling_noise(micro_batches, recipe.seed, step, accelerator.process_index, world)
     masked = sum(int((b["labels"] != -100).sum()) for b in micro_batches)   # host tensors: no device sync
     seqs = sum(int(b["input_ids"].shape[0]) for b in micro_batches)
@@ -183,14 +174,14 @@ def train_step(model, optimizer, scheduler, accelerator, micro_batches: list[dic
                  if not (k == "attention_mask" and real[i] == v.numel())}
         last = i == len(micro_batches) - 1
         sync = contextlib.nullcontext() if last or world == 1 else accelerator.no_sync(model)
-        with sync, autocast(accelerator, scaler is not None):
+        with sync, autocast(accelerator, scaler.is_enabled()):
             out = model(**batch)
             loss = out["mlm_loss_sum"] * (world / n_masked)
             if "nsp_loss_sum" in out:
                 loss = loss + out["nsp_loss_sum"] * (world / n_seqs)
             if "rtd_loss_sum" in out:
                 loss = loss + out["rtd_loss_sum"] * (recipe.rtd_weight * world / n_tokens)
-            accelerator.backward(loss if scaler is None else scaler.scale(loss))
+            accelerator.backward(scaler.scale(loss))
         stats.add(out)
         step_loss = step_loss + loss.detach().float()   # what was backpropagated, weights included
     stats.masked += masked
@@ -199,8 +190,7 @@ def train_step(model, optimizer, scheduler, accelerator, micro_batches: list[dic
     stats.steps += 1
     params = [p for p in model.parameters() if p.grad is not None]
     _inject_overflow(params, step)
-    if scaler is not None:
-        scaler.unscale_(optimizer)   # clipping and the finite check see the true gradients
+    scaler.unscale_(optimizer)   # clipping and the finite check see the true gradients
     clip = recipe.grad_clip if recipe.grad_clip > 0 else float("inf")
     grad_norm = accelerator.clip_grad_norm_(params, clip)
     norm = torch.zeros(()) if grad_norm is None else torch.as_tensor(grad_norm)
@@ -208,12 +198,9 @@ def train_step(model, optimizer, scheduler, accelerator, micro_batches: list[dic
     loss_finite, norm_finite, zero = torch.cat([torch.isfinite(both), both[1:] == 0]).tolist()
     finite = loss_finite and norm_finite    # the one sync per step (the zero-norm flag rides along)
     skipped = not finite                    # a NaN/inf step would poison the weights: never applied
-    if finite and scaler is None:
-        optimizer.step()
-    elif finite:
+    if finite:
         scaler.step(optimizer)
-    if scaler is not None:
-        scaler.update()             # an overflow halves the scale, growth_interval good steps double it
+    scaler.update()             # an overflow halves the scale, growth_interval good steps double it
     with warnings.catch_warnings():   # a skipped step calls no optimizer.step(): torch's order warning is noise
         if skipped:
             warnings.simplefilter("ignore", UserWarning)
@@ -285,7 +272,7 @@ def validation_metrics(model, loader, accelerator, max_batches: int, fp16: bool 
 def validate(run: TrainingRun) -> dict:
     """Validation on the fixed-mask batches, logged; also kept as `run.val` for run.json."""
     run.val = validation_metrics(run.model, run.valid_loader, run.accelerator, run.recipe.eval_batches,
-                                 fp16=run.scaler is not None)
+                                 fp16=run.scaler.is_enabled())
     run.metrics.write({"step": run.step, **run.val})
     return run.val
 
@@ -309,13 +296,13 @@ def _train_row(run: TrainingRun, stats: StepStats, res: dict) -> dict:
            "grad_norm": float(res["grad_norm"]) if res["grad_norm"] is not None else None,
            "tokens_seen": run.tokens_seen, "epoch": run.loader.state_dict()["epoch"],
            "skipped_steps": run.skipped_steps, "elapsed_s": round(run.train_seconds, 3)}
-    if run.scaler is not None:
+    if run.scaler.is_enabled():
         row["loss_scale"] = run.scaler.get_scale()
     if run.recipe.mask_rate_schedule != "constant":
         row["mask_rate"] = run.loader.mask_rate
     if run.recipe.pairs:
         row.update(nsp_loss=nsp_l / max(seqs, 1), nsp_acc=nsp_c / max(seqs, 1))
-    if run.recipe.objective == "electra":
+    if run.recipe.objective_spec.generator:
         # per real token: a discriminator that calls every token original scores rtd_acc = 1 - replaced_frac
         row.update(rtd_loss=rtd_l / max(toks, 1), rtd_acc=rtd_c / max(toks, 1), replaced_frac=replaced / max(toks, 1))
     return row
@@ -355,7 +342,7 @@ def _guard(run: TrainingRun, res: dict, streak: int) -> int:
     unless the scale has collapsed below MIN_LOSS_SCALE. Returns the new streak."""
     if not res["skipped"]:
         return 0
-    if run.scaler is not None and res["loss_finite"]:
+    if run.scaler.is_enabled() and res["loss_finite"]:
         scale = run.scaler.get_scale()
         if scale < MIN_LOSS_SCALE:
             run.status = "diverged"
@@ -363,7 +350,7 @@ def _guard(run: TrainingRun, res: dict, streak: int) -> int:
                      f"even unscaled; stopping. Lower lr, raise warmup_steps, or use precision: bf16/fp32.")
         return streak
     r, streak = run.recipe, streak + 1
-    hint = ("Lower lr" + (f" or rtd_weight ({r.rtd_weight:g})" if r.objective == "electra" else "")
+    hint = ("Lower lr" + (f" or rtd_weight ({r.rtd_weight:g})" if r.objective_spec.generator else "")
             + (", raise warmup_steps, or use precision: bf16/fp32 instead of fp16." if run.precision == "fp16"
                else " or raise warmup_steps."))
     norm = res["grad_norm"]
@@ -387,7 +374,7 @@ class Fp16Tally:
         self.steps = self.overflows = self.applied = self.nonzero = 0
 
     def add(self, run: TrainingRun, res: dict) -> None:
-        if run.scaler is None:
+        if not run.scaler.is_enabled():
             return
         self.steps += 1
         if res["skipped"] and res["loss_finite"]:

@@ -21,14 +21,30 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from zh_bert.core.errors import ZhBertError
+from zh_bert.core.fileio import (
+    atomic_write,
+    check_dir_ours,
+    claim_dir,
+    open_append,
+    read_json,
+    refuse_overlap,
+    remove_owned,
+    remove_scratch,
+    truncate_owned,
+)
+from zh_bert.core.hardware import sdpa_backend
 from zh_bert.train import checkpoint as ckpt
 from zh_bert.train.curves import read_metrics
-from zh_bert.core.errors import ZhBertError
-from zh_bert.core.fileio import (atomic_write, check_dir_ours, claim_dir, open_append, read_json, refuse_overlap, remove_owned,
-                            remove_scratch, truncate_owned)
-from zh_bert.core.hardware import sdpa_backend
 from zh_bert.train.recipe import Recipe, changes_on_resume, save_recipe
-from zh_bert.train.rundir import FINAL, GENERATOR, final_entry, run_dir_entry, written_by_pretrain
+from zh_bert.train.rundir import (
+    FINAL,
+    GENERATOR,
+    final_entry,
+    run_dir_entry,
+    written_by_pretrain,
+)
+from zh_bert.train.scaler import NO_SCALING
 
 
 @dataclass
@@ -55,7 +71,7 @@ class TrainingRun:
     say: Callable[[str], None]
     warn: Callable[[str], None] = print    # warnings and the guard's error: stderr, main process
     generator: Any = None           # electra: the generator (checkpoints' and final/'s generator/)
-    scaler: Any = None              # fp16: the dynamic loss scaler (training.make_scaler), in every checkpoint
+    scaler: Any = NO_SCALING        # the loss scaler (scaler.make_scaler: enabled for fp16), in every checkpoint
     kernels: dict = field(default_factory=dict)   # hardware.kernel_settings: deterministic, tf32, pinned, compile
     metrics: Optional[MetricsLog] = None   # opened by build_run once the resume step is known
     step: int = 0
@@ -234,7 +250,7 @@ def run_summary(run: TrainingRun) -> dict:
         "status": run.status,
         "model": {"preset": recipe.model, "class": type(run.hf).__name__, "architecture": recipe.architecture,
                   "init_from": recipe.init_from,
-                  "attention_init": None if recipe.init_from else recipe.attention_init,
+                  "attention_init": None if recipe.init_from else recipe.arch.attention_init(recipe),
                   "num_hidden_layers": c.num_hidden_layers, "hidden_size": c.hidden_size,
                   "num_attention_heads": c.num_attention_heads, "intermediate_size": c.intermediate_size,
                   "vocab_size": c.vocab_size, "max_position_embeddings": c.max_position_embeddings,
@@ -288,7 +304,7 @@ def _generator_summary(run: TrainingRun) -> dict:
 def _scaler_summary(run: TrainingRun) -> dict | None:
     """run.json's fp16 loss-scaler settings and its scale at the end (None without fp16)."""
     scaler = run.scaler
-    if scaler is None:
+    if not scaler.is_enabled():
         return None
     return {"init_scale": run.recipe.loss_scale_init, "growth_factor": scaler.get_growth_factor(),
             "backoff_factor": scaler.get_backoff_factor(), "growth_interval": scaler.get_growth_interval(),

@@ -4,6 +4,7 @@ so a killed run or a full disk never leaves a file that looks finished."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import json
 import os
@@ -14,7 +15,12 @@ from pathlib import Path
 from typing import IO, Iterator
 
 from zh_bert.core.errors import ZhBertError
-from zh_bert.core.fileio.claims import _ACTIVE, MANIFEST, _check_replace_file, check_dir_ours
+from zh_bert.core.fileio.claims import (
+    _ACTIVE,
+    MANIFEST,
+    _check_replace_file,
+    check_dir_ours,
+)
 
 
 def _tmp_name(path: Path) -> Path:
@@ -165,8 +171,6 @@ def recover(path: str | os.PathLike) -> None:
 def _exchange(a: Path, b: Path) -> bool:
     """Swap two paths in one system call (Linux renameat2 RENAME_EXCHANGE); False where unsupported."""
     try:
-        import ctypes
-
         libc = ctypes.CDLL(None, use_errno=True)
         renameat2 = libc.renameat2
     except (OSError, AttributeError):

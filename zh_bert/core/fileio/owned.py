@@ -10,9 +10,24 @@ from pathlib import Path
 from typing import IO, Iterator
 
 from zh_bert.core.errors import ZhBertError
-from zh_bert.core.fileio.atomic import _DISK_ERRNOS, _disk_error, _make_parents, _remove, atomic_write
-from zh_bert.core.fileio.claims import (MANIFEST, _add_claim, _check_replace_file, _inside, _listing, foreign_entries,
-                                   is_claimed, manifest_files)
+from zh_bert.core.fileio.atomic import (
+    _DISK_ERRNOS,
+    _disk_error,
+    _make_parents,
+    _remove,
+    atomic_write,
+    pid_alive,
+)
+from zh_bert.core.fileio.claims import (
+    MANIFEST,
+    _add_claim,
+    _check_replace_file,
+    _inside,
+    _listing,
+    foreign_entries,
+    is_claimed,
+    manifest_files,
+)
 
 # ---------------------------------------------------------------------------------------------------------
 # Ownership: zh-bert replaces or deletes only what a manifest of its own proves it wrote.
@@ -202,7 +217,6 @@ def scratch_dir(prefix: str = "zh-bert-", parent: str | os.PathLike | None = Non
     """A private temp folder `<prefix><pid>-XXXX` (claimed), removed on every exit (error, Ctrl-C). Folders
     of the same prefix whose process is gone (killed with -9) are removed first, so a leftover never
     outlives the next run."""
-    from zh_bert.core.fileio.atomic import pid_alive
 
     root = Path(parent) if parent is not None else Path(tempfile.gettempdir())
     for d in root.glob(f"{prefix}*-*"):

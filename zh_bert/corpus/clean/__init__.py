@@ -28,18 +28,25 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Literal, Optional
 
+from zh_bert.core.config import build_parser as _build_parser
+from zh_bert.core.config import config_from_args, option, option_of
+from zh_bert.core.errors import ZhBertError
+from zh_bert.core.fileio import atomic_write, claim_file, recover, write_json
+from zh_bert.core.options import Shared
 from zh_bert.corpus.clean.cleaner import BatchResult, CleanConfig, DocCleaner, batched
 from zh_bert.corpus.clean.dedup import Deduplicator, MinHashConfig
 from zh_bert.corpus.clean.filters import FilterConfig
 from zh_bert.corpus.clean.normalize import NormalizeConfig
 from zh_bert.corpus.clean.readers import ReadOptions, expand_inputs, read_input
-from zh_bert.corpus.clean.report import Tally, is_clean_report, read_report, report_path, written_by_clean
+from zh_bert.corpus.clean.report import (
+    Tally,
+    is_clean_report,
+    read_report,
+    report_path,
+    written_by_clean,
+)
 from zh_bert.corpus.clean.source import Problems, RawDoc
-from zh_bert.core.config import build_parser as _build_parser
-from zh_bert.core.config import config_from_args, option
-from zh_bert.core.errors import ZhBertError
 from zh_bert.corpus.executors import ExecutorOptions, start_method
-from zh_bert.core.fileio import atomic_write, claim_file, recover, write_json
 
 __all__ = ["main", "clean", "build_parser", "report_path", "read_report", "CleanJob", "CleanConfig",
            "ReadOptions", "DocCleaner"]
@@ -56,10 +63,9 @@ class CleanJob:
     read: ReadOptions = field(default_factory=ReadOptions)
     config: CleanConfig = field(default_factory=CleanConfig)
     engine: ExecutorOptions = field(default_factory=ExecutorOptions)
-    workers: Optional[int] = option(None, help="worker processes; with --executor, tasks run at once "
-                                    "(default: number of cores)")
+    workers: Optional[int] = option_of(Shared, "workers", help="worker processes; with --executor, tasks run at once (default: number of cores)")
     compression: Literal["none", "gzip"] = option("none", help="--executor parts as .jsonl or .jsonl.gz")
-    quiet: bool = option(False, flags=("-q",), help="no progress bar or summary")
+    quiet: bool = option_of(Shared, "quiet")
 
     def __post_init__(self):
         if self.workers is not None and self.workers < 1:

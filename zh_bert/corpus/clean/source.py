@@ -7,8 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from zh_bert.corpus.corpus_io import COMPRESSED  # the endings open_binary decompresses
+
 MAX_RECORDED = 100  # file:line entries kept per problem kind in the report (counts are always exact)
-COMPRESSED = (".gz", ".bz2", ".xz")   # zh_bert.corpus.corpus_io.open_binary reads each
 
 
 @dataclass

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import multiprocessing as mp
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -17,15 +17,43 @@ from typing import Iterable, Iterator, Literal, Optional
 
 import numpy as np
 
-from zh_bert.corpus.clean.report import file_digest, read_report
-from zh_bert.core.config import option
-from zh_bert.corpus.corpus_io import JOB_MARKER, corpus_files, document_text, iter_lines, line_number
+from zh_bert.core.config import option, option_of
 from zh_bert.core.errors import ZhBertError
-from zh_bert.core.fileio import atomic_dir, atomic_write, claim_dir, open_for_write, read_json, recover
-from zh_bert.corpus.segment import DEFAULT_SEGMENTER, SEGMENTERS, Segmenter, check_segmenter
+from zh_bert.core.fileio import (
+    atomic_dir,
+    atomic_write,
+    claim_dir,
+    open_for_write,
+    read_json,
+    recover,
+)
+from zh_bert.core.options import Shared
+from zh_bert.corpus.clean.report import file_digest, read_report
+from zh_bert.corpus.corpus_io import (
+    JOB_MARKER,
+    corpus_files,
+    document_text,
+    iter_lines,
+    line_number,
+)
+from zh_bert.corpus.segment import (
+    DEFAULT_SEGMENTER,
+    SEGMENTERS,
+    Segmenter,
+    SegmenterName,
+    check_segmenter,
+)
 from zh_bert.corpus.shard.encode import Packer, Specials, TextEncoder, build_pairs
-from zh_bert.corpus.sharddir import (FORMAT_VERSION, META, SPLIT_FILES, SPLITS, UNIGRAM_COUNTS, ids_dtype, split_file,
-                              write_meta)
+from zh_bert.corpus.sharddir import (
+    FORMAT_VERSION,
+    META,
+    SPLIT_FILES,
+    SPLITS,
+    UNIGRAM_COUNTS,
+    ids_dtype,
+    split_file,
+    write_meta,
+)
 from zh_bert.corpus.similar_words import TABLE_FILE as SIMILAR_WORDS_FILE
 from zh_bert.corpus.tokenizer_files import load_tokenizer, tokenizer_fingerprint
 
@@ -238,11 +266,10 @@ class ShardConfig:
                                              "--tasks); the default with --executor, at 0.01")
     pairs: Optional[Literal["nsp", "sop"]] = option(None, help="build [CLS] A [SEP] B [SEP] pairs for "
                                                      "next-sentence / sentence-order prediction")
-    segmenter: str = option(DEFAULT_SEGMENTER, help=f"word boundaries: {'|'.join(SEGMENTERS)}")
+    segmenter: SegmenterName = option(DEFAULT_SEGMENTER, help=f"word boundaries: {'|'.join(SEGMENTERS)}")
     user_dict: Optional[str] = option(None, metavar="FILE", help="jieba user dictionary (word [freq] [tag])")
-    workers: int = option(min(4, os.cpu_count() or 1), help="worker processes (with --executor: tasks run "
-                          "at once on this machine)")
-    seed: int = option(0, help="validation split and pair sampling")
+    workers: Optional[int] = option_of(Shared, "workers", default=min(4, os.cpu_count() or 1), help="worker processes (with --executor: tasks run at once on this machine)")
+    seed: int = option_of(Shared, "seed", default=0, help="validation split and pair sampling")
     slow: bool = option(False, help="tokenize everything with the tokenizer (no char lookup)")
 
     def __post_init__(self):

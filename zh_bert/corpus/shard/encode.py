@@ -22,12 +22,8 @@ from itertools import chain
 import numpy as np
 
 from zh_bert.core.errors import ZhBertError
-from zh_bert.corpus.segment import Segmenter, token_word_starts
 from zh_bert.core.text import BERT_CJK_RANGES, is_bert_punct, sentence_end_offsets
-
-CHUNK_CHARS = 1_000_000  # work unit (~3 MB of Chinese); fixed, so the output is the same for any --workers
-MIN_SEQ_LEN = 8
-DEFAULT_MAX_POSITIONS = 512
+from zh_bert.corpus.segment import Segmenter, token_word_starts
 
 # BERT's CJK blocks in the BMP (tokenizers' BertNormalizer.handle_chinese_chars pads these and the
 # supplementary-plane extensions; those are rare, so they take the tokenizer path instead of the table).

@@ -74,14 +74,18 @@ def _reported(job: dict, name: str):
         raise
 
 
-class EncodePart(PipelineStep):
-    """Task r: its share of the corpus -> SHARDDIR/part-{r:05d}/."""
-    name = "zh-bert shard: encode part"
+class _ShardJobStep(PipelineStep):
+    """A datatrove step of one `zh-bert shard` job (`job`: what every task reads: `_job_settings`)."""
     type = "zh-bert"
 
     def __init__(self, job: dict):
         super().__init__()
         self.job = job
+
+
+class EncodePart(_ShardJobStep):
+    """Task r: its share of the corpus -> SHARDDIR/part-{r:05d}/."""
+    name = "zh-bert shard: encode part"
 
     def run(self, data=None, rank: int = 0, world_size: int = 1):
         with _reported(self.job, part_name(rank)):
@@ -93,14 +97,9 @@ class EncodePart(PipelineStep):
         yield from ()
 
 
-class WriteMeta(PipelineStep):
+class WriteMeta(_ShardJobStep):
     """The last task: meta.json over all parts."""
     name = "zh-bert shard: meta.json"
-    type = "zh-bert"
-
-    def __init__(self, job: dict):
-        super().__init__()
-        self.job = job
 
     def run(self, data=None, rank: int = 0, world_size: int = 1):
         with _reported(self.job, "meta"):

@@ -33,13 +33,33 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Literal, Optional
 
-from zh_bert.core.config import option
+from zh_bert.core.config import option, option_of
 from zh_bert.core.errors import ZhBertError
-from zh_bert.core.fileio import atomic_dir, claim_dir, read_vocab_txt, recover, write_bytes, write_text
-from zh_bert.corpus.vocab.counts import CorpusCounts, CorpusStream, by_frequency, continuation_counts, count_corpus
+from zh_bert.core.fileio import (
+    atomic_dir,
+    claim_dir,
+    read_vocab_txt,
+    recover,
+    write_bytes,
+    write_text,
+)
+from zh_bert.core.options import Shared
+from zh_bert.corpus.vocab.counts import (
+    CorpusCounts,
+    CorpusStream,
+    by_frequency,
+    continuation_counts,
+    count_corpus,
+)
 from zh_bert.corpus.vocab.spm import SPM_SAMPLE_MB, spm_tokenizer, train_sentencepiece
-from zh_bert.corpus.vocab.tokenizer_json import (SPECIALS, bert_tokenizer, special_layout, special_tokens_map,
-                                          tokenizer_config, word_tokenizer)
+from zh_bert.corpus.vocab.tokenizer_json import (
+    SPECIALS,
+    bert_tokenizer,
+    special_layout,
+    special_tokens_map,
+    tokenizer_config,
+    word_tokenizer,
+)
 from zh_bert.corpus.vocab.wordpiece import train_wordpieces
 
 DEFAULT_SIZE = {"char": 21128, "wordpiece": 21128, "sentencepiece": 21128, "word": 40000}
@@ -96,9 +116,9 @@ class VocabConfig:
                                     'or a directory of parts (*.jsonl, *.jsonl.gz: a `zh-bert clean` OUTDIR)')
     output: str = option(flags=("-o",), metavar="TOKDIR", help="output tokenizer dir (must not exist)")
     options: VocabOptions = field(default_factory=VocabOptions)
-    max_docs: Optional[int] = option(None, help="use only the first N documents")
-    force: bool = option(False, help="replace TOKDIR if it exists")
-    quiet: bool = option(False, flags=("-q",), help="no summary line")
+    max_docs: Optional[int] = option_of(Shared, "max_docs")
+    force: bool = option_of(Shared, "force", help="replace TOKDIR if it exists (only a TOKDIR zh-bert wrote)")
+    quiet: bool = option_of(Shared, "quiet", help="no summary line")
 
     def __post_init__(self):
         if self.max_docs is not None and self.max_docs < 1:
@@ -232,7 +252,7 @@ def build_tokenizer(docs: Iterable[str], o: VocabOptions):
         tk, tokens = spm_tokenizer(proto, o.model_type)
         return tk, tokens, {"spiece.model": proto}, stats
     builder = {"char": build_char, "wordpiece": build_wordpiece, "word": build_word}[o.kind]
-    counts = count_corpus(docs, "jieba" if o.kind == "word" else "bert")
+    counts = count_corpus(docs, "jieba" if o.kind == "word" else "pretokenizer")
     tokens, stats = builder(counts, o)
     if counts.pruned_below:
         stats["words_pruned_below"] = counts.pruned_below + 1

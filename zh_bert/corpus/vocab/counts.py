@@ -18,7 +18,7 @@ from zh_bert.corpus.vocab.tokenizer_json import bert_normalizer, char_class
 # words (`word`) cost ~150 bytes each; BERT words (`char`/`wordpiece`: Latin/digit runs, CJK characters) are
 # also spelled out token by token for the WordPiece learner (~1 KB each), hence the smaller bound. The bundled
 # sample corpora (84k jieba words, 15k BERT words) are far below both: counted exactly.
-COUNT_CAP = {"jieba": 1 << 18, "bert": 1 << 16}
+COUNT_CAP = {"jieba": 1 << 18, "pretokenizer": 1 << 16}
 
 
 class CorpusCounts:
@@ -29,10 +29,10 @@ class CorpusCounts:
 
     def __init__(self, words: Optional[str] = None):
         self.chars: collections.Counter = collections.Counter()   # every non-whitespace character
-        self.words: collections.Counter = collections.Counter()   # 'bert' or 'jieba' words (see `count_corpus`)
+        self.words: collections.Counter = collections.Counter()   # 'pretokenizer' or 'jieba' words (see `count_corpus`)
         self.kind, self.pruned_below = words, 0
         self._norm = bert_normalizer(split_cjk=False)
-        self._splitter = _BertWords() if words == "bert" else None
+        self._splitter = _BertWords() if words == "pretokenizer" else None
         self._cut = _jieba_cut() if words == "jieba" else None
         self._cap = COUNT_CAP.get(words, 0)
 
@@ -60,7 +60,7 @@ class CorpusCounts:
 
 def count_corpus(docs: Iterable[str], words: Optional[str] = None) -> CorpusCounts:
     """One streaming pass: characters (after BERT-uncased normalisation) and, with `words`, word counts:
-    'bert' = the words BertPreTokenizer makes once the normaliser has put spaces around CJK characters
+    'pretokenizer' = the words BertPreTokenizer makes once the normaliser has put spaces around CJK characters
     (split on whitespace; every punctuation and CJK character a word of its own), 'jieba' = jieba words of
     two or more characters (rjieba = jieba-rs, ~20x faster, same segmentation) without whitespace or
     punctuation."""

@@ -4,15 +4,15 @@ GPU time is spent: vocab size, UNK rate, characters per token, character coverag
 from __future__ import annotations
 
 import collections
-from pathlib import Path
-
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional
 
-from zh_bert.core.config import option
-from zh_bert.corpus.corpus_io import read_documents
+from zh_bert.core.config import option, option_of
 from zh_bert.core.errors import ZhBertError
 from zh_bert.core.fileio import read_json
+from zh_bert.core.options import Shared
+from zh_bert.corpus.corpus_io import read_documents
 from zh_bert.corpus.tokenizer_files import load_tokenizer
 
 
@@ -25,7 +25,7 @@ class ReportConfig:
                              help=".txt (one document per line) or .jsonl files, or directories of parts")
     compare: list[str] = option(default_factory=list, action="append", metavar="TOKDIR2",
                                 help="another tokenizer dir, printed side by side (repeat to compare more)")
-    max_docs: Optional[int] = option(None, help="use only the first N documents")
+    max_docs: Optional[int] = option_of(Shared, "max_docs")
     top_unk: int = option(10, help="how many UNK characters to list")
     json_path: Optional[str] = option(None, flags=("--json",), metavar="PATH",
                                       help="also write the report(s) as JSON")

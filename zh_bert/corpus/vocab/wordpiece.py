@@ -26,7 +26,7 @@ def train_wordpieces(docs: Iterable[str], vocab_size: int, min_frequency: int, s
     reorder pieces and disagree on the piece at the size cut-off. Re-ranking its output afterwards cannot fix
     that (which pieces exist at all already depends on the ties), so this is the same algorithm with every
     tie broken by strings:
-    - words: `count_corpus(docs, 'bert')` (the trainer's normaliser and pre-tokenizer, exact counts);
+    - words: `count_corpus(docs, 'pretokenizer')` (the trainer's normaliser and pre-tokenizer, exact counts);
     - alphabet: every character of the words (with `limit_alphabet`: the most frequent, ties by code point),
       in code-point order, after `specials`; then the '##x' continuations, in code-point order;
     - merges: repeatedly the adjacent pair with the highest count (summed over words x word counts), ties
@@ -39,7 +39,7 @@ def train_wordpieces(docs: Iterable[str], vocab_size: int, min_frequency: int, s
     each other (a few dozen pieces at the cut-off). Only multi-character non-CJK words ever merge, so this
     runs in about a second in Python.
     """
-    wc = word_counts if word_counts is not None else count_corpus(docs, "bert").words
+    wc = word_counts if word_counts is not None else count_corpus(docs, "pretokenizer").words
     tokens, words, freqs = _wordpiece_alphabet(wc, specials, limit_alphabet)
     return _merge_pairs(tokens, words, freqs, vocab_size, min_frequency)
 

@@ -1,24 +1,19 @@
 """gpu_proof sections that time and weigh single steps: the device and its measured matmul peaks, training
 throughput beside the transformers Trainer, and `zh-bert plan`'s memory model against the allocator.
 
-Every function takes the run's context `ctx` (gpu_proof.Context: device, quick, peaks, deadline) and returns
+Every function takes the run's context `ctx` (bench.gpu_proof.Context: device, quick, peaks, deadline) and returns
 the section's JSON; figures are measured here, never copied from a datasheet, except where a field says
 `datasheet` (the `zh-bert plan` spec it is compared with)."""
 
 from __future__ import annotations
 
 import gc
-import os
 import platform
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import torch
-
-BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH))
 
 PRECISION_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -28,7 +23,7 @@ PRECISION_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.
 def matmul_peak(device: torch.device, precision: str, n: int, seconds: float) -> float:
     """Best FLOP/s of an n×n matmul over three windows of `seconds`/3 (after a warm-up): the practical peak
     of this device in `precision`, the denominator of every utilisation here."""
-    from train_throughput import set_tf32
+    from bench.train_throughput import set_tf32
 
     set_tf32(precision == "tf32")
     a = torch.randn(n, n, dtype=PRECISION_DTYPES[precision], device=device)
@@ -77,7 +72,7 @@ def device_section(ctx) -> dict:
     import accelerate
     import transformers
 
-    from _timing import machine
+    from bench.timing import machine
 
     dev = ctx.device
     out = {"torch": torch.__version__, "transformers": transformers.__version__, "accelerate": accelerate.__version__,
@@ -125,10 +120,10 @@ def _plan_spec(device: torch.device):
 def throughput_section(ctx) -> dict:
     """zh-bert's `train_step` vs the Trainer, same model, batches and precision, steps interleaved; useful-FLOP
     utilisation against the matmul peak measured in the device section."""
-    from train_throughput import bench_pair, real_batches
+    from bench.train_throughput import bench_pair, real_batches
     from transformers.utils import logging as hf_logging
 
-    from zh_bert.train.model import build_config, flops_per_token
+    from zh_bert.train.arch.bert import build_config, flops_per_token
 
     hf_logging.set_verbosity_error()
     cuda = ctx.device.type == "cuda"
@@ -207,9 +202,11 @@ def memory_section(ctx) -> dict:
                 rows.append(_cuda_case(ctx, model, mb, seq, prec))
         method = "torch.cuda.max_memory_allocated over 2 timed steps (zh_bert.plan.measure.measure)"
     else:
-        import plan_memory_check as pmc
+        from bench import plan_memory_check as pmc
 
-        for (model, mb, seq), got in zip(QUICK_MEMORY_CASES, _rss_peaks(QUICK_MEMORY_CASES)):
+        peaks = pmc.measure_all([dict(model=model, micro_batch=mb, seq_len=seq, precision="fp32")
+                                 for model, mb, seq in QUICK_MEMORY_CASES], timeout=300)
+        for (model, mb, seq), got in zip(QUICK_MEMORY_CASES, peaks):
             want = pmc.estimate(model, mb, seq, "fp32")
             rows.append({"model": model, "micro_batch": mb, "seq_len": seq, "precision": "fp32",
                          "measured_gib": round(got / 2**30, 4), "planned_gib": round(want / 2**30, 4),
@@ -221,21 +218,6 @@ def memory_section(ctx) -> dict:
     ctx.headline = f"{len(errors)} cases, worst plan error {max(errors):.1f}%" if errors else "no case measured"
     return {"method": method, "planned": "memory_model.estimate_memory(device='cpu'): live tensors, as plan "
             "--measure compares them; plan_total_gib adds the CUDA context and allocator slack", "rows": rows}
-
-
-def _rss_peaks(cases: list[tuple]) -> list[float]:
-    """bench/plan_memory_check.py's measurement (peak RSS above a warmed-up baseline, VmHWM reset per case,
-    freed buffers returned to the OS) for every case in one fresh process: one torch import, not one per case."""
-    import json
-
-    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="0",
-               PYTHONPATH=os.pathsep.join([str(BENCH.parent), os.environ.get("PYTHONPATH", "")]))
-    code = (f"import json,sys; sys.path.insert(0, {str(BENCH)!r}); import plan_memory_check as m; "
-            f"print(json.dumps([m.child(a, b, c, 'fp32')['peak_bytes'] for a, b, c in {cases!r}]))")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    if out.returncode:
-        raise RuntimeError(f"memory child exited {out.returncode}: {out.stderr.strip().splitlines()[-1:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def _cuda_case(ctx, model: str, mb: int, seq: int, prec: str) -> dict:

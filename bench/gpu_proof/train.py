@@ -17,9 +17,9 @@ import time
 from dataclasses import fields
 from pathlib import Path
 
+from bench import REPO
 from zh_bert.core.fileio import open_append, open_for_write, write_text
 
-REPO = Path(__file__).resolve().parent.parent
 BASE_RECIPE = REPO / "recipes" / "tiny-cpu.yaml"
 SPEC = REPO / "recipes" / "ablations" / "objective-compute.yaml"
 GRID = ("mlm+wwm", "mlm+correction", "electra")

@@ -63,7 +63,7 @@ def _throughput(s: dict) -> list[str]:
     out = [f"Batch {s['batch']} × {s['seq_len']} tokens ({s['batches']}, masked fraction {s['masked_fraction']}), vocab "
            f"{s['vocab']:,}, AdamW; {s['warmup_steps']} warm-up + {s['timed_steps']} timed steps per side, medians, "
            "steps interleaved (Trainer, zh-bert, ...). Useful-FLOP utilisation = useful FLOPs (encoder + MLM head at "
-           "masked positions, `zh_bert.train.model.flops_per_token`) per second ÷ the measured matmul peak of that precision."
+           "masked positions, `zh_bert.train.arch.bert.flops_per_token`) per second ÷ the measured matmul peak of that precision."
            + (f" *plan* columns: `zh-bert plan`'s spec {spec} (datasheet peak × assumed utilisation); 'of datasheet' "
               "is the measured rate over that datasheet peak, the figure that replaces plan's assumption "
               "(fp32 and TF32 rows both against the fp32 datasheet peak, as plan counts them)." if spec else ""), ""]

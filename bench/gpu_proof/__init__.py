@@ -9,19 +9,22 @@ and, as its own invocation (`--science`), the equal-FLOPs objective grid on real
 ChnSentiCorp and TNEWS. Writes gpu_proof.json and gpu_proof.md under --out (a --science run into the same
 --out adds its section to them).
 
-    python bench/gpu_proof.py --prepare runs/gpu-proof-data                  # on a CPU machine, once
-    python bench/gpu_proof.py --data runs/gpu-proof-data --out OUT          # on the GPU: ~8 min
-    python bench/gpu_proof.py --science --data runs/gpu-proof-data --out OUT  # on the GPU, its own command
-    python bench/gpu_proof.py --device cpu --quick --out DIR     # every section at toy size (a smoke test)
+    python -m bench.gpu_proof --prepare runs/gpu-proof-data                  # on a CPU machine, once
+    python -m bench.gpu_proof --data runs/gpu-proof-data --out OUT          # on the GPU: ~8 min
+    python -m bench.gpu_proof --science --data runs/gpu-proof-data --out OUT  # on the GPU, its own command
+    python -m bench.gpu_proof --device cpu --quick --out DIR     # every section at toy size (a smoke test)
 
 The GPU side needs only torch, transformers, accelerate, tokenizers, safetensors, numpy, scipy, pyyaml,
 matplotlib and tensorboard (no jieba, opencc, datatrove or gradio), no network, and runs from the repository
 root with PYTHONPATH=. ; --prepare builds everything that needs more (tokenizers, shards) into DIR.
+
+The parts: `data` (--prepare, and reading a prepared DIR), `measure` (device, throughput, memory), `train`
+(fp16 vs fp32, kill + resume, --science), `report` (gpu_proof.md from gpu_proof.json); this module holds the
+options, the run's context, the sections' order and budget, and the report files' ownership.
 """
 
 from __future__ import annotations
 
-import argparse
 import gc
 import hashlib
 import json
@@ -34,21 +37,23 @@ import traceback
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Literal, Optional
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "bench"))
-sys.path.insert(1, str(REPO))
-
-from _gpu_proof_data import SCIENCE_CORPUS, ProofError, prepare, read_manifest, unpack  # noqa: E402
-from zh_bert.core.errors import ZhBertError  # noqa: E402
-from zh_bert.core.fileio import claim_dir, open_append, read_json, remove_scratch, scratch_dir, write_text  # noqa: E402
+from bench import REPO
+from bench.cli import parse
+from bench.gpu_proof.data import SCIENCE_CORPUS, ProofError, prepare, read_manifest, unpack
+from zh_bert.core.config import option
+from zh_bert.core.errors import ZhBertError
+from zh_bert.core.fileio import claim_dir, open_append, read_json, remove_scratch, scratch_dir, write_text
 
 WORK_MARKER = ".gpu-proof-work"   # a --work dir of gpu_proof's own (with only WORK_NAMES in it): may be replaced
 WORK_NAMES = {WORK_MARKER, "data", "fp16", "resume", "science", "prepared", "gpu_proof.log", "science.log"}
 REPORT_FILES = ("gpu_proof.json", "gpu_proof.md")
-WRITTEN_BY = "bench/gpu_proof.py"  # gpu_proof.json's marker; gpu_proof.md ends with `_md_marker` of its text
-MD_MARKER = re.compile(r"\n<!-- written by bench/gpu_proof\.py from gpu_proof\.json \(sha256 ([0-9a-f]{64}) of the "
-                       r"text above\); an edited copy is never overwritten -->\n\Z")
+COMMAND = "python -m bench.gpu_proof"
+WRITTEN_BY = "bench.gpu_proof"  # gpu_proof.json's marker; gpu_proof.md ends with `_with_marker`'s line
+WRITERS = (WRITTEN_BY, "bench/gpu_proof.py")   # its marker, and its reports' from before it was a package
+MD_MARKER = re.compile(r"\n<!-- written by (?:bench\.gpu_proof|bench/gpu_proof\.py) from gpu_proof\.json \(sha256 "
+                       r"([0-9a-f]{64}) of the text above\); an edited copy is never overwritten -->\n\Z")
 
 MAIN = ("device", "throughput", "memory", "fp16_vs_fp32", "resume")
 SECTIONS = MAIN + ("science",)
@@ -57,33 +62,29 @@ BUDGET_S = {"main": 480, "science": 540}   # one GPU command may run 10 minutes:
 WORK = REPO / "runs" / "gpu-proof-work"    # full runs: kept, so a rerun reuses unpacked data and finished runs
 
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message):          # bad input is one line, exit 2
-        print(f"gpu_proof: error: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
-
-def build_parser() -> Parser:
-    p = Parser(prog="gpu_proof", description=__doc__.split("\n\n")[0])
-    p.add_argument("--prepare", metavar="DIR", help="build the inputs (tokenizers, packed shards) into a new DIR "
-                   "and exit; runs where zh-bert is fully installed")
-    p.add_argument("--corpus", metavar="PATH", help=f"--prepare: the science corpus (default {SCIENCE_CORPUS})")
-    p.add_argument("--data", metavar="DIR", help="a DIR built by --prepare (--quick without it prepares a toy one)")
-    p.add_argument("--out", metavar="DIR", help="where gpu_proof.json and gpu_proof.md go")
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    p.add_argument("--science", action="store_true", help="run the objective grid alone (its own GPU command)")
-    p.add_argument("--sections", metavar="A,B", help=f"run only these ({','.join(SECTIONS)}), e.g. to rerun one "
-                   f"that failed; the report in --out keeps the others")
-    p.add_argument("--quick", action="store_true", help="every section at toy size (with --prepare: a toy DIR)")
-    p.add_argument("--work", metavar="DIR", help=f"scratch: unpacked shards, run dirs (default {WORK.relative_to(REPO)}; "
-                   f"--quick: a temp dir, removed)")
-    p.add_argument("--budget-s", type=float, help=f"time budget; sections that would overrun it are skipped "
-                   f"(default {BUDGET_S['main']} s, --science {BUDGET_S['science']} s, --quick none)")
-    p.add_argument("--science-tokens", type=float, default=100e6, help="tokens of the science run that sees the "
-                   "fewest (ELECTRA at equal FLOPs)")
-    p.add_argument("--science-set", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra `zh-bert ablate --set` for the grid (recipe or spec keys), repeatable")
-    return p
+@dataclass
+class Options:
+    prepare: Optional[str] = option(None, metavar="DIR", help="build the inputs (tokenizers, packed shards) into a "
+                                    "new DIR and exit; runs where zh-bert is fully installed")
+    corpus: Optional[str] = option(None, metavar="PATH", help=f"--prepare: the science corpus (default "
+                                   f"{SCIENCE_CORPUS})")
+    data: Optional[str] = option(None, metavar="DIR", help="a DIR built by --prepare (--quick without it prepares a "
+                                 "toy one)")
+    out: Optional[str] = option(None, metavar="DIR", help="where gpu_proof.json and gpu_proof.md go")
+    device: Literal["auto", "cpu", "cuda"] = option("auto")
+    science: bool = option(False, help="run the objective grid alone (its own GPU command)")
+    sections: Optional[str] = option(None, metavar="A,B", help=f"run only these ({','.join(SECTIONS)}), e.g. to "
+                                     f"rerun one that failed; the report in --out keeps the others")
+    quick: bool = option(False, help="every section at toy size (with --prepare: a toy DIR)")
+    work: Optional[str] = option(None, metavar="DIR", help=f"scratch: unpacked shards, run dirs (default "
+                                 f"{WORK.relative_to(REPO)}; --quick: a temp dir, removed)")
+    budget_s: Optional[float] = option(None, help=f"time budget; sections that would overrun it are skipped "
+                                       f"(default {BUDGET_S['main']} s, --science {BUDGET_S['science']} s, --quick "
+                                       f"none)")
+    science_tokens: float = option(100e6, help="tokens of the science run that sees the fewest (ELECTRA at equal "
+                                   "FLOPs)")
+    science_set: list[str] = option(default_factory=list, action="append", metavar="KEY=VALUE",
+                                    help="extra `zh-bert ablate --set` for the grid (recipe or spec keys), repeatable")
 
 
 @dataclass
@@ -198,8 +199,8 @@ def chosen(args) -> tuple:
 
 def run_section(ctx: Context, name: str) -> dict:
     """One section: its figures, or the reason it has none (time budget, an error: the others still run)."""
-    from _gpu_proof_measure import device_section, memory_section, throughput_section
-    from _gpu_proof_train import fp16_section, resume_section, science_section
+    from bench.gpu_proof.measure import device_section, memory_section, throughput_section
+    from bench.gpu_proof.train import fp16_section, resume_section, science_section
 
     fn = {"device": device_section, "throughput": throughput_section, "memory": memory_section,
           "fp16_vs_fp32": fp16_section, "resume": resume_section, "science": science_section}[name]
@@ -247,7 +248,7 @@ def write_report(report: dict, out: Path) -> None:
     """gpu_proof.json and gpu_proof.md, each atomic and each carrying gpu_proof's marker (the JSON's format
     field, the Markdown's last line): OUT was claimed before any work (`claim_outputs`), and a later run
     replaces them only while they still carry it."""
-    from _gpu_proof_report import render
+    from bench.gpu_proof.report import render
 
     for name, text in (("gpu_proof.json", json.dumps({**report, "written_by": WRITTEN_BY}, indent=1,
                                                      ensure_ascii=False, default=str)),
@@ -259,7 +260,7 @@ def _with_marker(md: str) -> str:
     """`md` and its last line: the marker with the sha256 of the text above it, so that a copy the user
     edited anywhere no longer passes as gpu_proof's."""
     h = hashlib.sha256(md.encode("utf-8")).hexdigest()
-    return (f"{md}\n<!-- written by bench/gpu_proof.py from gpu_proof.json (sha256 {h} of the text above); an "
+    return (f"{md}\n<!-- written by {WRITTEN_BY} from gpu_proof.json (sha256 {h} of the text above); an "
             f"edited copy is never overwritten -->\n")
 
 
@@ -275,7 +276,7 @@ def _report_is_ours(path: Path) -> bool:
 def _our_json(path: Path) -> dict | None:
     """The report in `path` if it is a gpu_proof.json gpu_proof wrote (its format fields), else None."""
     r = read_json(path, default=None)
-    ok = isinstance(r, dict) and r.get("gpu_proof") == 1 and r.get("written_by", WRITTEN_BY) == WRITTEN_BY \
+    ok = isinstance(r, dict) and r.get("gpu_proof") == 1 and r.get("written_by", WRITTEN_BY) in WRITERS \
         and isinstance(r.get("invocations"), list) and isinstance(r.get("sections"), dict) and "device_name" in r
     return r if ok else None
 
@@ -290,7 +291,7 @@ def _md_is_ours(path: Path, report: dict | None) -> bool:
         return hashlib.sha256(text[:m.start()].encode("utf-8")).hexdigest() == m.group(1)
     if report is None or "written_by" in report:
         return False
-    from _gpu_proof_report import render
+    from bench.gpu_proof.report import render
 
     try:
         return text == render(report) + "\n"
@@ -329,13 +330,13 @@ def claim_outputs(args, work: Path | None) -> None:
                   legacy=lambda name, is_dir: name in WORK_NAMES)
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     from zh_bert.core.hardware import omp_wait_policy
 
     # before torch loads (OpenMP reads it once), as `zh-bert pretrain` does: spinning threads on a shared CPU
     # made a tiny step 15x slower here; the subprocesses inherit it
     os.environ.setdefault("OMP_WAIT_POLICY", omp_wait_policy())
-    args = build_parser().parse_args(argv)
+    args = parse(Options, "gpu_proof", __doc__, argv)   # a bad option: `gpu_proof: error: ...`, exit 2
     try:
         return _main(args, argv)
     except (ProofError, ZhBertError) as e:
@@ -349,7 +350,7 @@ def main(argv=None) -> int:
 
 def _main(args, argv) -> int:
     plan = check_args(args)
-    command = "python bench/gpu_proof.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = f"{COMMAND} " + " ".join(sys.argv[1:] if argv is None else argv)
     temp_work = args.work is None and args.quick
     claim_outputs(args, None if temp_work or args.prepare else Path(args.work or WORK))
     if args.prepare:
@@ -379,7 +380,7 @@ def _run(args, plan: dict, work: Path, command: str, made_work: bool) -> int:
     write_report(report, out)   # before any work: a read-only or full OUT is refused here, nothing else written
     if not made_work:
         work.mkdir(parents=True, exist_ok=True)
-        write_text(work / WORK_MARKER, "bench/gpu_proof.py work dir (unpacked data, finished runs): safe to delete\n")
+        write_text(work / WORK_MARKER, f"{COMMAND} work dir (unpacked data, finished runs): safe to delete\n")
     if data is None:   # --quick without --data: a toy DIR of its own
         data = work / "prepared"
         if not (data / "manifest.json").is_file():
@@ -400,7 +401,3 @@ def _run(args, plan: dict, work: Path, command: str, made_work: bool) -> int:
     print(f"wrote {out / 'gpu_proof.json'} and {out / 'gpu_proof.md'} in {time.time() - ctx.t0:.0f} s"
           + (f"; failed: {', '.join(failed)}" if failed else ""), flush=True)
     return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -15,37 +15,29 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 from zh_bert.core.errors import ZhBertError
 from zh_bert.core.fileio import atomic_write, read_json
-from zh_bert.train.model import PRESETS, _config_errors, config_path
+from zh_bert.train.arch.base import (
+    PRESETS,
+    Architecture,
+    config_errors,
+    config_path,
+    register,
+)
+from zh_bert.train.arch.bert import BERT
+from zh_bert.train.objective import OBJECTIVES
 
-ARCHITECTURES = ("bert", "modernbert")
 MAX_POSITIONS = 8192        # RoPE has no position table; ModernBERT's own context length
 GLU_MULTIPLE = 32           # GeGLU width rounded to a multiple of this (matmul-friendly; <1% off the target)
-
-
-def bert_mlm_params(layers: int, hidden: int, intermediate: int, vocab: int, positions: int = 512) -> int:
-    """Parameters of a `BertForMaskedLM` (tied decoder; no pooler): what a modernbert preset is sized to."""
-    h, i = hidden, intermediate
-    emb = (vocab + positions + 2) * h + 2 * h
-    layer = 4 * (h * h + h) + 2 * h + (h * i + i) + (i * h + h) + 2 * h
-    head = h * h + h + 2 * h + vocab
-    return emb + layers * layer + head
-
-
-def modernbert_mlm_params(layers: int, hidden: int, intermediate: int, vocab: int) -> int:
-    """Parameters of a `ModernBertForMaskedLM` (tied decoder with a bias; layer 0 has no attention norm)."""
-    h, i = hidden, intermediate
-    layer = 4 * h * h + 3 * h * i + 2 * h
-    return vocab * h + h + layers * layer - h + h + (h * h + h) + vocab
 
 
 def glu_intermediate(layers: int, hidden: int, bert_intermediate: int, vocab: int) -> int:
     """The GeGLU width at which ModernBERT has the BERT preset's parameters (a GeGLU of width i costs 3·h·i,
     BERT's GELU MLP 2·h·i), rounded to a multiple of GLU_MULTIPLE."""
-    target = bert_mlm_params(layers, hidden, bert_intermediate, vocab)
-    rest = modernbert_mlm_params(layers, hidden, 0, vocab)
+    target = BERT.params(layers, hidden, bert_intermediate, vocab)
+    rest = MODERNBERT.params(layers, hidden, 0, vocab)
     exact = (target - rest) / (3 * hidden * layers)
     return max(GLU_MULTIPLE, int(round(exact / GLU_MULTIPLE)) * GLU_MULTIPLE)
 
@@ -97,17 +89,14 @@ def _config_file(model: str, special: dict[str, int]):
 
     path = config_path(model)
     data = read_json(path)
-    kind = data.get("model_type") if isinstance(data, dict) else None
-    if kind != "modernbert":
-        raise ZhBertError(f"{path}: model_type {kind!r}, but architecture is modernbert: give a config.json with "
-                          f"model_type: modernbert, or set architecture: {kind if kind in ARCHITECTURES else 'bert'}")
+    MODERNBERT.check_config_kind(path, data.get("model_type") if isinstance(data, dict) else None)
     try:
         portable_keys(data)   # a layer layout transformers 4.x cannot express: refused now, not at the first save
     except ZhBertError as e:
         raise ZhBertError(f"{path}: {e}") from None
     try:
         return ModernBertConfig.from_dict({**data, **special})
-    except _config_errors() as e:   # also huggingface_hub's strict field checks ("local_attention": "64")
+    except config_errors() as e:   # also huggingface_hub's strict field checks ("local_attention": "64")
         raise ZhBertError(f"{path}: not a ModernBERT config: {' '.join(str(e).split())[:200]}") from None
 
 
@@ -187,29 +176,11 @@ def portable_keys(config: dict) -> dict:
 
 
 def write_portable_config(folder: Path) -> None:
-    """Rewrite `folder/config.json` (just saved by save_pretrained) with `portable_keys`; BERT's is left as is."""
+    """Rewrite `folder/config.json` (just saved by save_pretrained) with `portable_keys`."""
     path = Path(folder) / "config.json"
     config = read_json(path)
-    if config.get("model_type") != "modernbert":
-        return
     with atomic_write(path) as f:
         f.write(json.dumps(portable_keys(config), indent=2, sort_keys=True) + "\n")
-
-
-def check_init_architecture(init_from: str | Path, architecture: str) -> None:
-    """`init_from` must hold the architecture the recipe names: continuing a BERT as a ModernBERT (or the
-    reverse) would load nothing that fits."""
-    cfg = Path(init_from) / "config.json"
-    if not cfg.is_file():
-        return   # load_init names the missing file
-    try:
-        kind = read_json(cfg).get("model_type")
-    except (ZhBertError, AttributeError):
-        return   # load_init names what is wrong with it
-    have = "modernbert" if kind == "modernbert" else "bert"
-    if have != architecture:
-        raise ZhBertError(f"init_from {init_from} is a {kind} checkpoint, but the recipe says architecture: "
-                          f"{architecture}; set architecture: {have}")
 
 
 def attended_keys(seq_len: int, window: int) -> float:
@@ -220,7 +191,7 @@ def attended_keys(seq_len: int, window: int) -> float:
 
 
 def modernbert_flops_per_token(cfg, seq_len: int, mask_rate: float) -> float:
-    """Training FLOPs per input token (3 × forward, 2 per MAC), counted as `model.flops_per_token` counts BERT's:
+    """Training FLOPs per input token (3 × forward, 2 per MAC), counted as `bert.flops_per_token` counts BERT's:
     Wqkv + Wo (4h²) and the GeGLU (3·h·i) per layer, QKᵀ and AV over every key in global layers and over the
     window in local ones, the MLM head (h² + h·V) at masked positions only."""
     h, i, v = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
@@ -228,3 +199,159 @@ def modernbert_flops_per_token(cfg, seq_len: int, mask_rate: float) -> float:
     keys = {"full_attention": float(seq_len), "sliding_attention": attended_keys(seq_len, cfg.local_attention)}
     encoder = sum(4 * h * h + 3 * h * i + 2 * keys[t] * h for t in types)
     return 6.0 * (encoder + mask_rate * (h * h + h * v))
+
+
+def attention_layout(config: dict) -> dict:
+    """A ModernBERT config.json's attention layout, read from the keys of either transformers major:
+    global_every, window, theta_global, theta_local (a value the config lacks is '?')."""
+    every = config.get("global_attn_every_n_layers")
+    types = config.get("layer_types")
+    if not isinstance(every, int) and isinstance(types, list) and types:
+        every = global_period(types)
+    rope = config.get("rope_parameters") if isinstance(config.get("rope_parameters"), dict) else {}
+    theta_global = (rope.get("full_attention") or {}).get("rope_theta", config.get("global_rope_theta"))
+    theta_local = (rope.get("sliding_attention") or {}).get("rope_theta", config.get("local_rope_theta"))
+    return {"global_every": every if every is not None else "?", "window": config.get("local_attention", "?"),
+            "theta_global": theta_global if theta_global is not None else "?",
+            "theta_local": theta_local if theta_local is not None else "?"}
+
+
+def _global_layers(config: dict, every) -> str:
+    """Which layers attend globally, in words: 'every N layers' would mislead when N >= the layer count."""
+    layers = config.get("num_hidden_layers")
+    if isinstance(every, int) and isinstance(layers, int) and every >= layers:
+        return f"global attention in layer 0 only (of {layers})"
+    return f"global attention every {every} layers (from layer 0)"
+
+
+def _with_commas(value) -> str:
+    return f"{value:,}" if isinstance(value, (int, float)) else str(value)
+
+
+class ModernBert(Architecture):
+    name, family, paper = "modernbert", "ModernBERT", "modernbert"
+    max_positions = MAX_POSITIONS
+    objectives = ("mlm",)
+    attention_inits = ("stock",)
+    uses_token_types = False
+    block = "pre-norm-glu"
+    ffn_label = "GeGLU width"
+    mlm_class_name = "ModernBertForMaskedLM"
+    card_recipe_keys = ("global_attn_every_n_layers", "local_attention", "global_rope_theta", "local_rope_theta")
+
+    def check_recipe(self, recipe):
+        super().check_recipe(recipe)
+        if recipe.global_attn_every_n_layers < 1:
+            raise ZhBertError(f"'global_attn_every_n_layers' must be at least 1, got {recipe.global_attn_every_n_layers}")
+        if recipe.local_attention < 2 or recipe.local_attention % 2:
+            raise ZhBertError(f"'local_attention' must be an even number of tokens >= 2 (half to each side), got "
+                              f"{recipe.local_attention}")
+        for key in ("global_rope_theta", "local_rope_theta"):
+            if not getattr(recipe, key) > 1:
+                raise ZhBertError(f"'{key}' must be > 1, got {getattr(recipe, key)}")
+
+    def objective_refusal(self, objective):
+        if OBJECTIVES[objective].generator:
+            return ("objective electra builds ELECTRA's own BERT-style generator and discriminator: use "
+                    "architecture bert with it, or objective mlm with modernbert")
+        return (f"objective {objective} needs token-type embeddings and a pooler, which ModernBERT does not have: "
+                f"use objective mlm with architecture modernbert")
+
+    def attention_init_refusal(self, value):
+        return (f"attention_init {value} writes BERT's learned position embeddings; ModernBERT has RoPE instead: "
+                f"set attention_init: stock (or auto) with architecture modernbert")
+
+    def config(self, recipe, vocab_size, special_ids=None):
+        return recipe_modernbert_config(recipe, vocab_size, special_ids)
+
+    def init_values(self, config):
+        cfg = SimpleNamespace(**config)
+        every = global_every(cfg)
+        out = {"dropout": config.get("mlp_dropout"), "attention_dropout": config.get("attention_dropout"),
+               "local_attention": config.get("local_attention"),
+               "global_attn_every_n_layers": every if every >= 1 else None}
+        out["global_rope_theta"], out["local_rope_theta"] = rope_thetas(cfg)
+        return out
+
+    def save_config(self, folder):
+        write_portable_config(folder)
+
+    def params(self, layers, hidden, intermediate, vocab, *, head="mlm", positions=0, type_vocab=0):
+        """No biases, norms without bias, RoPE (no position table), no pooler. Token embeddings + embedding
+        norm; per layer Wqkv 3h² + Wo h², attn_norm h (layer 0 has none: its input is already normed),
+        mlp_norm h, GeGLU Wi h·2i + Wo i·h; then final_norm h. The MLM head: dense h² + norm h, decoder bias."""
+        h, i = hidden, intermediate
+        base = vocab * h + h + layers * (4 * h * h + 3 * h * i + 2 * h) - (h if layers else 0) + h
+        return base if head == "base" else base + (h * h + h) + vocab
+
+    def config_params(self, cfg, head="mlm"):
+        return self.params(cfg.num_hidden_layers, cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size, head=head)
+
+    def flops_per_token(self, cfg, seq_len, mask_rate):
+        return modernbert_flops_per_token(cfg, seq_len, mask_rate)
+
+    def local_layers(self, cfg):
+        types = getattr(cfg, "layer_types", None) or layer_types(cfg.num_hidden_layers, global_every(cfg))
+        return sum(t == "sliding_attention" for t in types), cfg.local_attention
+
+    def dropouts(self, cfg):
+        return cfg.mlp_dropout, cfg.attention_dropout
+
+    def shape_label(self, shape):
+        s = shape
+        return (f"ModernBERT L{s.layers}/H{s.hidden}/A{s.heads}/GeGLU {s.intermediate}, "
+                f"{s.sliding_layers}/{s.layers} layers local ({s.window})")
+
+    def model_class(self, objective):
+        from transformers import ModernBertForMaskedLM
+
+        return ModernBertForMaskedLM
+
+    def encode(self, hf, input_ids, attention_mask, token_type_ids):
+        return hf.model(input_ids=input_ids, attention_mask=attention_mask)[0], None
+
+    def mlm_logits(self, hf, hidden):
+        return hf.decoder(hf.head(hidden))
+
+    def sparse_head(self, model):
+        """ModernBERT: `model` then `decoder(head(.))` (give it no token_type_ids)."""
+        encoder, dense, decoder = (getattr(model, n, None) for n in ("model", "head", "decoder"))
+        if encoder is not None and dense is not None and decoder is not None:
+            return encoder, lambda hidden: decoder(dense(hidden))
+        return None
+
+    def classifier_kwargs(self, pooling):
+        return {"classifier_pooling": pooling}
+
+    def pools_itself(self):
+        return True
+
+    def card_rows(self, config):
+        """The rows that say what makes it a ModernBERT, not a BERT (Warner et al. 2024)."""
+        a = attention_layout(config)
+        a = {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in a.items()}
+        return [f"| position encoding | RoPE, θ {_with_commas(a['theta_global'])} in global layers, "
+                f"{_with_commas(a['theta_local'])} in local ones (no position table) |",
+                f"| attention | {_global_layers(config, a['global_every'])}, a sliding window of {a['window']} tokens "
+                f"in the others |",
+                f"| block | pre-norm, GeGLU MLP of width {config.get('intermediate_size', '?')}, no biases, "
+                f"tied embeddings; no token types |"]
+
+    def card_usage(self, model_class, widget_text, repo_id, config):
+        both = all(k in config for k in ("layer_types", "global_attn_every_n_layers"))   # write_portable_config's
+        portable = ("config.json carries the attention layout in the keys of both transformers 4.x and 5.x, so "
+                    "`AutoModelForMaskedLM` and `AutoTokenizer` load the same model in either" if both else
+                    "`AutoModelForMaskedLM` and `AutoTokenizer` load it")
+        return ["Needs transformers >= 4.48 (the first release with ModernBERT).", "", "```python",
+                "from transformers import AutoModelForMaskedLM, AutoTokenizer, pipeline", "",
+                f'model = AutoModelForMaskedLM.from_pretrained("{repo_id}")',
+                f'tokenizer = AutoTokenizer.from_pretrained("{repo_id}")',
+                'fill = pipeline("fill-mask", model=model, tokenizer=tokenizer)',
+                f'print(fill("{widget_text}"))', "```", "",
+                f"It is a stock `{model_class}` folder (safetensors, `tokenizer.json` and `vocab.txt`); "
+                f"{portable}. The model takes no token_type_ids. Fine-tune it with "
+                f"`AutoModelForSequenceClassification`, continue pretraining it with zh-bert "
+                f"(`architecture: modernbert`), or try it in the browser with `zh-bert demo {repo_id}`."]
+
+
+MODERNBERT = register(ModernBert())

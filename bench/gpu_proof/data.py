@@ -1,4 +1,4 @@
-"""The inputs of `bench/gpu_proof.py`, built where the whole toolkit is installed (`--prepare DIR`) and read
+"""The inputs of `python -m bench.gpu_proof`, built where the whole toolkit is installed (`--prepare DIR`) and read
 where it is not.
 
 Why a separate step: the GPU machine has no jieba/rjieba (so it cannot shard: wwm needs word boundaries), no
@@ -24,9 +24,9 @@ from concurrent.futures import ProcessPoolExecutor
 from datetime import date
 from pathlib import Path
 
+from bench import REPO
 from zh_bert.core.fileio import atomic_write, copy_file, remove_scratch, write_bytes, write_text
 
-REPO = Path(__file__).resolve().parent.parent
 SCIENCE_CORPUS = REPO.parent / "shared" / "data" / "zh_real_text"
 SAMPLE = [REPO / "corpora" / "sample" / n for n in ("zhwiki_sampled.txt", "CLUECorpusSmall_sampled.txt")]
 FORMAT, VERSION, MANIFEST = "zh-bert gpu_proof data", 1, "manifest.json"
@@ -47,7 +47,7 @@ def read_manifest(data: Path) -> dict:
     path = Path(data) / MANIFEST
     if not Path(data).is_dir() or not path.is_file():
         raise ProofError(f"--data {data}: not a prepared gpu_proof dir (no {MANIFEST}); build it on a CPU machine "
-                         f"with: python bench/gpu_proof.py --prepare {data}")
+                         f"with: python -m bench.gpu_proof --prepare {data}")
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
@@ -237,8 +237,8 @@ def _file_info(path: Path) -> dict:
 def _attribution(corpus: Path, dst: Path, quick: bool) -> None:
     """The corpus's SOURCE.md, verbatim, under a note saying what this copy is (CC-BY asks for both)."""
     what = "the first 30 documents of each file" if quick else "every document"
-    write_text(dst, f"# Shards of zh_real_text for bench/gpu_proof.py --science\n\nBuilt by `bench/gpu_proof.py "
-                   f"--prepare` from {what} of zh_real_text: cleaned by `zh-bert clean` (exact dedup, quality "
+    write_text(dst, f"# Shards of zh_real_text for `python -m bench.gpu_proof --science`\n\nBuilt by `python -m "
+                   f"bench.gpu_proof --prepare` from {what} of zh_real_text: cleaned by `zh-bert clean` (exact dedup, quality "
                    f"filters), a char vocabulary of {VOCAB_SIZE} tokens, packed 128-token sequences, xz-compressed. "
                    f"The text is the corpus's, under its licence and attribution below.\n\n---\n\n"
                    + (corpus / "SOURCE.md").read_text(encoding="utf-8"))

@@ -35,9 +35,9 @@ from pathlib import Path
 
 import numpy as np
 
+from bench import REPO
 from zh_bert.core.fileio import atomic_dir, atomic_write, write_text
 
-REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "corpora" / "sample"
 POOL_FILES = ("CLUECorpusSmall_sampled.txt", "zhwiki_sampled.txt", "CLUECorpusSmall_5000_lines_bert.txt")
 _SENTENCE_RE = re.compile(r"[^。！？\n]*[。！？]+|[^。！？\n]+")
