@@ -503,7 +503,8 @@ def test_every_command_builds_its_parser_from_dataclasses():
         mod = importlib.import_module(module)
         parser = mod.build_parser()
         assert parser.prog.startswith(f"zh-bert {name}"), (name, parser.prog)
-        parser.format_help()
+        text = parser.format_help()
+        assert "option_strings" not in text and "%%" not in text, f"zh-bert {name} --help: a % in a help text"
 
 
 if __name__ == "__main__":

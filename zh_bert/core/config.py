@@ -323,7 +323,8 @@ def add_options(parser: argparse.ArgumentParser, cls: type) -> argparse.Argument
     for f in cli_fields(cls):
         md = f.metadata["cli"]
         tp = _unwrap_optional(hints[f.name])
-        kw: dict[str, Any] = {"dest": f.name, "help": md["help"] or None}
+        # a literal % either way ("30% slower" in a recipe key's help, "1%% of" written for argparse)
+        kw: dict[str, Any] = {"dest": f.name, "help": md["help"].replace("%%", "%").replace("%", "%%") or None}
         if md["metavar"]:
             kw["metavar"] = md["metavar"]
         has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
