@@ -20,6 +20,8 @@ class Shared:
     seed: int = option(42, help="random seed")
     batch_size: int = option(32, help="examples per forward pass (does not change the figures)")
     max_docs: Optional[int] = option(None, help="use only the first N documents")
+    only: list[str] = option(default_factory=list, action="append", metavar="NAME",
+                             help="run only these (repeatable)")
     set: list[str] = option(default_factory=list, action="append", metavar="KEY=VALUE",
                             help="override one recipe key (repeatable), e.g. --set max_steps=40")
     endpoint: str | None = option(None, help="Hub endpoint or mirror (default: $HF_ENDPOINT or huggingface.co)")

@@ -67,8 +67,7 @@ class AblateArgs:
     spec: str = option(positional=True, metavar="recipes/ablations/NAME.yaml", help="the ablation spec")
     set: list[str] = option_of(Shared, "set", help="override for every run: a recipe key (e.g. max_steps=100) or a key of the ablation spec (e.g. finetune_max_train=1000)")
     out_dir: Optional[str] = option(None, help="override the spec's out_dir")
-    only: list[str] = option(default_factory=list, action="append", metavar="LABEL",
-                             help="run only these settings")
+    only: list[str] = option_of(Shared, "only", help="run only these settings (labels or values; repeatable)")
     dry_run: bool = option_of(Shared, "dry_run", help="print the runs and their overrides, run nothing")
 
 

@@ -14,7 +14,8 @@ from zh_bert.core.errors import ZhBertError
 from zh_bert.evaluation.eval_results import entry, record
 from zh_bert.evaluation.evaluate import MlmEvalConfig, eval_mlm, load_mlm
 from zh_bert.core.fileio import atomic_write, read_json, write_json
-from zh_bert.evaluation.finetune import eval_entries, run as run_finetune
+from zh_bert.evaluation.finetune import eval_entries, percent
+from zh_bert.evaluation.finetune import run as run_finetune
 from zh_bert.train.masking import MaskingConfig
 from zh_bert.train.rundir import FINAL, is_model_dir
 from zh_bert.evaluation.tasks import load_task
@@ -151,12 +152,6 @@ def run_evals(spec: AblationSpec, run: AblationRun, run_dir: Path, heldout: Path
 
 # --------------------------------------------------------------------------- report
 
-def _pm(mean, std) -> str:
-    if mean is None:
-        return "–"
-    return f"{mean * 100:.1f} ± {std * 100:.1f}" if std is not None else f"{mean * 100:.1f}"
-
-
 def _gain(g) -> str:
     return "–" if g is None else f"{g * 100:+.1f}"
 
@@ -175,9 +170,9 @@ def write_results(spec: AblationSpec, rows: list[dict], out: Path, command: str,
               + ("steps | " if spec.budget == "flops" else "") + "tokens | wall-clock |",
               "|---" * (6 + 2 * len(fs.tasks) + (spec.budget == "flops")) + "|"]
     for r in rows:
-        tasks = "".join(f"{_pm(f.get('dev_acc'), f.get('dev_acc_std'))} | {_pm(f.get('test_acc'), f.get('test_acc_std'))} | "
+        tasks = "".join(f"{percent(f.get('dev_acc'), f.get('dev_acc_std'))} | {percent(f.get('test_acc'), f.get('test_acc_std'))} | "
                         for f in ((r.get("finetune") or {}).get(t) or {} for t in fs.tasks))
-        lines.append(f"| {r['value']} | {_pm(r.get('val_mlm_acc'), None)} | {_pm(r.get('heldout_mlm_acc'), None)} | "
+        lines.append(f"| {r['value']} | {percent(r.get('val_mlm_acc'), None)} | {percent(r.get('heldout_mlm_acc'), None)} | "
                      f"{_gain(r.get('heldout_order_gain'))} | {tasks}"
                      + (f"{r.get('steps') or 0:,} | " if spec.budget == "flops" else "")
                      + f"{r.get('tokens') or 0:,} | {(r.get('train_s') or 0) / 60:.1f} min |")

@@ -7,8 +7,10 @@ so `EvalResult(**entry)` works. The newest entry per (task, dataset, metric) win
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
+from zh_bert.core.config import option
 from zh_bert.core.errors import ZhBertError
 from zh_bert.core.fileio import claim_file, read_json, write_json
 from zh_bert.train.rundir import find_run_dir
@@ -55,3 +57,9 @@ def record_for_checkpoint(ckpt: str | Path, entries: list[dict]) -> Path | None:
     run_dir = find_run_dir(ckpt)
     return record(run_dir, entries) if run_dir else None
 
+
+@dataclass
+class CheckpointArgs:
+    """The model a command evaluates or fine-tunes, and whether its figures go into RUN/eval_results.json."""
+    ckpt: str = option(positional=True, metavar="CKPT", help="model folder, or a run dir (uses RUN/final)")
+    no_record: bool = option(False, help="do not write RUN/eval_results.json")

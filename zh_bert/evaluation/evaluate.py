@@ -32,7 +32,9 @@ from zh_bert.corpus.segment import SEGMENTERS, Segmenter, SegmenterName
 from zh_bert.corpus.shard.build import ShardConfig
 from zh_bert.corpus.shard.encode import Specials, TextEncoder, pack_sequences
 from zh_bert.corpus.tokenizer_files import load_tokenizer
-from zh_bert.evaluation.eval_results import entry, record_for_checkpoint
+from zh_bert.evaluation.eval_results import CheckpointArgs, entry, record_for_checkpoint
+from zh_bert.evaluation.finetune import FinetuneConfig
+from zh_bert.evaluation.suite import SuiteArgs, report_lines, run_suite, suite_entries
 from zh_bert.train.arch import of_config
 from zh_bert.train.masking import MaskingConfig, mask_batch
 from zh_bert.train.rundir import masked_lm_dir
@@ -92,13 +94,6 @@ def model_batch(model, input_ids, attention_mask) -> dict:
 
 
 # --------------------------------------------------------------------------- options shared by the commands
-
-@dataclass
-class CheckpointArgs:
-    """The model a command evaluates or fine-tunes, and whether its figures go into RUN/eval_results.json."""
-    ckpt: str = option(positional=True, metavar="CKPT", help="model folder, or a run dir (uses RUN/final)")
-    no_record: bool = option(False, help="do not write RUN/eval_results.json")
-
 
 # --------------------------------------------------------------------------- eval mlm
 
@@ -373,7 +368,9 @@ def build_parser() -> argparse.ArgumentParser:
     return derive_parser("zh-bert eval", __doc__.split("\n\n")[0], subcommands={
         "mlm": ("masked-LM loss, perplexity, top-1/top-5 accuracy on held-out text",
                 (CheckpointArgs, MlmText, MlmEvalConfig, MaskingConfig)),
-        "cloze": ("multiple-choice cloze (ChID #idiom# or [MASK] sentences)", (CheckpointArgs, ClozeEvalConfig))})
+        "cloze": ("multiple-choice cloze (ChID #idiom# or [MASK] sentences)", (CheckpointArgs, ClozeEvalConfig)),
+        "suite": ("a benchmark under its own protocol: FewCLUE (fine-tune on train_k, choose on dev_k, report "
+                  "test_public)", (CheckpointArgs, SuiteArgs, FinetuneConfig))})
 
 
 def _main_mlm(ckpt: str, args: argparse.Namespace) -> tuple[dict, list[dict]]:
@@ -410,10 +407,21 @@ def _main_cloze(ckpt: str, args: argparse.Namespace) -> tuple[dict, list[dict]]:
                        "cloze accuracy", res["accuracy"])]
 
 
+def _main_suite(ckpt: str, args: argparse.Namespace) -> tuple[dict, list[dict]]:
+    from transformers.utils import logging as hf_logging
+
+    suite, cfg = config_from_args(SuiteArgs, args), config_from_args(FinetuneConfig, args)
+    hf_logging.set_verbosity_error()  # "newly initialised classifier" warnings are expected here
+    hf_logging.disable_progress_bar()
+    res = run_suite(ckpt, suite, cfg, log=lambda m: print(m, flush=True))
+    print("\n".join(report_lines(res)), flush=True)
+    return res, suite_entries(res)
+
+
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     target = config_from_args(CheckpointArgs, args)
-    res, entries = (_main_mlm if args.command == "mlm" else _main_cloze)(target.ckpt, args)
+    res, entries = {"mlm": _main_mlm, "cloze": _main_cloze, "suite": _main_suite}[args.command](target.ckpt, args)
     if not target.no_record:
         where = record_for_checkpoint(target.ckpt, entries)
         if where:

@@ -37,8 +37,7 @@ from zh_bert.core.hardware import Precision, resolve_precision
 from zh_bert.core.options import Shared
 from zh_bert.corpus.shard.build import ShardConfig
 from zh_bert.corpus.tokenizer_files import load_tokenizer
-from zh_bert.evaluation.eval_results import entry, record_for_checkpoint
-from zh_bert.evaluation.evaluate import CheckpointArgs
+from zh_bert.evaluation.eval_results import CheckpointArgs, entry, record_for_checkpoint
 from zh_bert.evaluation.tasks import DATASET_NAMES, TaskData, load_task
 from zh_bert.train.arch import of_config
 from zh_bert.train.recipe import Recipe, check_seed
@@ -119,6 +118,13 @@ def mean_std(xs: list[float]) -> tuple[float, float]:
 
 
 # --------------------------------------------------------------------------- data
+
+def percent(mean: float | None, std: float | None = None) -> str:
+    """A fraction as a table cell: 86.5 ± 0.3 (percent), "–" when there is none; no ± without a spread."""
+    if mean is None:
+        return "–"
+    return f"{mean * 100:.1f} ± {std * 100:.1f}" if std is not None else f"{mean * 100:.1f}"
+
 
 def tokenize_examples(tok, examples, label_index: dict[str, int], seq_len: int) -> dict:
     """Token ids per example (ragged lists) + labels; padding happens per batch."""

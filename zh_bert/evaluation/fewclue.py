@@ -1,0 +1,125 @@
+"""FewCLUE (Xu et al. 2021, arXiv:2107.07498): nine Chinese few-shot tasks, each with five 32-shot-per-class
+train/dev pairs (`train_k`, `dev_k`, k = 0..4) and a labelled public test set (`test_public`).
+
+The protocol the published table uses, and the only one this module offers: fine-tune on `train_k`, choose the
+checkpoint on `dev_k`, report `test_public`, averaged over the five pairs; the FewCLUE score is the mean over the
+eight tasks other than CHID. A split is named in every figure, and a task is read only as (train_k, dev_k,
+test_public), so nothing can be selected on the split it is reported on.
+
+The data lives in `corpora/tasks/fewclue/TASK/` of a source checkout (see its SOURCE.md: origin, no licence
+stated, sha256 of every file), found like the other bundled tasks (`tasks.task_data_dir`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from zh_bert.core.errors import ZhBertError, suggest
+from zh_bert.corpus.corpus_io import read_jsonl
+from zh_bert.evaluation.tasks import Example, TaskData, task_data_dir
+
+PAIRS = 5                  # train_k / dev_k pairs, k = 0..4
+TEST = "test_public"        # the labelled public test set: the split every FewCLUE figure is reported on
+SOURCE_URL = "https://github.com/CLUEbenchmark/FewCLUE"
+
+
+def _wsc_text(row: dict) -> str:
+    """CLUEWSC's text with the candidate marked `_…_` and the pronoun `[…]` (the CLUE baselines' markers), so
+    a sentence classifier sees which two spans the label is about."""
+    text, t = row["text"], row["target"]
+    spans = sorted([(int(t["span1_index"]), t["span1_text"], "_", "_"),
+                    (int(t["span2_index"]), t["span2_text"], "[", "]")], reverse=True)
+    for start, span, left, right in spans:   # the later span first: the earlier index stays valid
+        if text[start:start + len(span)] != span:
+            raise ZhBertError(f"cluewsc: span {span!r} is not at index {start} of {text[:40]!r}...")
+        text = text[:start] + left + span + right + text[start + len(span):]
+    return text
+
+
+@dataclass(frozen=True)
+class FewClueTask:
+    name: str
+    kind: str                                   # what is classified
+    text_a: Callable[[dict], str]
+    label: str = "label"                        # the field holding the label name
+    text_b: Callable[[dict], str] | None = None
+
+
+def _field(name: str) -> Callable[[dict], str]:
+    return lambda row: str(row[name])
+
+
+FEWCLUE_TASKS: dict[str, FewClueTask] = {t.name: t for t in (
+    FewClueTask("eprstmt", "e-commerce review sentiment", _field("sentence")),
+    FewClueTask("csldcp", "scientific discipline of an abstract, 67 classes", _field("content")),
+    FewClueTask("tnews", "news title topic, 15 classes", _field("sentence"), label="label_desc"),
+    FewClueTask("iflytek", "app description topic, 119 classes", _field("sentence"), label="label_des"),
+    FewClueTask("ocnli", "natural language inference", _field("sentence1"), text_b=_field("sentence2")),
+    FewClueTask("bustm", "dialogue short-text matching", _field("sentence1"), text_b=_field("sentence2")),
+    FewClueTask("csl", "keywords true to the abstract", lambda r: "；".join(r["keyword"]), text_b=_field("abst")),
+    FewClueTask("cluewsc", "pronoun coreference", _wsc_text),
+)}
+#: CHID (idiom cloze, 7 candidates) is a multiple-choice task: not a sentence classifier's, and outside the score
+MULTIPLE_CHOICE = ("chid",)
+SCORE_TASKS = tuple(FEWCLUE_TASKS)
+
+#: accuracy on test_public of the published table (README of the source, base model chinese-roberta-wwm-ext)
+PUBLISHED = {
+    "Human": {"score": 82.49, "eprstmt": 90.0, "bustm": 88.0, "ocnli": 90.3, "csldcp": 68.0, "tnews": 71.0,
+              "cluewsc": 98.0, "iflytek": 66.0, "csl": 84.0, "chid": 87.1},
+    "FineTuning": {"score": 46.37, "eprstmt": 73.7, "bustm": 61.1, "ocnli": 34.0, "csldcp": 28.6, "tnews": 43.6,
+                   "cluewsc": 50.2, "iflytek": 29.6, "csl": 50.1, "chid": 15.0},
+    "PET": {"score": 54.34, "eprstmt": 78.6, "bustm": 64.0, "ocnli": 43.9, "csldcp": 56.9, "tnews": 51.2,
+            "cluewsc": 50.0, "iflytek": 35.1, "csl": 55.0, "chid": 61.3},
+    "Zero-shot": {"score": 40.07, "eprstmt": 54.8, "bustm": 50.0, "ocnli": 34.4, "csldcp": 26.23, "tnews": 25.3,
+                  "cluewsc": 50.0, "iflytek": 27.7, "csl": 52.2, "chid": 57.6},
+}
+
+
+def fewclue_score(accuracy: dict[str, float]) -> float:
+    """The FewCLUE score: the mean test_public accuracy of the eight tasks other than CHID (as the published
+    table computes it); every one of them must be there."""
+    missing = [t for t in SCORE_TASKS if t not in accuracy]
+    if missing:
+        raise ZhBertError(f"the FewCLUE score needs all of {', '.join(SCORE_TASKS)}; missing {', '.join(missing)}")
+    return sum(accuracy[t] for t in SCORE_TASKS) / len(SCORE_TASKS)
+
+
+def check_task_names(names: list[str]) -> list[str]:
+    """The FewCLUE classification tasks `names` asks for (all for an empty list), refusing others in one line."""
+    for n in names:
+        if n in MULTIPLE_CHOICE:
+            raise ZhBertError(f"FewCLUE task {n} is multiple choice (idiom cloze): `zh-bert eval cloze` scores it; "
+                              f"the suite's fine-tuning covers {', '.join(FEWCLUE_TASKS)}")
+        if n not in FEWCLUE_TASKS:
+            raise ZhBertError(f"unknown FewCLUE task '{n}'{suggest(n, FEWCLUE_TASKS)}: one of "
+                              f"{', '.join(FEWCLUE_TASKS)}")
+    return list(names) or list(FEWCLUE_TASKS)
+
+
+def _read(task: FewClueTask, split: str) -> list[Example]:
+    path = task_data_dir(f"fewclue/{task.name}") / f"{split}.json"
+    out = []
+    for where, row in read_jsonl(path):
+        try:
+            out.append(Example(task.text_a(row), str(row[task.label]), task.text_b(row) if task.text_b else None))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ZhBertError(f"{where}: {type(e).__name__} {e} (not a FewCLUE {task.name} record)") from None
+    if not out:
+        raise ZhBertError(f"{path}: no records")
+    return out
+
+
+def load_fewclue(name: str, k: int) -> TaskData:
+    """Task `name` as (train_k, dev_k, test_public); labels: every label name of its five pairs and test_public,
+    so the classifier head is the same size for every pair."""
+    check_task_names([name])
+    if not 0 <= k < PAIRS:
+        raise ZhBertError(f"FewCLUE split {k}: the pairs are 0..{PAIRS - 1}")
+    task = FEWCLUE_TASKS[name]
+    train, dev, test = (_read(task, s) for s in (f"train_{k}", f"dev_{k}", TEST))
+    labels = sorted({e.label for e in train + dev + test})
+    return TaskData(f"fewclue-{name}", train, dev, test, labels,
+                    notes=[f"FewCLUE {name} ({task.kind}): train_{k} {len(train)}, dev_{k} {len(dev)}, "
+                           f"{TEST} {len(test)}; the checkpoint is chosen on dev_{k}, reported on {TEST}"])
