@@ -14,6 +14,7 @@ it is an assumption stated in docs/hardware.md and replaced by a measured figure
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import time
 import typing
@@ -80,8 +81,10 @@ Precision = Literal["auto", "fp32", "fp16", "bf16"]   # what a run asks for; `de
 PRECISIONS = typing.get_args(Precision)
 
 
+@functools.lru_cache(maxsize=1)
 def cpu_supports_bf16() -> bool:
-    """True when the CPU has native bf16 dot products (avx512_bf16 / amx_bf16): autocast then pays off."""
+    """True when the CPU has native bf16 dot products (avx512_bf16 / amx_bf16): autocast then pays off. Read
+    once per process: fine-tuning resolves its precision at every dev evaluation."""
     try:
         flags = Path("/proc/cpuinfo").read_text()
     except OSError:
