@@ -167,7 +167,7 @@ def test_full_disk_is_one_line_and_leaves_nothing(tiny_model_dir, sandbox, monke
     def full(*a, **k):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr("zh_bert.release.download.copy_file", full)
+    monkeypatch.setattr("zh_bert.hub.download.copy_file", full)
     out = sandbox / "cwd" / "out"
     with modelscope_server(_model_files(tiny_model_dir)) as url:
         rc = download("tiny/bert", "--source", "modelscope", "--endpoint", url, "-o", out)
@@ -336,7 +336,7 @@ def test_hub_hostile_listing_writes_nothing(bad, hub, tiny_model_dir, online, sa
 
 def test_remote_name_rules():
     from zh_bert.core.errors import ZhBertError
-    from zh_bert.release.hub import check_listing, local_path, remote_name
+    from zh_bert.hub.endpoint import check_listing, local_path, remote_name
 
     good = ["model.safetensors", "onnx/model.onnx", "a b/中文.txt", "x..y.json", "~/x"]
     assert check_listing(good, "w") == good
@@ -348,7 +348,7 @@ def test_remote_name_rules():
 
 
 def test_catalog():
-    from zh_bert.release.catalog import BY_ALIAS, CATALOG, resolve
+    from zh_bert.hub.catalog import BY_ALIAS, CATALOG, resolve
 
     assert resolve("bert-base-chinese") == ("google-bert/bert-base-chinese", BY_ALIAS["bert-base-chinese"])
     assert resolve("hfl/rbt3")[1].alias == "rbt3"
@@ -370,7 +370,7 @@ def test_catalog_modernbert_params_match_transformers():
     """The ModernBERT formula is checked against a real ModernBertModel of the same shape, not a hand number."""
     from transformers import ModernBertConfig, ModernBertModel
 
-    from zh_bert.release.catalog import CatalogEntry
+    from zh_bert.hub.catalog import CatalogEntry
 
     e = CatalogEntry("tiny-modernbert", "test/tiny-modernbert", 2, 64, 2, 96, 500, "test vocab", "n/a",
                      "modernbert", architecture="modernbert")
@@ -386,7 +386,7 @@ def test_catalog_modernbert_params_match_transformers():
 def test_catalog_architecture_in_table_json_and_checked():
     import json
 
-    from zh_bert.release.catalog import CATALOG, CatalogEntry, _as_json, format_table
+    from zh_bert.hub.catalog import CATALOG, CatalogEntry, _as_json, format_table
     from zh_bert.core.errors import ZhBertError
 
     header, _, first = format_table().splitlines()[:3]
@@ -404,7 +404,7 @@ def test_models_cli_fast_and_offline():
 
 
 def test_download_config_validates_like_the_cli():
-    from zh_bert.release.download import DownloadConfig
+    from zh_bert.hub.download import DownloadConfig
     from zh_bert.core.errors import ZhBertError
 
     with pytest.raises(ZhBertError, match="--source: must be 'hf' or 'modelscope', got 's3'"):
@@ -417,7 +417,7 @@ def test_hub_error_messages():
     from huggingface_hub import errors as E
 
     from zh_bert.core.errors import ZhBertError
-    from zh_bert.release.hub import hub_errors
+    from zh_bert.hub.endpoint import hub_errors
 
     for exc, needle in [(E.OfflineModeIsEnabled("offline"), "HF_HUB_OFFLINE=1 is set"),
                         (ConnectionRefusedError("refused"), "cannot reach mirror.example"),
@@ -436,7 +436,7 @@ def test_scratch_dir_removes_leftovers_of_killed_runs(tmp_path, monkeypatch):
     is removed by the next run, a live process's folder is kept, and the new one is gone after the block."""
     import os
 
-    from zh_bert.release.hub import scratch_dir
+    from zh_bert.hub.endpoint import scratch_dir
 
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
     dead = tmp_path / "zh-bert-ms-999999999-abcd"   # above Linux's pid_max: no such process

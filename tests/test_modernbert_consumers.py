@@ -243,7 +243,7 @@ def test_download_assembles_modernbert_folder(tiny_modernbert_dir, tmp_path, wei
     from safetensors.torch import load_file
     from transformers import AutoModelForMaskedLM
 
-    from zh_bert.release.download import assemble
+    from zh_bert.hub.download import assemble
 
     snap = tmp_path / "snap"
     shutil.copytree(tiny_modernbert_dir, snap)

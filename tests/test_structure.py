@@ -331,9 +331,10 @@ def wrong_way_imports() -> list[str]:
 
 
 #: the stages, bottom up: a module may import its own stage and the stages before it, never one after.
-#: plan comes before evaluation because `ablate` plans its grid; release after evaluation because the
-#: model card and the demo show evaluation results.
-LAYERS = ("core", "corpus", "train", "plan", "evaluation", "release")
+#: plan comes before evaluation because `ablate` plans its grid; hub before evaluation because an evaluation
+#: takes a catalog alias or Hub id; release after evaluation because the model card and the demo show
+#: evaluation results.
+LAYERS = ("core", "corpus", "train", "plan", "hub", "evaluation", "release")
 
 
 def layer_of(module: str) -> int | None:

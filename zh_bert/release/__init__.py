@@ -1,1 +1,1 @@
-"""Sharing checkpoints: `publish` (Hub + model card), `download`, `models` (catalog), `demo` (Gradio cloze)."""
+"""Sharing checkpoints: `publish` (Hub + model card), `demo` (Gradio cloze)."""

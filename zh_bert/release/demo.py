@@ -21,8 +21,8 @@ from zh_bert.core import config
 from zh_bert.core.config import option
 from zh_bert.core.errors import ZhBertError
 from zh_bert.corpus.tokenizer_files import load_tokenizer
-from zh_bert.release.catalog import CATALOG, resolve
-from zh_bert.release.download import default_out, download_hf
+from zh_bert.hub.catalog import CATALOG, resolve
+from zh_bert.hub.download import default_out, download_hf
 from zh_bert.train import rundir
 from zh_bert.train.weights import check_weights, load_pretrained
 

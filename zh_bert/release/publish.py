@@ -33,7 +33,7 @@ from zh_bert.core.fileio import (
 from zh_bert.core.options import Shared
 from zh_bert.corpus.tokenizer_files import TOKENIZER_FILES
 from zh_bert.release.card import build_card
-from zh_bert.release.hub import (
+from zh_bert.hub.endpoint import (
     check_repo_id,
     endpoint_and_host,
     hub_errors,

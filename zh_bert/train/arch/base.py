@@ -79,7 +79,7 @@ class Architecture:
     """One model family. Subclasses set the attributes and implement the methods that raise here."""
     name = ""                 # the recipe's `architecture` value and config.json's model_type
     family = ""               # how people write it: BERT, ModernBERT
-    paper = ""                # key of release.catalog.PAPERS
+    paper = ""                # key of hub.catalog.PAPERS
     max_positions = 0         # positions of a preset model
     objectives: tuple[str, ...] = ()          # the recipe objectives it can train
     attention_inits: tuple[str, ...] = ("stock",)   # the attention_init values it can apply; [0] is auto's

@@ -16,7 +16,7 @@ from zh_bert.core import config
 from zh_bert.core.config import option, option_of
 from zh_bert.core.errors import ZhBertError, suggest
 from zh_bert.core.options import Shared
-from zh_bert.release.hub import check_repo_id, endpoint_and_host, hub_errors
+from zh_bert.hub.endpoint import check_repo_id, endpoint_and_host, hub_errors
 from zh_bert.train.arch import ARCHITECTURES
 from zh_bert.train.arch import get as get_architecture
 

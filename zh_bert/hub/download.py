@@ -40,8 +40,8 @@ from zh_bert.core.fileio import (
 )
 from zh_bert.core.options import Shared
 from zh_bert.corpus.tokenizer_files import TOKENIZER_FILES
-from zh_bert.release.catalog import resolve
-from zh_bert.release.hub import (
+from zh_bert.hub.catalog import resolve
+from zh_bert.hub.endpoint import (
     check_listing,
     endpoint_and_host,
     hub_errors,
