@@ -3,15 +3,13 @@ result is recorded with (CPU model and the flags that decide which precisions ar
 
 from __future__ import annotations
 
-import os
-import platform
 import resource
 import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-FLAGS_OF_INTEREST = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+from zh_bert.core.hardware import machine_line
 
 
 @dataclass
@@ -43,17 +41,4 @@ def timed(fn: Callable[[], Any], repeat: int = 1, warmup: int = 0) -> Timing:
 
 def machine() -> str:
     """'CPU model, N cores, flags: ...' for the record that goes beside each figure."""
-    model, flags = platform.processor() or platform.machine(), set()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name") and ":" in line:
-                    model = line.split(":", 1)[1].strip()
-                elif line.startswith("flags") and ":" in line:
-                    flags = set(line.split(":", 1)[1].split())
-                if model and flags:
-                    break
-    except OSError:
-        pass
-    shown = [f for f in FLAGS_OF_INTEREST if f in flags] or ["none of " + "/".join(FLAGS_OF_INTEREST)]
-    return f"{model}, {os.cpu_count()} cores, flags: {' '.join(shown)}"
+    return machine_line()

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
-
 from conftest import REPO
+
 from zh_bert import cli
 from zh_bert.core.errors import ZhBertError
 from zh_bert.evaluation.finetune import eval_entries, macro_f1, summarize
@@ -213,3 +214,85 @@ def test_unbuildable_config_is_one_line(tiny_model_dir, tmp_path, capsys, random
                   + (["--random-init"] if random_init else []))
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and f"{bad}: cannot load" in err and "Traceback" not in err, err
+
+
+def _eprstmt_encoded(tiny_model_dir, n: int, seq_len: int = 64):
+    from zh_bert.evaluation.fewclue import load_fewclue
+    from zh_bert.evaluation.finetune import (
+        load_classifier,
+        tokenize_examples,
+        tokenizer_for,
+    )
+
+    task = load_fewclue("eprstmt", 0)
+    tok = tokenizer_for(tiny_model_dir)
+    data = tokenize_examples(tok, task.test[:n], {l: i for i, l in enumerate(task.labels)}, seq_len)
+    return task, tok, data, load_classifier(tiny_model_dir, len(task.labels), False, task.labels)
+
+
+def test_length_sorted_predict_returns_the_unsorted_predictions(tiny_model_dir):
+    """predict batches examples of similar length and puts them back in order: the same class for every
+    example as batches in file order give, and the model's train/eval mode as it was."""
+    import torch
+
+    from zh_bert.evaluation.finetune import batches, logits, predict
+
+    torch.set_num_threads(1)
+    _, tok, data, model = _eprstmt_encoded(tiny_model_dir, 80)
+    lengths = [len(x) for x in data["input_ids"]]
+    assert len(set(lengths)) > 20   # real reviews of many lengths: the sorted order differs from file order
+    model.eval()
+    with torch.no_grad():
+        ref = np.concatenate([logits(model, {k: v for k, v in b.items() if k != "labels"}, "cls").argmax(-1).numpy()
+                              for b in batches(data, np.arange(len(lengths)), 16, tok.pad_token_id)])
+    model.train()
+    for batch_size in (3, 16):
+        assert np.array_equal(predict(model, data, batch_size, tok.pad_token_id, "fp32"), ref), batch_size
+    assert model.training
+    model.eval()
+    predict(model, data, 16, tok.pad_token_id, "fp32")
+    assert not model.training
+
+
+def test_train_batches_are_seeded_length_buckets_of_the_whole_epoch():
+    from zh_bert.evaluation.finetune import train_batches
+
+    lengths = np.random.default_rng(0).integers(5, 200, size=1000)
+    epochs = [train_batches(lengths, 16, np.random.default_rng(3)) for _ in range(2)]
+    assert all(np.array_equal(a, b) for a, b in zip(*epochs))              # a seed draws the same batches
+    got = epochs[0]
+    assert sorted(np.concatenate(got).tolist()) == list(range(1000))       # every example once
+    assert sum(len(b) < 16 for b in got) == 1 and len(got) == 63           # as many steps as before
+    spread = np.mean([np.ptp(lengths[b]) for b in got])
+    assert spread < 0.2 * np.ptp(lengths), spread                           # batches of similar length
+    rng = np.random.default_rng(3)
+    assert not np.array_equal(np.concatenate(train_batches(lengths, 16, rng)),
+                              np.concatenate(train_batches(lengths, 16, rng)))   # each epoch its own order
+    few = train_batches(lengths[:32], 16, np.random.default_rng(0))        # a few-shot split: not sorted
+    assert [len(b) for b in few] == [16, 16]
+
+
+def test_fine_tuning_is_deterministic_for_a_seed_and_tokenizes_once(tiny_model_dir, monkeypatch):
+    """Two runs with one seed: the same losses, dev figures and test figures; dev and test are tokenized by
+    the first only (encode_cached), and the tokenizer is loaded once per checkpoint folder."""
+    import dataclasses
+
+    import torch
+
+    from zh_bert.evaluation import finetune
+    from zh_bert.evaluation.fewclue import load_fewclue
+
+    torch.set_num_threads(1)
+    task = load_fewclue("eprstmt", 0)
+    task = dataclasses.replace(task, test=task.test[:64])
+    calls, real = [], finetune.tokenize_examples
+    monkeypatch.setattr(finetune, "tokenize_examples", lambda tok, ex, *a: calls.append(len(ex)) or real(tok, ex, *a))
+    cfg = finetune.FinetuneConfig(epochs=2, seq_len=32, batch_size=8, lr=1e-3)
+    logs = [[], []]
+    runs = [finetune.run(tiny_model_dir, task, cfg, [5], log=logs[i].append) for i in range(2)]
+    for r in runs:
+        r["per_seed"][0].pop("train_s")
+    untimed = [[re.sub(r", [\d.]+ s\)$", ")", m) for m in log] for log in logs]
+    assert runs[0] == runs[1] and untimed[0] == untimed[1] and len(untimed[0]) == 3   # 2 dev evals + summary
+    assert sorted(calls) == [32, 32, 64]                                   # train, dev, test: once each
+    assert finetune.tokenizer_for(tiny_model_dir) is finetune.tokenizer_for(tiny_model_dir)

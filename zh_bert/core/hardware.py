@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import platform
 import time
 import typing
 from dataclasses import dataclass, field
@@ -90,6 +91,27 @@ def cpu_supports_bf16() -> bool:
     except OSError:
         return False
     return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+FLAGS_OF_INTEREST = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+
+
+def machine_line() -> str:
+    """'CPU model, N cores, flags: ...' for the record that goes beside each measured figure."""
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name") and ":" in line:
+                    model = line.split(":", 1)[1].strip()
+                elif line.startswith("flags") and ":" in line:
+                    flags = set(line.split(":", 1)[1].split())
+                if model and flags:
+                    break
+    except OSError:
+        pass
+    shown = [f for f in FLAGS_OF_INTEREST if f in flags] or ["none of " + "/".join(FLAGS_OF_INTEREST)]
+    return f"{model}, {os.cpu_count()} cores, flags: {' '.join(shown)}"
 
 
 def _cpu_memory_gb() -> float:

@@ -21,9 +21,11 @@ _IDENTITY = ENTRY_KEYS[:-1]
 
 
 def entry(task_type: str, task_name: str, dataset_type: str, dataset_name: str, metric_type: str,
-          metric_name: str, metric_value: float) -> dict:
-    return dict(zip(ENTRY_KEYS, (task_type, task_name, dataset_type, dataset_name, metric_type, metric_name,
-                                 round(float(metric_value), 6))))
+          metric_name: str, metric_value: float, **details) -> dict:
+    """One figure; `details` (split, protocol, seeds, data_sha256, zh_bert_version, ...) travel beside the
+    card's keys: the card reads only those, so a figure stays reproducible without breaking `EvalResult`."""
+    return {**dict(zip(ENTRY_KEYS, (task_type, task_name, dataset_type, dataset_name, metric_type, metric_name,
+                                    round(float(metric_value), 6)))), **details}
 
 
 def load(run_dir: str | Path) -> list[dict]:

@@ -13,6 +13,7 @@ stated, sha256 of every file), found like the other bundled tasks (`tasks.task_d
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 from zh_bert.core.errors import ZhBertError, suggest
@@ -87,15 +88,18 @@ def fewclue_score(accuracy: dict[str, float]) -> float:
 
 
 def check_task_names(names: list[str]) -> list[str]:
-    """The FewCLUE classification tasks `names` asks for (all for an empty list), refusing others in one line."""
+    """The FewCLUE tasks `names` asks for (all nine for an empty list), refusing others in one line."""
+    every = (*FEWCLUE_TASKS, *MULTIPLE_CHOICE)
     for n in names:
-        if n in MULTIPLE_CHOICE:
-            raise ZhBertError(f"FewCLUE task {n} is multiple choice (idiom cloze): `zh-bert eval cloze` scores it; "
-                              f"the suite's fine-tuning covers {', '.join(FEWCLUE_TASKS)}")
-        if n not in FEWCLUE_TASKS:
-            raise ZhBertError(f"unknown FewCLUE task '{n}'{suggest(n, FEWCLUE_TASKS)}: one of "
-                              f"{', '.join(FEWCLUE_TASKS)}")
-    return list(names) or list(FEWCLUE_TASKS)
+        if n not in every:
+            raise ZhBertError(f"unknown FewCLUE task '{n}'{suggest(n, every)}: one of {', '.join(every)}")
+    return list(dict.fromkeys(names)) or list(every)
+
+
+def task_files(name: str, pairs: int = PAIRS) -> list[Path]:
+    """The files a task's figure is computed from: train_k and dev_k of the pairs used, and test_public."""
+    root = task_data_dir(f"fewclue/{name}")
+    return [root / f"{s}_{k}.json" for k in range(pairs) for s in ("train", "dev")] + [root / f"{TEST}.json"]
 
 
 def _read(task: FewClueTask, split: str) -> list[Example]:
@@ -114,6 +118,9 @@ def _read(task: FewClueTask, split: str) -> list[Example]:
 def load_fewclue(name: str, k: int) -> TaskData:
     """Task `name` as (train_k, dev_k, test_public); labels: every label name of its five pairs and test_public,
     so the classifier head is the same size for every pair."""
+    if name in MULTIPLE_CHOICE:
+        raise ZhBertError(f"FewCLUE task {name} is multiple choice: its items are scored by the masked LM over the "
+                          f"candidates (zh_bert.evaluation.prompts), not as a sentence classifier's")
     check_task_names([name])
     if not 0 <= k < PAIRS:
         raise ZhBertError(f"FewCLUE split {k}: the pairs are 0..{PAIRS - 1}")
@@ -123,3 +130,23 @@ def load_fewclue(name: str, k: int) -> TaskData:
     return TaskData(f"fewclue-{name}", train, dev, test, labels,
                     notes=[f"FewCLUE {name} ({task.kind}): train_{k} {len(train)}, dev_{k} {len(dev)}, "
                            f"{TEST} {len(test)}; the checkpoint is chosen on dev_{k}, reported on {TEST}"])
+
+
+def public_records(name: str) -> list[dict]:
+    """test_public's records as written (ids and the official label field), for prediction files."""
+    return [row for _, row in read_jsonl(task_data_dir(f"fewclue/{name}") / f"{TEST}.json")]
+
+
+def official_predictions(name: str, predicted: list) -> list[dict]:
+    """Predictions in FewCLUE's submission format, one {"id", "label"} per test record in file order (CHID:
+    {"id", "answer": candidate index}); a label is written as the official field holds it (TNEWS/IFLYTEK:
+    the code, not the name this module classifies by)."""
+    rows = public_records(name)
+    if len(predicted) != len(rows):
+        raise ZhBertError(f"fewclue {name}: {len(predicted)} predictions for {len(rows)} test records")
+    key = "idx" if "id" not in rows[0] else "id"
+    if name in MULTIPLE_CHOICE:
+        return [{"id": r[key], "answer": int(p)} for r, p in zip(rows, predicted)]
+    task = FEWCLUE_TASKS[name]
+    code = {str(r[task.label]): r["label"] for r in rows}     # label name -> the official field's value
+    return [{"id": r[key], "label": code.get(str(p), p)} for r, p in zip(rows, predicted)]

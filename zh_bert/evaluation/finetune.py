@@ -6,6 +6,10 @@ for `--patience` evaluations, the best dev state restored before the test set is
 setting; `--seeds 3` runs seeds S, S+1, S+2 and reports mean ± sample std (ddof=1), because a single
 fine-tuning run of a small model varies by more than most differences people try to measure.
 `--random-init` trains the same architecture from random weights: the baseline pretraining must beat.
+
+Speed on a CPU comes from not computing padding: training batches are length buckets drawn from the seed's
+rng (`train_batches`), prediction sorts by length and puts the classes back in order (`predict`), each text
+is tokenized once per process (`encode_cached`), and the best dev state is copied into one buffer.
 """
 
 from __future__ import annotations
@@ -119,6 +123,12 @@ def mean_std(xs: list[float]) -> tuple[float, float]:
 
 # --------------------------------------------------------------------------- data
 
+BUCKET_BATCHES = 50    # training batches whose examples are sorted by length together (see train_batches)
+PREDICT_BATCHES = 2    # a prediction batch is this many training batches (no gradients: memory to spare)
+FINETUNE_ADAM_EPS = 1e-8   # torch's and the Trainer's AdamW default (pretraining uses 1e-6)
+ENCODED_KEPT = 8       # tokenized example lists kept for reuse (see encode_cached)
+
+
 def percent(mean: float | None, std: float | None = None) -> str:
     """A fraction as a table cell: 86.5 ± 0.3 (percent), "–" when there is none; no ± without a spread."""
     if mean is None:
@@ -136,20 +146,76 @@ def tokenize_examples(tok, examples, label_index: dict[str, int], seq_len: int) 
     return {"input_ids": enc["input_ids"], "token_type_ids": tt, "labels": labels}
 
 
-def batches(data: dict, order: np.ndarray, batch_size: int, pad_id: int):
+_ENCODED: dict = {}      # encode_cached's store: key -> (tokenizer, encoded), oldest first
+_TOKENIZERS: dict = {}   # tokenizer_for's store: (folder, its files' sizes and mtimes) -> tokenizer
+
+
+def encode_cached(tok, examples, label_index: dict[str, int], seq_len: int) -> dict:
+    """`tokenize_examples`, reused while the same tokenizer object encodes the same texts, labels and
+    `seq_len` again: `run` tokenizes dev and test once for all its seeds, and a caller that runs several
+    train/dev pairs against one test set (the FewCLUE suite) tokenizes that test set once. The entry holds the
+    tokenizer, so its id cannot be reused by another object; the returned dict is shared: do not modify it."""
+    key = (id(tok), seq_len, tuple(sorted(label_index.items())),
+           tuple((e.text_a, e.text_b, e.label) for e in examples))
+    hit = _ENCODED.pop(key, None)
+    if hit is None or hit[0] is not tok:
+        hit = (tok, tokenize_examples(tok, examples, label_index, seq_len))
+    _ENCODED[key] = hit
+    while len(_ENCODED) > ENCODED_KEPT:
+        _ENCODED.pop(next(iter(_ENCODED)))
+    return hit[1]
+
+
+def tokenizer_for(ckpt_dir: Path):
+    """`load_tokenizer(ckpt_dir)`, loaded once while the folder's files are unchanged (same names, sizes and
+    mtimes): every `run` on one checkpoint then shares one tokenizer, and so `encode_cached`'s entries."""
+    folder = Path(ckpt_dir).resolve()
+    stamp = tuple(sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in folder.iterdir() if f.is_file())) \
+        if folder.is_dir() else ()
+    key = (str(folder), stamp)
+    if key not in _TOKENIZERS:
+        _TOKENIZERS.clear()
+        _TOKENIZERS[key] = load_tokenizer(ckpt_dir)
+    return _TOKENIZERS[key]
+
+
+def collate(data: dict, idx: np.ndarray, pad_id: int) -> dict:
+    """The examples `idx` of `data` as one batch of tensors, padded to its longest example only."""
     import torch
 
+    width = max(len(data["input_ids"][i]) for i in idx)
+    ids = np.full((len(idx), width), pad_id, dtype=np.int64)
+    tt = np.zeros((len(idx), width), dtype=np.int64)
+    mask = np.zeros((len(idx), width), dtype=np.int64)
+    for r, i in enumerate(idx):
+        n = len(data["input_ids"][i])
+        ids[r, :n], tt[r, :n], mask[r, :n] = data["input_ids"][i], data["token_type_ids"][i], 1
+    return {"input_ids": torch.from_numpy(ids), "token_type_ids": torch.from_numpy(tt),
+            "attention_mask": torch.from_numpy(mask), "labels": torch.from_numpy(data["labels"][idx])}
+
+
+def batches(data: dict, order: np.ndarray, batch_size: int, pad_id: int):
     for s in range(0, len(order), batch_size):
-        idx = order[s:s + batch_size]
-        width = max(len(data["input_ids"][i]) for i in idx)
-        ids = np.full((len(idx), width), pad_id, dtype=np.int64)
-        tt = np.zeros((len(idx), width), dtype=np.int64)
-        mask = np.zeros((len(idx), width), dtype=np.int64)
-        for r, i in enumerate(idx):
-            n = len(data["input_ids"][i])
-            ids[r, :n], tt[r, :n], mask[r, :n] = data["input_ids"][i], data["token_type_ids"][i], 1
-        yield {"input_ids": torch.from_numpy(ids), "token_type_ids": torch.from_numpy(tt),
-               "attention_mask": torch.from_numpy(mask), "labels": torch.from_numpy(data["labels"][idx])}
+        yield collate(data, order[s:s + batch_size], pad_id)
+
+
+def lengths_of(data: dict) -> np.ndarray:
+    return np.fromiter((len(x) for x in data["input_ids"]), dtype=np.int64, count=len(data["input_ids"]))
+
+
+def train_batches(lengths: np.ndarray, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """One epoch's batches, drawn from `rng` alone (so a seed trains the same way every time): a shuffle, each
+    chunk of up to BUCKET_BATCHES batches sorted by length and cut into batches (little padding: a step costs
+    what its real tokens cost), then the batch order shuffled. A chunk is at most a quarter of the epoch, so the
+    batches differ from epoch to epoch; an epoch of fewer than 8 batches (a few-shot split) is not sorted."""
+    order = rng.permutation(len(lengths))
+    per_chunk = batch_size * max(1, min(BUCKET_BATCHES, math.ceil(len(order) / batch_size) // 4))
+    out = []
+    for s in range(0, len(order), per_chunk):
+        chunk = order[s:s + per_chunk]
+        chunk = chunk[np.argsort(lengths[chunk], kind="stable")] if per_chunk > batch_size else chunk
+        out += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)]
+    return [out[i] for i in rng.permutation(len(out))]
 
 
 def logits(model, batch: dict, pooling: str):
@@ -178,22 +244,34 @@ def precision_autocast(device, precision: str):
 
 
 def predict(model, data: dict, batch_size: int, pad_id: int, precision: str, pooling: str = "cls") -> np.ndarray:
+    """Class ids in the order of `data`. Batches of `2 * batch_size` examples of similar length (sorted, then
+    put back in order): padding costs nothing, and each prediction is the one it would be in any batch. The
+    model is left in the mode (train or eval) it came in."""
     import torch
 
+    was_training = model.training
     model.eval()
-    preds = []
-    with torch.no_grad(), precision_autocast(model.device, precision):
-        for batch in batches(data, np.arange(len(data["labels"])), batch_size * 2, pad_id):
+    lengths = lengths_of(data)
+    order, preds = np.argsort(lengths, kind="stable"), np.zeros(len(lengths), dtype=np.int64)
+    step = batch_size * PREDICT_BATCHES
+    with torch.inference_mode(), precision_autocast(model.device, precision):
+        for s in range(0, len(order), step):
+            idx = order[s:s + step]
+            batch = collate(data, idx, pad_id)
             batch.pop("labels")
             batch = {k: v.to(model.device) for k, v in batch.items()}
-            preds.append(logits(model, batch, pooling).float().argmax(-1).cpu().numpy())
-    model.train()
-    return np.concatenate(preds) if preds else np.zeros(0, dtype=np.int64)
+            preds[idx] = logits(model, batch, pooling).float().argmax(-1).cpu().numpy()
+    model.train(was_training)
+    return preds
 
 
-def scores(model, data, cfg, pad_id) -> tuple[float, float]:
+def scores(model, data, cfg, pad_id, predictions: list | None = None) -> tuple[float, float]:
+    """Accuracy and macro-F1; the class ids are appended to `predictions` when given (the test set's go into
+    the official prediction files)."""
     pred = predict(model, data, cfg.batch_size, pad_id, resolve_precision(cfg.precision, model.device)[0],
                    cfg.pooling)
+    if predictions is not None:
+        predictions += pred.tolist()
     return accuracy(data["labels"], pred), macro_f1(data["labels"], pred)
 
 
@@ -232,22 +310,39 @@ def check_trainable(task: TaskData, cfg: FinetuneConfig, seeds: list[int]) -> No
                               f"({', '.join(sorted(classes)) or 'no examples'}); a classifier needs at least two")
 
 
+def encode_task(tok, task: TaskData, cfg: FinetuneConfig, rng: np.random.Generator) -> tuple[dict, dict, dict | None]:
+    """Train (the seed's subset), dev and test tokenized; through `encode_cached`, so only the first seed of
+    a run (and the first run on a test set) pays for it."""
+    label_index = {l: i for i, l in enumerate(task.labels)}
+    train = encode_cached(tok, train_subset(task, cfg, rng), label_index, cfg.seq_len)
+    dev = encode_cached(tok, task.dev, label_index, cfg.seq_len)
+    return train, dev, encode_cached(tok, task.test, label_index, cfg.seq_len) if task.test else None
+
+
+def snapshot(model, into: dict | None) -> dict:
+    """The model's state, copied into the previous snapshot's tensors when there is one: a dev improvement
+    allocates no new copy of the model."""
+    state = model.state_dict()
+    if into is None:
+        return {k: v.detach().clone() for k, v in state.items()}
+    for k, v in state.items():
+        into[k].copy_(v)
+    return into
+
+
 def train_one(ckpt_dir: Path, task: TaskData, cfg: FinetuneConfig, seed: int, tok=None, log=print) -> dict:
     """Fine-tune once with `seed`; returns dev/test accuracy and macro-F1 of the best-on-dev state."""
     import torch
     from transformers import get_linear_schedule_with_warmup
 
-    from zh_bert.train.model import (
-        decay_groups,  # torch: imported when training, not for --help
+    from zh_bert.train.training import (  # torch: imported when training, not --help
+        make_optimizer,
+        make_scaler,
     )
-    from zh_bert.train.scaler import make_scaler
 
-    tok = tok or load_tokenizer(ckpt_dir)
-    label_index = {l: i for i, l in enumerate(task.labels)}
+    tok = tok or tokenizer_for(ckpt_dir)
     rng = np.random.default_rng(seed)
-    train_ex = train_subset(task, cfg, rng)
-    train, dev = tokenize_examples(tok, train_ex, label_index, cfg.seq_len), tokenize_examples(tok, task.dev, label_index, cfg.seq_len)
-    test = tokenize_examples(tok, task.test, label_index, cfg.seq_len) if task.test else None
+    train, dev, test = encode_task(tok, task, cfg, rng)
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
 
     torch.manual_seed(seed)
@@ -256,21 +351,22 @@ def train_one(ckpt_dir: Path, task: TaskData, cfg: FinetuneConfig, seed: int, to
         raise ZhBertError(f"{ckpt_dir}: tokenizer has {len(tok)} tokens but the model's vocab_size is "
                           f"{model.config.vocab_size}")
     model.to("cuda" if torch.cuda.is_available() else "cpu").train()
-    opt = torch.optim.AdamW(decay_groups(model, cfg.weight_decay), lr=cfg.lr)
+    recipe = Recipe(lr=cfg.lr, weight_decay=cfg.weight_decay, adam_eps=FINETUNE_ADAM_EPS)
+    opt = make_optimizer(model, recipe)[0]   # pretrain's AdamW: no decay on biases/LayerNorm, fused kernel
     precision = resolve_precision(cfg.precision, model.device)[0]
-    scaler = make_scaler(precision, model.device, Recipe())   # fp16's loss scaling at pretrain's defaults
+    scaler = make_scaler(precision, model.device, recipe)   # fp16's loss scaling at pretrain's defaults
     steps_per_epoch = math.ceil(len(train["labels"]) / cfg.batch_size)
     total = steps_per_epoch * cfg.epochs
     sched = get_linear_schedule_with_warmup(opt, int(cfg.warmup * total), total)
     eval_every = cfg.eval_every or steps_per_epoch
 
+    lengths = lengths_of(train)
     best = {"dev_acc": -1.0}
     best_state, bad, step, t0 = None, 0, 0, time.perf_counter()
     stop = False
     for epoch in range(cfg.epochs):
-        order = rng.permutation(len(train["labels"]))
-        for batch in batches(train, order, cfg.batch_size, pad_id):
-            batch = {k: v.to(model.device) for k, v in batch.items()}
+        for idx in train_batches(lengths, cfg.batch_size, rng):
+            batch = {k: v.to(model.device) for k, v in collate(train, idx, pad_id).items()}
             with precision_autocast(model.device, precision):
                 labels = batch.pop("labels")
                 loss = torch.nn.functional.cross_entropy(logits(model, batch, cfg.pooling).float(), labels)
@@ -288,7 +384,8 @@ def train_one(ckpt_dir: Path, task: TaskData, cfg: FinetuneConfig, seed: int, to
                     f"dev acc {acc:.4f} macro-F1 {f1:.4f}")
                 if acc > best["dev_acc"]:
                     best, bad = {"dev_acc": acc, "dev_macro_f1": f1, "best_step": step}, 0
-                    best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+                    if step < total:    # the last step's state needs no copy: it is the model's own
+                        best_state = snapshot(model, best_state)
                 else:
                     bad += 1
                     if bad >= cfg.patience:
@@ -297,10 +394,13 @@ def train_one(ckpt_dir: Path, task: TaskData, cfg: FinetuneConfig, seed: int, to
                         break
         if stop:
             break
-    model.load_state_dict(best_state)
+    if best["best_step"] != step:
+        model.load_state_dict(best_state)
     out = {"seed": seed, **best, "steps": step, "train_s": round(time.perf_counter() - t0, 1)}
     if test is not None:
-        out["test_acc"], out["test_macro_f1"] = scores(model, test, cfg, pad_id)
+        ids: list[int] = []
+        out["test_acc"], out["test_macro_f1"] = scores(model, test, cfg, pad_id, predictions=ids)
+        out["test_pred"] = [task.labels[i] for i in ids]
     return out
 
 
@@ -317,11 +417,12 @@ def summarize(runs: list[dict]) -> dict:
     return out
 
 
-def run(ckpt: str | Path, task: TaskData, cfg: FinetuneConfig, seeds: list[int], log=print) -> dict:
-    """Fine-tune once per seed; the summary dict is what the JSON line and ablate use."""
+def run(ckpt: str | Path, task: TaskData, cfg: FinetuneConfig, seeds: list[int], log=print, tok=None) -> dict:
+    """Fine-tune once per seed; the summary dict is what the JSON line and ablate use. `tok`: the checkpoint's
+    tokenizer when the caller has it (default: `tokenizer_for`, shared by every run on the checkpoint)."""
     check_trainable(task, cfg, seeds)
     ckpt_dir = model_dir(ckpt)
-    tok = load_tokenizer(ckpt_dir)
+    tok = tok or tokenizer_for(ckpt_dir)
     runs = []
     for seed in seeds:
         r = train_one(ckpt_dir, task, cfg, seed, tok=tok, log=log)
@@ -367,6 +468,8 @@ def main(argv: list[str]) -> int:
     for warning in task.warnings:
         print(f"warning: {warning}", file=sys.stderr, flush=True)
     summary = run(target.ckpt, task, cfg, job.seed_list(), log=lambda m: print(m, flush=True))
+    for r in summary["per_seed"]:
+        r.pop("test_pred", None)       # one label per test example: not for the JSON line
     summary["notes"] = task.notes
     summary["warnings"] = task.warnings
     if not target.no_record and not cfg.random_init:

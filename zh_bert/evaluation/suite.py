@@ -1,109 +1,212 @@
-"""`zh-bert eval suite MODEL --suite fewclue`: a checkpoint on the benchmark the Chinese community compares
-few-shot encoders on, under its own protocol (`fewclue`: fine-tune on train_k, choose on dev_k, report
-test_public, mean ± std over the pairs and seeds), with the baselines beside every figure: the majority rate of
-test_public and, with `--baselines`, the same architecture fine-tuned from random weights.
+"""`zh-bert eval suite MODEL --suite fewclue|cmrc2018|all`: a checkpoint on the benchmarks the Chinese community
+compares encoders on, each under its own protocol, with the baselines beside every figure.
+
+- `fewclue`: per task and pair k, every learning rate of the task's grid is fine-tuned on train_k; the rate
+  and the epoch are chosen on dev_k; the chosen state is scored on test_public; mean ± std over the pairs and
+  seeds; the FewCLUE score over the eight tasks other than CHID. `--method zero-shot|pet` scores with the
+  masked LM on a pattern instead of a classifier (`prompts`). CHID, multiple choice, is always scored by the
+  masked LM over its seven idioms (PET-trained under `finetune`) and reported apart, as FewCLUE does.
+- `cmrc2018`: span extraction fine-tuned for a fixed number of epochs on the official train file (or, when the
+  user has none, on the bundled trial set, said so everywhere) and scored on dev, which is the reported split:
+  nothing is chosen on it.
+
+The majority rate of each test set is printed beside every score, and with `--baselines` the same architecture
+fine-tuned from random weights under the same protocol.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import time
 from dataclasses import dataclass
-from typing import Literal
+from importlib.metadata import version
+from pathlib import Path
+from typing import Literal, Optional
 
 from zh_bert.core.config import option, option_of
 from zh_bert.core.errors import ZhBertError
 from zh_bert.core.options import Shared
-from zh_bert.evaluation.eval_results import entry
-from zh_bert.evaluation.fewclue import (PUBLISHED, SCORE_TASKS, SOURCE_URL, PAIRS, TEST, check_task_names,
-                                        fewclue_score, load_fewclue)
-from zh_bert.evaluation.finetune import FinetuneConfig, FinetuneJob, mean_std, percent, run
+from zh_bert.evaluation.cmrc import load_squad
+from zh_bert.evaluation.fewclue import (MULTIPLE_CHOICE, PAIRS, SCORE_TASKS, TEST, check_task_names,
+                                        fewclue_score, load_fewclue, task_files)
+from zh_bert.evaluation.finetune import FinetuneConfig, FinetuneJob, mean_std, run
+from zh_bert.evaluation.prompts import run_prompt_task
+from zh_bert.evaluation.qa import QAConfig, run_cmrc
+from zh_bert.evaluation.tasks import task_data_dir
 
-PROTOCOL = "fewclue-v1"     # recorded with every figure: what "fine-tune on train_k, choose on dev_k" means here
+#: recorded with every figure: what "fine-tune on train_k, choose the rate and epoch on dev_k" means here
+PROTOCOLS = {"fewclue": "fewclue-v2", "cmrc2018": "cmrc2018-v1"}
+SUITES = ("fewclue", "cmrc2018")
+#: the learning rates tried for every FewCLUE task and pair, chosen on dev_k: 2e-5 is the published
+#: base-model rate, 2e-3 what a tiny from-scratch model needs; a decade between them
+LR_GRID = (2e-5, 2e-4, 2e-3)
+CMRC_TRAIN_NAMES = ("cmrc2018_train.json", "train.json")
 
 
 @dataclass
 class SuiteArgs:
-    suite: Literal["fewclue"] = option("fewclue", help="the benchmark: fewclue (its eight scored tasks)")
-    only: list[str] = option_of(Shared, "only", help=f"only these tasks (repeatable; default: all of "
-                                                     f"{', '.join(SCORE_TASKS)})")
+    suite: Literal["fewclue", "cmrc2018", "all"] = option("fewclue", help="the benchmark: fewclue (its nine tasks), "
+                                                                          "cmrc2018 (span extraction), all")
+    method: Literal["finetune", "zero-shot", "pet"] = option(
+        "finetune", help="FewCLUE: finetune (a classifier), zero-shot (the masked LM on a pattern, no training) "
+                         "or pet (the masked LM fine-tuned on the pattern)")
+    only: list[str] = option_of(Shared, "only", help="only these FewCLUE tasks (repeatable; default: all nine)")
     splits: int = option(PAIRS, help=f"train_k/dev_k pairs, k = 0.. (FewCLUE reports all {PAIRS})")
     seed: int = option_of(FinetuneJob, "seed")
     seeds: int = option_of(FinetuneJob, "seeds")
+    lrs: list[float] = option(default_factory=list, action="append", metavar="LR", help=f"learning rates tried per pair, chosen on dev_k (repeatable; "
+                                                     f"default: the grid {', '.join(map(str, LR_GRID))}; "
+                                                     f"--lr X alone is a grid of one)")
     baselines: bool = option(False, help="also fine-tune the same architecture from random weights")
+    cmrc_train: Optional[str] = option(None, metavar="PATH", help="CMRC 2018's official train file (or a folder "
+                                                                  "holding cmrc2018_train.json); default: train on "
+                                                                  "the bundled trial set, said so in the report")
+    cmrc_lr: float = option(3e-5, help="CMRC 2018 learning rate (fixed: its dev is the reported split)")
+    predictions: Optional[str] = option(None, metavar="DIR", help="write every task's test predictions in its "
+                                                                  "official scorer's format")
+    report: Optional[str] = option(None, metavar="DIR", help="folder for suite.md, suite.png, suite.json "
+                                                             "(default: RUN/suite when MODEL is a run)")
 
     def __post_init__(self):
+        if self.suite not in (*SUITES, "all"):
+            raise ZhBertError(f"--suite must be one of {', '.join(SUITES)}, all; got {self.suite!r}")
+        if self.method not in ("finetune", "zero-shot", "pet"):
+            raise ZhBertError(f"--method must be finetune, zero-shot or pet; got {self.method!r}")
         self.only = check_task_names(self.only)
         FinetuneJob(task="fewclue", seed=self.seed, seeds=self.seeds)   # the same seed checks as finetune
         if not 1 <= self.splits <= PAIRS:
             raise ZhBertError(f"--splits must be in 1..{PAIRS}, got {self.splits}")
+        for lr in self.lrs + [self.cmrc_lr]:
+            if not 0 < lr < 1:
+                raise ZhBertError(f"a learning rate must be in (0, 1), got {lr}")
+        if self.cmrc_train is not None:
+            cmrc_train_file(self.cmrc_train)
+
+    @property
+    def suites(self) -> tuple[str, ...]:
+        return SUITES if self.suite == "all" else (self.suite,)
+
+    @property
+    def grid(self) -> tuple[float, ...]:
+        return tuple(self.lrs) or LR_GRID
+
+    def seed_list(self) -> list[int]:
+        return list(range(self.seed, self.seed + self.seeds))
+
+
+def cmrc_train_file(path: str) -> Path:
+    """The official train file the user gave: the file, or the one named like it inside a folder."""
+    p = Path(path)
+    if p.is_dir():
+        found = [p / n for n in CMRC_TRAIN_NAMES if (p / n).is_file()]
+        if not found:
+            raise ZhBertError(f"--cmrc-train {p}: no {' or '.join(CMRC_TRAIN_NAMES)} in this folder")
+        return found[0]
+    if not p.is_file():
+        raise ZhBertError(f"--cmrc-train {p}: no such file or folder")
+    return p
+
+
+def sha256_of(paths: list[Path]) -> str:
+    """One digest over the data files a figure was computed from (names and bytes, in order)."""
+    h = hashlib.sha256()
+    for p in paths:
+        h.update(p.name.encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()
+
+
+# --------------------------------------------------------------------------- FewCLUE
+
+def _method_for(name: str, method: str) -> str:
+    """CHID has no classifier form: under `finetune` its masked LM is trained over the candidates (PET)."""
+    return "pet" if name in MULTIPLE_CHOICE and method == "finetune" else method
+
+
+def _one_setting(ckpt, name: str, k: int, method: str, cfg: FinetuneConfig, seeds: list[int], log) -> dict:
+    if method == "finetune":
+        summary = run(ckpt, load_fewclue(name, k), cfg, seeds, log=log)
+        summary["test_predictions"] = summary["per_seed"][0].get("test_pred")
+        return summary
+    return run_prompt_task(ckpt, name, k, method, cfg, seeds, log=log)
+
+
+def run_pair(ckpt, name: str, k: int, args: SuiteArgs, cfg: FinetuneConfig, log=print) -> dict:
+    """Pair k of task `name`: every rate of the grid trained on train_k; the one with the best dev_k accuracy
+    (mean over seeds) is kept, whatever its test_public figure."""
+    method = _method_for(name, args.method)
+    grid = (cfg.lr,) if method == "zero-shot" else args.grid
+    best, chosen = None, None
+    for lr in grid:
+        summary = _one_setting(ckpt, name, k, method, dataclasses.replace(cfg, lr=lr), args.seed_list(),
+                               lambda m, lr=lr: log(f"  {name} pair {k} lr {lr:g}: {m}"))
+        if best is None or summary["dev_acc"] > best["dev_acc"]:
+            best, chosen = summary, lr
+    return {**best, "lr": chosen, "method": method}
 
 
 def run_task(ckpt, name: str, args: SuiteArgs, cfg: FinetuneConfig, log=print) -> dict:
-    """One task: a fine-tune per pair and seed; test_public accuracy over all of them, the dev figures that chose
-    each checkpoint beside it."""
-    seeds = list(range(args.seed, args.seed + args.seeds))
-    runs, tests, devs = [], [], []
-    for k in range(args.splits):
-        task = load_fewclue(name, k)
-        summary = run(ckpt, task, cfg, seeds, log=lambda m, k=k: log(f"  {name} pair {k}: {m}"))
-        runs.append(summary)
-        tests += [r["test_acc"] for r in summary["per_seed"]]
-        devs += [r["dev_acc"] for r in summary["per_seed"]]
-    gold = [e.label for e in task.test]
-    majority = max(set(gold), key=gold.count)
+    """One task over its pairs (zero-shot trains nothing: one pass, pair 0's dev beside it)."""
+    pairs = 1 if _method_for(name, args.method) == "zero-shot" else args.splits
+    tests, devs, per_pair = [], [], []
+    for k in range(pairs):
+        r = run_pair(ckpt, name, k, args, cfg, log)
+        tests += [s["test_acc"] for s in r["per_seed"]]
+        devs += [s["dev_acc"] for s in r["per_seed"]]
+        per_pair.append({"pair": k, "lr": r["lr"], "test_acc": r["test_acc"], "dev_acc": r["dev_acc"],
+                         "test_predictions": r.get("test_predictions")})
+    test = load_fewclue(name, 0).test if name not in MULTIPLE_CHOICE else None
+    gold = [e.label for e in test] if test else None
     test_mean, test_std = mean_std(tests)
-    return {"task": name, "test_acc": test_mean, "test_acc_std": test_std, "dev_acc": mean_std(devs)[0],
-            "majority_test_acc": gold.count(majority) / len(gold), "n_test": len(gold),
-            "pairs": args.splits, "seeds": seeds, "runs": len(tests), "per_pair": [r["test_acc"] for r in runs]}
+    return {"task": name, "method": r["method"], "test_acc": test_mean, "test_acc_std": test_std,
+            "dev_acc": mean_std(devs)[0], "runs": len(tests), "pairs": pairs, "seeds": args.seed_list(),
+            "majority_test_acc": (max(gold.count(g) for g in set(gold)) / len(gold)) if gold else 1 / 7,
+            "chance": "majority" if gold else "1 in 7", "per_pair": per_pair,
+            "data_sha256": sha256_of(task_files(name, pairs))}
 
 
-def run_suite(ckpt, args: SuiteArgs, cfg: FinetuneConfig, log=print) -> dict:
-    """Every task of `args`, pretrained and (with --baselines) from random weights; the FewCLUE score when all
-    eight scored tasks ran."""
-    out = {"suite": args.suite, "protocol": PROTOCOL, "reported_split": TEST, "checkpoint": str(ckpt),
-           "config": dataclasses.asdict(cfg), "tasks": {}, "random_init": {}}
-    inits = [("tasks", cfg)] + ([("random_init", dataclasses.replace(cfg, random_init=True))] if args.baselines else [])
+# --------------------------------------------------------------------------- CMRC 2018
+
+def run_cmrc_suite(ckpt, args: SuiteArgs, cfg: FinetuneConfig, qa: QAConfig, log=print) -> dict:
+    """Fixed epochs on train (or trial), scored on dev; what it trained on is part of the result."""
+    root = task_data_dir("cmrc2018")
+    train_path = cmrc_train_file(args.cmrc_train) if args.cmrc_train else root / "cmrc2018_trial.json"
+    dev_path = root / "cmrc2018_dev.json"
+    train, dev = load_squad(train_path), load_squad(dev_path)
+    trained_on = "train" if args.cmrc_train else "trial"
+    if trained_on == "trial":
+        log(f"cmrc2018: no official train file given (--cmrc-train): training on the trial set ({len(train)} "
+            f"questions, not the 10k of train); dev figures are not comparable with published ones")
+    res = run_cmrc(ckpt, train, dev, dataclasses.replace(cfg, lr=args.cmrc_lr), qa, args.seed_list(),
+                   log=lambda m: log(f"  cmrc2018: {m}"))
+    return {**res, "trained_on": trained_on, "train_file": train_path.name, "reported_split": "dev",
+            "data_sha256": sha256_of([train_path, dev_path]), "seeds": args.seed_list(), "lr": args.cmrc_lr}
+
+
+# --------------------------------------------------------------------------- the suite
+
+def run_suite(ckpt, args: SuiteArgs, cfg: FinetuneConfig, qa: QAConfig | None = None, log=print) -> dict:
+    """Every asked suite, pretrained and (with --baselines) from random weights."""
+    qa = qa or QAConfig()
+    t0 = time.perf_counter()
+    out = {"suites": list(args.suites), "protocols": {s: PROTOCOLS[s] for s in args.suites},
+           "method": args.method, "reported_split": {"fewclue": TEST, "cmrc2018": "dev"}, "checkpoint": str(ckpt),
+           "zh_bert_version": version("zh-bert"), "grid": list(args.grid), "config": dataclasses.asdict(cfg),
+           "qa_config": dataclasses.asdict(qa), "pretrained": {}, "random_init": {}}
+    inits = [("pretrained", cfg)] + ([("random_init", dataclasses.replace(cfg, random_init=True))]
+                                     if args.baselines else [])
     for key, c in inits:
-        for name in args.only:
-            log(f"{name} ({'random init' if c.random_init else 'pretrained'}): {args.splits} pairs x "
-                f"{args.seeds} seed(s)")
-            out[key][name] = run_task(ckpt, name, args, c, log)
-    for key in ("tasks", "random_init"):
-        accs = {n: r["test_acc"] * 100 for n, r in out[key].items()}
+        label = "random init" if c.random_init else "pretrained"
+        if "fewclue" in args.suites:
+            for name in args.only:
+                log(f"{name} ({label}, {_method_for(name, args.method)}): {args.splits} pairs x {args.seeds} "
+                    f"seed(s) x {len(args.grid)} learning rate(s)")
+                out[key][name] = run_task(ckpt, name, args, c, log)
+        if "cmrc2018" in args.suites:
+            log(f"cmrc2018 ({label}): {args.seeds} seed(s), {c.epochs} epoch(s)")
+            out[key]["cmrc2018"] = run_cmrc_suite(ckpt, args, c, qa, log)
+    for key in ("pretrained", "random_init"):
+        accs = {n: r["test_acc"] * 100 for n, r in out[key].items() if n != "cmrc2018"}
         out[f"{key}_score"] = fewclue_score(accs) if set(SCORE_TASKS) <= set(accs) else None
-    return out
-
-
-def _test_cell(r: dict) -> str:
-    """Mean ± std over the runs (pairs x seeds); one run has no spread to show."""
-    return percent(r["test_acc"], r["test_acc_std"] if r["runs"] > 1 else None)
-
-
-def report_lines(res: dict) -> list[str]:
-    """The table the command prints: each task's test_public accuracy (mean ± std over pairs x seeds), the dev
-    figure that chose it, the majority rate, random init, and the published fine-tuning row."""
-    ref = PUBLISHED["FineTuning"]
-    lines = [f"FewCLUE ({res['protocol']}): fine-tuned on train_k, checkpoint chosen on dev_k, reported on "
-             f"{res['reported_split']} (accuracy, %)",
-             f"{'task':<9} {'test_public':>13} {'dev (chose)':>11} {'majority':>8} {'random init':>13} "
-             f"{'published':>9}"]
-    for name, r in res["tasks"].items():
-        rand = res["random_init"].get(name)
-        lines.append(f"{name:<9} {_test_cell(r):>13} {r['dev_acc'] * 100:>11.1f} {r['majority_test_acc'] * 100:>8.1f} {_test_cell(rand) if rand else '-':>13} "
-                     f"{ref[name]:>9.1f}")
-    for key, label in (("tasks_score", "score"), ("random_init_score", "score (random init)")):
-        if res.get(key) is not None:
-            lines.append(f"FewCLUE {label}: {res[key]:.2f} (mean of the eight tasks other than CHID)")
-    lines.append(f"published: chinese-roberta-wwm-ext fine-tuned {ref['score']}, PET {PUBLISHED['PET']['score']}, "
-                 f"zero-shot {PUBLISHED['Zero-shot']['score']}, human {PUBLISHED['Human']['score']} ({SOURCE_URL})")
-    return lines
-
-
-def suite_entries(res: dict) -> list[dict]:
-    """eval_results.json entries: each task's test_public accuracy, the split and protocol in the task name."""
-    out = []
-    for name, r in res["tasks"].items():
-        task = f"FewCLUE {name} ({res['protocol']}, {r['pairs']} pairs x {len(r['seeds'])} seeds)"
-        out.append(entry("text-classification", task, f"fewclue-{name}", f"FewCLUE {name}", "accuracy",
-                         f"{TEST} accuracy", r["test_acc"]))
+    out["wall_s"] = round(time.perf_counter() - t0, 1)
     return out

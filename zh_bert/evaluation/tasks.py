@@ -12,12 +12,12 @@ that no test sentence is trained on. The counts are reported in `TaskData.notes`
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from zh_bert.core.errors import ZhBertError, suggest
 from zh_bert.core.fileio import read_text
+from zh_bert.corpus.benchmark_text import task_data_dir
 from zh_bert.corpus.corpus_io import read_jsonl
 
 TASKS = ("chnsenticorp", "tnews")
@@ -139,22 +139,6 @@ def read_tsv(path: str | Path, columns: str | None = None) -> list[Example]:
 
 
 # --------------------------------------------------------------------------- bundled tasks
-
-def task_data_dir(name: str) -> Path:
-    """`corpora/tasks/NAME` from $ZH_BERT_TASK_DATA, the source checkout (zh_bert/evaluation/ is two below it), or
-    the current directory."""
-    candidates = []
-    if os.environ.get("ZH_BERT_TASK_DATA"):
-        candidates.append(Path(os.environ["ZH_BERT_TASK_DATA"]) / name)
-    candidates += [Path(__file__).resolve().parents[2] / "corpora" / "tasks" / name,
-                   Path.cwd() / "corpora" / "tasks" / name]
-    for c in candidates:
-        if c.is_dir():
-            return c
-    raise ZhBertError(f"task data '{name}' not found (looked in {', '.join(map(str, candidates))}); it ships with "
-                      f"the source checkout, not the wheel: set ZH_BERT_TASK_DATA=DIR (DIR/{name}/...) or use "
-                      f"--task tsv:TRAIN,DEV[,TEST]")
-
 
 def _read_examples(path: Path, text_key: str, label_key: str) -> list[Example]:
     out = []

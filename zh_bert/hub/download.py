@@ -26,7 +26,7 @@ from typing import Literal
 
 from zh_bert.core import config
 from zh_bert.core.config import option, option_of
-from zh_bert.core.errors import ZhBertError
+from zh_bert.core.errors import ZhBertError, suggest
 from zh_bert.core.fileio import (
     atomic_dir,
     atomic_write,
@@ -279,3 +279,23 @@ def main(argv: list[str]) -> int:
     for f in sorted(out.iterdir()):
         print(f"  {f.name}  ({f.stat().st_size:,} bytes)")
     return 0
+
+
+def local_model(name: str, endpoint: str | None = None, revision: str | None = None, log=print) -> Path:
+    """What a command that evaluates MODEL works on: a local checkpoint folder or run dir as given; else a catalog
+    alias or Hub id, fetched by `download` into models/NAME once (a folder download wrote is reused).
+
+    A name whose parent folder exists here is a mistyped path, not a repo id: one line, no network."""
+    path = Path(name)
+    if path.exists():
+        return path
+    if path.parent != Path(".") and path.parent.is_dir():
+        near = suggest(path.name, [p.name for p in path.parent.iterdir()])
+        raise ZhBertError(f"MODEL {name}: no such folder{near}")
+    repo_id, entry = resolve(name)
+    out = default_out(entry.alias if entry else repo_id)
+    if (out / MARKER).is_file():
+        log(f"{name}: using {out} (downloaded before)")
+        return out
+    log(f"{name}: downloading {repo_id} -> {out}")
+    return download(DownloadConfig(name=name, endpoint=endpoint, revision=revision))

@@ -46,6 +46,7 @@ from zh_bert.corpus.clean.report import (
     written_by_clean,
 )
 from zh_bert.corpus.clean.source import Problems, RawDoc
+from zh_bert.corpus.contamination import overlap_index
 from zh_bert.corpus.executors import ExecutorOptions, start_method
 
 __all__ = ["main", "clean", "build_parser", "report_path", "read_report", "CleanJob", "CleanConfig",
@@ -161,6 +162,8 @@ def clean(job: CleanJob) -> dict | None:
     (None when `--executor slurm` submitted jobs that will write it)."""
     if job.compression != "none" and not job.engine.enabled:
         raise ZhBertError("--compression is for the parts --executor writes: add --executor local (or slurm, ray)")
+    if job.config.decontaminate != "none":   # before any work (the task data must be there), and built here
+        overlap_index(job.config.decontaminate, job.config.overlap_ngram)   # once: forked workers inherit it
     if job.engine.enabled:
         from zh_bert.corpus.clean.on_executor import clean_on_executor
 

@@ -9,12 +9,14 @@ import json
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
+from zh_bert.corpus.benchmark_text import suite_tasks
+from zh_bert.corpus.contamination import NgramOption, check_ngram, overlap_index
 from zh_bert.corpus.clean.dedup import DEDUP_MODES, DedupMode, MinHashConfig, MinHasher, exact_key
 from zh_bert.corpus.clean.filters import FilterConfig, quality_reason, remove_boilerplate
 from zh_bert.corpus.clean.normalize import NormalizeConfig, Normalizer
 from zh_bert.corpus.clean.source import RawDoc
 from zh_bert.corpus.clean.wikitext import wikitext_to_text
-from zh_bert.core.config import option
+from zh_bert.core.config import option, option_of
 from zh_bert.core.errors import ZhBertError
 
 BATCH_CHARS = 1 << 18   # ~0.75 MB of Chinese per batch: large enough to amortise pickling
@@ -29,10 +31,18 @@ class CleanConfig:
     dedup: DedupMode = option("exact", help="exact: hash of the normalised text; minhash: exact + near duplicates "
                               "(MinHash LSH over character n-grams)")
     minhash: MinHashConfig = field(default_factory=MinHashConfig)
+    decontaminate: str = option("none", metavar="SUITE", help="drop documents that contain any test n-gram of "
+                                "benchmark suite fewclue, cmrc2018 or all (→ contaminated; what `zh-bert eval "
+                                "contamination` counts)")
+    overlap_ngram: int = option_of(NgramOption, "overlap_ngram", help="characters per n-gram of --decontaminate "
+                                   "(after NFKC, case folding, no whitespace)")
 
     def __post_init__(self):
         if self.dedup not in DEDUP_MODES:
             raise ZhBertError(f"--dedup must be one of {', '.join(DEDUP_MODES)}, got '{self.dedup}'")
+        if self.decontaminate != "none":
+            suite_tasks(self.decontaminate, "--decontaminate")
+        check_ngram(self.overlap_ngram)
 
 
 @dataclass
@@ -48,12 +58,15 @@ class BatchResult:
 
 
 class DocCleaner:
-    """Normalise → remove boilerplate lines → quality filters → hashes, for one batch of documents."""
+    """Normalise → remove boilerplate lines → quality filters → benchmark test text → hashes, for one batch
+    of documents."""
 
     def __init__(self, cfg: CleanConfig):
         self.cfg = cfg
         self.normalize = Normalizer(cfg.normalize)
         self.minhasher = MinHasher(cfg.minhash) if cfg.dedup == "minhash" else None
+        self.test_text = (overlap_index(cfg.decontaminate, cfg.overlap_ngram)
+                          if cfg.decontaminate != "none" else None)
 
     def __call__(self, batch: list[RawDoc]) -> BatchResult:
         res = BatchResult(kept=[])
@@ -72,6 +85,8 @@ class DocCleaner:
                     res.rejected["boilerplate"] += 1
                     continue
             reason = quality_reason(text, self.cfg.filters)
+            if reason is None and self.test_text is not None and self.test_text.contains(text):
+                reason = "contaminated"   # after the quality filters: their counts do not depend on it
             if reason:
                 res.rejected[reason] += 1
                 continue

@@ -20,7 +20,7 @@ from zh_bert.core.errors import ZhBertError
 from zh_bert.core.text import cjk_ratio
 
 REASONS = ("empty", "too_short", "too_long", "low_cjk", "dup_lines", "dup_line_chars", "top_ngram",
-           "dup_ngram", "boilerplate")
+           "dup_ngram", "boilerplate", "contaminated")   # contaminated: `--decontaminate` (cleaner.py)
 
 
 @dataclass

@@ -1,0 +1,265 @@
+"""Fine-tuning and prediction examples/s: zh-bert's classification loop against the transformers `Trainer`
+and `pipeline("text-classification")`, in the same process, on FewCLUE eprstmt (train_0 to train on, dev_0
+to evaluate each epoch, test_public to predict).
+
+Same model (a random BertForMaskedLM of the shape, saved with the bundled Google vocab, both sides loading
+the same folder as a 2-label classifier under the same seed; or `--checkpoint` for `tiny`), same examples,
+`seq_len`, batch size, epochs, learning rate and warmup, fp32. Fine-tuning: zh-bert's `train_one` (length-
+bucketed batches, a dev evaluation per epoch, the best state kept; early stop off so both run every epoch)
+against `Trainer.train` with `DataCollatorWithPadding`, random batches and `eval_strategy="epoch"` on the
+same dev set (no checkpoints saved: the Trainer does less than zh-bert); each side's wall time covers loading
+the model through the last evaluation. train_0 is 2 batches an epoch, too few for length buckets (see
+`finetune.train_batches`), so `tiny` also trains on test_public's 610 examples (`--large-train`). Prediction: `predict` (tokenizing included; batches of
+similar length, put back in order) against the pipeline with the same batch size and truncation; the two
+must agree on every label. Runs alternate (zh-bert, baseline, ...) so both see the same machine load; the
+medians are compared.
+
+    python -m bench.finetune_speed --threads 1             # tiny and base, 2 repeats
+    python -m bench.finetune_speed --shapes tiny --checkpoint runs/tiny-cpu
+    python -m bench.finetune_speed --quick                 # tiny, 1 epoch, 64 test examples (a smoke test)
+
+Question answering (`--qa-shapes`): the first CMRC 2018 dev questions answered by a span head on the same
+model, `zh_bert.evaluation.qa.predict_answers` against `pipeline("question-answering")` (same windows,
+longest answer and batch size; how often the two give the same answer text is printed beside it).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from bench import REPO
+from bench.cli import parse
+from bench.timing import machine
+from zh_bert.core.config import option
+
+VOCAB = REPO / "tests" / "data" / "bert_base_chinese_vocab" / "vocab.txt"
+TASK = "eprstmt"
+
+
+@dataclass
+class Options:
+    shapes: str = option("tiny,base", metavar="A,B", help="model shapes: tiny (recipes/tiny-cpu.yaml) and/or "
+                                                          "base (BERT-base 768/12/12), random weights")
+    checkpoint: str | None = option(None, help="a model folder to use for `tiny` instead of random weights")
+    epochs: int = option(10, help="fine-tuning epochs of `tiny` over train_0")
+    base_epochs: int = option(2, help="fine-tuning epochs of `base`")
+    base_test: int = option(200, help="test_public examples `base` predicts (0: all 610)")
+    batch_size: int = option(16, help="examples per training step (prediction: twice that, both sides)")
+    seq_len: int = option(128, help="max tokens per example")
+    large_train: int = option(2, help="also fine-tune `tiny` for N epochs on test_public's 610 examples, a "
+                                      "training set large enough for length buckets (0: skip)")
+    qa_shapes: str = option("tiny", metavar="A,B", help="shapes that also answer CMRC 2018 dev questions "
+                                                        "(question answering; empty: none)")
+    qa_questions: int = option(200, help="CMRC 2018 dev questions answered")
+    repeat: int = option(2, help="timed runs per side (after one untimed warm-up run each)")
+    threads: int = option(2, help="torch threads")
+    quick: bool = option(False, help="tiny, 1 epoch, 64 test examples, 1 repeat: a smoke test")
+
+
+def make_model_dir(shape: str, out: Path) -> Path:
+    """A random BertForMaskedLM of preset `shape` (seed 0) with the bundled tokenizer: a checkpoint folder."""
+    import torch
+    from transformers import BertForMaskedLM, BertTokenizer
+
+    from zh_bert.core.fileio import copy_file, save_pretrained
+    from zh_bert.train.arch.bert import build_config
+
+    tok = BertTokenizer(vocab=str(VOCAB))
+    torch.manual_seed(0)
+    save_pretrained(BertForMaskedLM(build_config(shape, len(tok), pad_token_id=tok.pad_token_id)), out)
+    save_pretrained(tok, out)
+    copy_file(VOCAB, out / "vocab.txt")
+    return out
+
+
+def alternate(ours, theirs, repeat: int) -> tuple[float, float, object, object]:
+    """Median wall seconds of `ours()` and `theirs()`, called in turn after one warm-up each; last results."""
+    walls: dict[str, list[float]] = {"ours": [], "theirs": []}
+    results = {"ours": ours(), "theirs": theirs()}
+    for _ in range(repeat):
+        for name, fn in (("ours", ours), ("theirs", theirs)):
+            t0 = time.perf_counter()
+            results[name] = fn()
+            walls[name].append(time.perf_counter() - t0)
+    return statistics.median(walls["ours"]), statistics.median(walls["theirs"]), results["ours"], results["theirs"]
+
+
+def trainer_fit(ckpt: Path, tok, task, cfg, scratch: str) -> int:
+    """The stock recipe: Trainer + DataCollatorWithPadding, evaluating dev every epoch; returns its steps."""
+    import numpy as np
+    import torch
+    from transformers import (
+        AutoModelForSequenceClassification,
+        DataCollatorWithPadding,
+        Trainer,
+        TrainingArguments,
+    )
+    from transformers.trainer_callback import PrinterCallback
+
+    index = {l: i for i, l in enumerate(task.labels)}
+
+    def rows(examples):
+        enc = tok([e.text_a for e in examples], truncation=True, max_length=cfg.seq_len)
+        return [{"input_ids": ids, "token_type_ids": tt, "attention_mask": m, "labels": index[e.label]}
+                for ids, tt, m, e in zip(enc["input_ids"], enc["token_type_ids"], enc["attention_mask"], examples)]
+
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_pretrained(str(ckpt), num_labels=len(task.labels))
+    steps = -(-len(task.train) // cfg.batch_size) * cfg.epochs
+    args = TrainingArguments(output_dir=scratch, per_device_train_batch_size=cfg.batch_size,
+                             per_device_eval_batch_size=2 * cfg.batch_size, num_train_epochs=cfg.epochs,
+                             learning_rate=cfg.lr, warmup_steps=int(cfg.warmup * steps), weight_decay=cfg.weight_decay,
+                             eval_strategy="epoch", save_strategy="no", logging_strategy="no", report_to=[],
+                             use_cpu=True, disable_tqdm=True, dataloader_num_workers=0, seed=0)
+    trainer = Trainer(model=model, args=args, train_dataset=rows(task.train), eval_dataset=rows(task.dev),
+                      data_collator=DataCollatorWithPadding(tok),
+                      compute_metrics=lambda p: {"accuracy": float((np.argmax(p.predictions, -1) == p.label_ids).mean())})
+    trainer.remove_callback(PrinterCallback)   # its per-evaluation prints; zh-bert's side logs nothing either
+    return trainer.train().global_step
+
+
+def fit_row(shape: str, ckpt: Path, tok, task, cfg, repeat: int) -> tuple[float, float]:
+    """(Trainer examples/s, zh-bert examples/s) of fine-tuning on train_0 for `cfg.epochs` epochs."""
+    from zh_bert.core.fileio import scratch_dir
+    from zh_bert.evaluation.finetune import train_one
+
+    no_test = replace(task, test=None)
+    with scratch_dir("zh-bert-bench-trainer-") as scratch:   # the Trainer's output folder (it saves nothing)
+        ours, theirs, r_ours, r_theirs = alternate(
+            lambda: train_one(ckpt, no_test, cfg, 0, tok=tok, log=lambda m: None),
+            lambda: trainer_fit(ckpt, tok, task, cfg, str(scratch)), repeat)
+    if r_ours["steps"] != r_theirs:
+        raise RuntimeError(f"{shape}: zh-bert ran {r_ours['steps']} steps, the Trainer {r_theirs}")
+    n = len(task.train) * cfg.epochs
+    return n / theirs, n / ours
+
+
+def predict_row(shape: str, ckpt: Path, tok, task, cfg, repeat: int) -> tuple[float, float, float]:
+    """(pipeline examples/s, zh-bert examples/s, label agreement) predicting `task.test`."""
+    import torch
+    from transformers import pipeline
+
+    from zh_bert.evaluation.finetune import (
+        PREDICT_BATCHES,
+        load_classifier,
+        predict,
+        tokenize_examples,
+    )
+
+    torch.manual_seed(0)
+    model = load_classifier(ckpt, len(task.labels), False, task.labels).eval()
+    index = {l: i for i, l in enumerate(task.labels)}
+    batch = cfg.batch_size * PREDICT_BATCHES
+    pipe = pipeline("text-classification", model=model, tokenizer=tok, device="cpu", batch_size=batch)
+    texts = [e.text_a for e in task.test]
+
+    def ours():
+        return predict(model, tokenize_examples(tok, task.test, index, cfg.seq_len), cfg.batch_size,
+                       tok.pad_token_id, "fp32")
+
+    def theirs():
+        return [index[r["label"]] for r in pipe(texts, truncation=True, max_length=cfg.seq_len)]
+
+    t_ours, t_theirs, p_ours, p_theirs = alternate(ours, theirs, repeat)
+    agree = float(sum(int(a == b) for a, b in zip(p_ours, p_theirs)) / len(texts))
+    return len(texts) / t_theirs, len(texts) / t_ours, agree
+
+
+def qa_row(ckpt: Path, tok, n: int, batch_size: int, repeat: int) -> tuple[float | None, float, float | None]:
+    """(pipeline questions/s, zh-bert questions/s, identical answers) answering the first `n` CMRC 2018 dev
+    questions with a (random) span head: `qa.predict_answers` against `pipeline("question-answering")`, the
+    same windows (384 tokens, stride 128), longest answer (64) and batch size. transformers 5 removed that
+    pipeline: then zh-bert alone is timed, and the baseline and the agreement are None."""
+    import torch
+    import transformers
+    from transformers import pipeline
+
+    from zh_bert.evaluation.cmrc import load_squad
+    from zh_bert.evaluation.finetune import PREDICT_BATCHES, FinetuneConfig
+    from zh_bert.evaluation.qa import QAConfig, load_qa_model, predict_answers
+
+    examples = load_squad(REPO / "corpora" / "tasks" / "cmrc2018" / "cmrc2018_dev.json")[:n]
+    cfg, qa = FinetuneConfig(seq_len=384, batch_size=batch_size), QAConfig()
+    torch.manual_seed(0)
+    model = load_qa_model(ckpt, False, tok, cfg.seq_len).eval()
+    if not hasattr(transformers, "QuestionAnsweringPipeline"):
+        return None, len(examples) / alternate(lambda: predict_answers(model, tok, examples, cfg, qa), lambda: None,
+                                               repeat)[0], None
+    pipe = pipeline("question-answering", model=model, tokenizer=tok, device="cpu",
+                    batch_size=batch_size * PREDICT_BATCHES)
+    kw = {"max_seq_len": cfg.seq_len, "doc_stride": qa.doc_stride, "max_answer_len": qa.max_answer_len}
+
+    def theirs():
+        out = pipe(question=[e.question for e in examples], context=[e.context for e in examples], **kw)
+        return [r["answer"] for r in (out if isinstance(out, list) else [out])]
+
+    t_ours, t_theirs, p_ours, p_theirs = alternate(lambda: predict_answers(model, tok, examples, cfg, qa), theirs,
+                                                   repeat)
+    same = sum(int(p_ours[e.id] == a) for e, a in zip(examples, p_theirs)) / len(examples)
+    return len(examples) / t_theirs, len(examples) / t_ours, same
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(Options, "finetune_speed", __doc__, argv)
+    import torch
+    from transformers import AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    from zh_bert.core.fileio import scratch_dir
+    from zh_bert.evaluation.fewclue import load_fewclue
+    from zh_bert.evaluation.finetune import FinetuneConfig
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    torch.set_num_threads(args.threads)
+    shapes = ["tiny"] if args.quick else args.shapes.split(",")
+    repeat = 1 if args.quick else args.repeat
+    task = load_fewclue(TASK, 0)
+    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {machine()}; torch {torch.__version__}, "
+          f"{args.threads} threads; load average {os.getloadavg()[0]:.2f}")
+    print(f"FewCLUE {TASK}: train_0 {len(task.train)}, dev_0 {len(task.dev)}, test_public {len(task.test)}; "
+          f"batch {args.batch_size}, seq_len {args.seq_len}, fp32\n")
+    print("| shape | what | baseline | baseline examples/s | zh-bert examples/s | ratio |")
+    print("|---|---|---|---|---|---|")
+    notes = []
+    for shape in shapes:
+        epochs = 1 if args.quick else (args.epochs if shape == "tiny" else args.base_epochs)
+        n_test = 64 if args.quick else (args.base_test if shape == "base" else 0)
+        cfg = FinetuneConfig(epochs=epochs, seq_len=args.seq_len, batch_size=args.batch_size, patience=10**6)
+        shaped = replace(task, test=task.test[:n_test] if n_test else task.test)
+        with scratch_dir(f"zh-bert-bench-{shape}-") as scratch:
+            ckpt = Path(args.checkpoint) if args.checkpoint and shape == "tiny" else make_model_dir(shape, scratch)
+            tok = AutoTokenizer.from_pretrained(str(ckpt))
+            base, ours = fit_row(shape, ckpt, tok, shaped, cfg, repeat)
+            print(f"| {shape} | fine-tune {len(task.train)} × {epochs} epochs | Trainer | {base:,.1f} | {ours:,.1f} | "
+                  f"**{ours / base:.2f}×** |", flush=True)
+            if shape == "tiny" and args.large_train and not args.quick:
+                large = replace(task, train=task.test)
+                base, ours = fit_row(shape, ckpt, tok, large, replace(cfg, epochs=args.large_train), repeat)
+                print(f"| {shape} | fine-tune {len(large.train)} (test_public) × {args.large_train} epochs | Trainer | "
+                      f"{base:,.1f} | {ours:,.1f} | **{ours / base:.2f}×** |", flush=True)
+            base, ours, agree = predict_row(shape, ckpt, tok, shaped, cfg, repeat)
+            print(f"| {shape} | predict {len(shaped.test)} | pipeline | {base:,.1f} | {ours:,.1f} | "
+                  f"**{ours / base:.2f}×** |", flush=True)
+            notes += [f"{shape}: predicted labels agree with the pipeline's on {agree:.1%} of test examples"]
+            if shape in args.qa_shapes.split(","):
+                base, ours, same = qa_row(ckpt, tok, 16 if args.quick else args.qa_questions, args.batch_size, repeat)
+                n_qa = 16 if args.quick else args.qa_questions
+                if base is None:
+                    import transformers
+
+                    print(f"| {shape} | CMRC 2018 answer {n_qa} | – (transformers {transformers.__version__} has "
+                          f"no question-answering pipeline) | – | {ours:,.1f} | – |", flush=True)
+                else:
+                    print(f"| {shape} | CMRC 2018 answer {n_qa} | pipeline | {base:,.1f} | {ours:,.1f} | "
+                          f"**{ours / base:.2f}×** |", flush=True)
+                    notes += [f"{shape}: the same answer text as the pipeline's for {same:.1%} of the questions"]
+    print("\n" + "\n".join(notes))
+
+
+if __name__ == "__main__":
+    main()

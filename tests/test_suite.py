@@ -1,0 +1,184 @@
+"""`zh-bert eval suite`: the grid is chosen on dev_k only, the outputs travel (eval_results details, the official
+prediction formats, suite.md + suite.png), MODEL may be a catalog alias, and bad requests are one line before
+any training."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from zh_bert import cli
+from zh_bert.core.errors import ZhBertError
+from zh_bert.evaluation import suite
+from zh_bert.evaluation.fewclue import official_predictions, public_records
+from zh_bert.evaluation.finetune import FinetuneConfig
+from zh_bert.evaluation.suite import LR_GRID, SuiteArgs, run_pair, run_suite
+from zh_bert.evaluation.suite_report import suite_entries
+
+
+def _fake_run(dev_by_lr: dict, test_by_lr: dict, calls: list):
+    """A stand-in for finetune.run: dev and test accuracy per learning rate, as if trained."""
+    def run(ckpt, task, cfg, seeds, log=print):
+        calls.append(cfg.lr)
+        per_seed = [{"seed": s, "dev_acc": dev_by_lr[cfg.lr], "test_acc": test_by_lr[cfg.lr],
+                     "test_pred": [task.test[0].label] * len(task.test)} for s in seeds]
+        return {"dev_acc": dev_by_lr[cfg.lr], "test_acc": test_by_lr[cfg.lr], "per_seed": per_seed}
+    return run
+
+
+def test_the_grid_is_chosen_on_dev_k_whatever_test_public_says(monkeypatch):
+    """The rate with the best dev_k accuracy is kept even when another has a far better test_public figure;
+    changing every test figure changes nothing about the choice."""
+    dev = dict(zip(LR_GRID, (0.50, 0.70, 0.60)))
+    for test in (dict(zip(LR_GRID, (0.9, 0.1, 0.8))), dict(zip(LR_GRID, (0.1, 0.2, 0.3)))):
+        calls = []
+        monkeypatch.setattr(suite, "run", _fake_run(dev, test, calls))
+        r = run_pair("unused", "eprstmt", 0, SuiteArgs(only=["eprstmt"]), FinetuneConfig(), log=lambda m: None)
+        assert calls == list(LR_GRID) and r["lr"] == LR_GRID[1] and r["test_acc"] == test[LR_GRID[1]]
+
+
+def test_zero_shot_trains_nothing_and_runs_once(monkeypatch):
+    seen = []
+
+    def prompt(ckpt, name, k, method, cfg, seeds, log=print):
+        seen.append((name, k, method))
+        return {"dev_acc": 0.5, "test_acc": 0.5, "per_seed": [{"seed": seeds[0], "dev_acc": 0.5, "test_acc": 0.5}]}
+
+    monkeypatch.setattr(suite, "run_prompt_task", prompt)
+    res = run_suite("unused", SuiteArgs(only=["eprstmt", "chid"], method="zero-shot"), FinetuneConfig(),
+                    log=lambda m: None)
+    assert seen == [("eprstmt", 0, "zero-shot"), ("chid", 0, "zero-shot")]
+    assert res["pretrained"]["chid"]["chance"] == "1 in 7" and res["pretrained_score"] is None
+
+
+def test_chid_is_pet_under_finetune(monkeypatch):
+    seen = []
+    monkeypatch.setattr(suite, "run_prompt_task", lambda ckpt, name, k, method, cfg, seeds, log=print: seen.append(
+        method) or {"dev_acc": 0.2, "test_acc": 0.2, "per_seed": [{"seed": 0, "dev_acc": 0.2, "test_acc": 0.2}]})
+    run_pair("unused", "chid", 0, SuiteArgs(only=["chid"], lrs=[1e-3]), FinetuneConfig(), log=lambda m: None)
+    assert seen == ["pet"]
+
+
+def test_official_prediction_formats_round_trip():
+    """FewCLUE submissions hold the official label field (TNEWS: the code, not the name); gold in, gold out."""
+    for name, field in (("tnews", "label_desc"), ("cluewsc", "label"), ("eprstmt", "label")):
+        rows = public_records(name)
+        lines = official_predictions(name, [r[field] for r in rows])
+        assert [x["label"] for x in lines] == [r["label"] for r in rows]
+        assert [x["id"] for x in lines] == [r.get("id", r.get("idx")) for r in rows]
+    with pytest.raises(ZhBertError, match="3 predictions for 610 test records"):
+        official_predictions("eprstmt", ["Positive"] * 3)
+
+
+def test_suite_end_to_end_writes_report_predictions_and_entries(tiny_model_dir, tmp_path, capsys):
+    preds, report = tmp_path / "preds", tmp_path / "report"
+    rc = cli.main(["eval", "suite", str(tiny_model_dir), "--only", "eprstmt", "--only", "cluewsc", "--splits", "2",
+                   "--lr", "1e-3", "--epochs", "1", "--seq-len", "32", "--baselines", "--no-record",
+                   "--predictions", str(preds), "--report", str(report)])
+    out = capsys.readouterr().out
+    res = json.loads(out.strip().split("\n")[-1])
+    assert rc == 0 and res["reported_split"]["fewclue"] == "test_public" and res["grid"] == [1e-3]
+    for key in ("pretrained", "random_init"):
+        assert set(res[key]) == {"eprstmt", "cluewsc"}
+        for r in res[key].values():
+            assert r["runs"] == 2 and [p["lr"] for p in r["per_pair"]] == [1e-3, 1e-3] and 0 <= r["test_acc"] <= 1
+    assert res["pretrained"]["eprstmt"]["majority_test_acc"] == 0.5 and res["pretrained_score"] is None
+    assert "reported on test_public" in out and "published" in out
+    for k in (0, 1):
+        lines = (preds / "fewclue" / f"pair_{k}" / "eprstmt_predict.json").read_text().splitlines()
+        assert len(lines) == 610 and set(json.loads(lines[0])) == {"id", "label"}
+    assert (report / "suite.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "test_public" in (report / "suite.md").read_text()
+    # a second run replaces what the first wrote (its manifests prove it), without --force
+    assert cli.main(["eval", "suite", str(tiny_model_dir), "--only", "eprstmt", "--splits", "1", "--lr", "1e-3",
+                     "--epochs", "1", "--seq-len", "32", "--no-record", "--predictions", str(preds)]) == 0
+
+
+def test_entries_name_split_protocol_seeds_sha_and_version():
+    res = {"zh_bert_version": "9.9", "method": "finetune", "protocols": suite.PROTOCOLS,
+           "pretrained": {"eprstmt": {"seeds": [42], "data_sha256": "ab" * 32, "pairs": 5, "test_acc": 0.61}}}
+    (e,) = suite_entries(res)
+    assert e["split"] == "test_public" and e["protocol"] == "fewclue-v2" and e["seeds"] == [42]
+    assert e["data_sha256"] == "ab" * 32 and e["zh_bert_version"] == "9.9" and e["metric_value"] == 0.61
+    assert "test_public accuracy" == e["metric_name"]
+
+
+def test_outputs_are_refused_before_any_training(tiny_model_dir, tmp_path, capsys, monkeypatch):
+    user = tmp_path / "mine"
+    user.mkdir()
+    (user / "notes.txt").write_text("the user's")
+    monkeypatch.setattr(suite, "run", lambda *a, **k: pytest.fail("trained before refusing"))
+    assert cli.main(["eval", "suite", str(tiny_model_dir), "--only", "eprstmt", "--predictions", str(user)]) == 2
+    assert "--predictions" in capsys.readouterr().err and (user / "notes.txt").read_text() == "the user's"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--suite", "fewclu"], "--suite"),
+    (["--method", "pett"], "--method"),
+    (["--only", "tnew"], "unknown FewCLUE task 'tnew'"),
+    (["--splits", "6"], "--splits must be in 1..5"),
+    (["--cmrc-train", "/nonexistent/cmrc"], "--cmrc-train /nonexistent/cmrc: no such file or folder"),
+    (["--lrs", "3"], "a learning rate must be in (0, 1)"),
+])
+def test_bad_requests_are_one_line(tiny_model_dir, capsys, argv, message):
+    assert cli.main(["eval", "suite", str(tiny_model_dir), *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) <= 3, err
+
+
+def test_model_may_be_an_alias_or_is_a_mistyped_path(tmp_path, monkeypatch):
+    """A missing folder whose parent exists is a typo (one line, no network); an alias is downloaded once and
+    the folder download wrote is reused."""
+    from zh_bert.hub import download
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs" / "tiny-cpu").mkdir(parents=True)
+    with pytest.raises(ZhBertError, match="MODEL runs/tiny-cpuu: no such folder.*did you mean 'tiny-cpu'"):
+        download.local_model("runs/tiny-cpuu")
+    fetched = []
+
+    def fake(cfg):
+        out = download.default_out(cfg.name)
+        out.mkdir(parents=True)
+        (out / download.MARKER).write_text("{}")
+        fetched.append(cfg.name)
+        return out
+
+    monkeypatch.setattr(download, "download", fake)
+    first = download.local_model("bert-base-chinese", log=lambda m: None)
+    assert download.local_model("bert-base-chinese", log=lambda m: None) == first and fetched == ["bert-base-chinese"]
+
+
+def _small_squad(src, dst, paragraphs: int):
+    doc = json.loads(src.read_text(encoding="utf-8"))
+    doc["data"] = [{**doc["data"][0], "paragraphs": doc["data"][0]["paragraphs"][:paragraphs]}]
+    dst.write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
+
+
+def test_cmrc2018_in_the_suite_trains_on_trial_and_says_so(tiny_model_dir, tmp_path, capsys, monkeypatch):
+    """Without the official train file the suite trains on trial, says so, scores dev with the official
+    definitions and writes {question id: answer} predictions for every dev question."""
+    from zh_bert.evaluation.tasks import task_data_dir
+
+    real = task_data_dir("cmrc2018")
+    (tmp_path / "cmrc2018").mkdir()
+    for name, n in (("cmrc2018_trial.json", 4), ("cmrc2018_dev.json", 3)):
+        _small_squad(real / name, tmp_path / "cmrc2018" / name, n)
+    monkeypatch.setattr(suite, "task_data_dir", lambda name: tmp_path / name)
+    preds = tmp_path / "preds"
+    rc = cli.main(["eval", "suite", str(tiny_model_dir), "--suite", "cmrc2018", "--epochs", "1", "--seq-len", "128",
+                   "--doc-stride", "64", "--baselines", "--no-record", "--predictions", str(preds)])
+    out = capsys.readouterr().out
+    res = json.loads(out.strip().split("\n")[-1])
+    r = res["pretrained"]["cmrc2018"]
+    assert rc == 0 and r["trained_on"] == "trial" and r["reported_split"] == "dev" and 0 <= r["f1"] <= 100
+    assert "training on the trial set" in out and "RoBERTa-wwm-ext" in out and "random init" in out
+    answers = json.loads((preds / "cmrc2018_predict.json").read_text(encoding="utf-8"))
+    dev = suite.load_squad(tmp_path / "cmrc2018" / "cmrc2018_dev.json")
+    assert set(answers) == {e.id for e in dev} and all(isinstance(a, str) for a in answers.values())
+    # the official train file, when the user has it, is what it trains on
+    train = tmp_path / "mine" / "cmrc2018_train.json"
+    train.parent.mkdir()
+    _small_squad(real / "cmrc2018_trial.json", train, 2)
+    assert suite.cmrc_train_file(str(train.parent)) == train

@@ -1,0 +1,322 @@
+"""CMRC 2018 span extraction: fine-tune a checkpoint to point at the answer, and score it on dev.
+
+The standard scheme of Hugging Face's `run_qa` (and Google's `run_squad`): question + context in one row,
+a context longer than the row cut into windows that overlap by `doc_stride` tokens, and per window a start
+and an end label, both 0 ([CLS]) when the answer is not wholly inside it. Prediction takes the `n_best`
+start and end logits of each window, keeps pairs inside the context with end >= start and at most
+`max_answer_len` tokens, and answers with the best-scoring pair over all of an example's windows, cut from
+the context by the tokenizer's character offsets (so the text is the passage's own, never detokenized).
+
+CMRC reports its dev set, so nothing is chosen on dev: a fixed number of epochs, and the last state is the
+one scored. The bundled trial set (1,002 questions) stands in for the unbundled train set.
+
+`max_answer_len` defaults to 64 tokens: of the 3,216 dev questions with a span answer, the shortest
+reference is longer than 30 tokens for 153, than 50 for 24 and than 64 for 3 (none above 85), so 64 costs
+at most 0.1 EM point while keeping out the long wrong spans a larger limit admits. (Trial answers run longer,
+median 18 tokens, 94 of 997 above 64; that bounds only predictions, not the training labels.)
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from zh_bert.core.config import at_least, check_finite, option
+from zh_bert.core.errors import ZhBertError
+from zh_bert.core.hardware import resolve_precision
+from zh_bert.corpus.tokenizer_files import load_tokenizer
+from zh_bert.evaluation.cmrc import SpanExample, evaluate_cmrc
+from zh_bert.evaluation.finetune import FinetuneConfig, mean_std, precision_autocast
+from zh_bert.train.arch import of_config
+from zh_bert.train.recipe import Recipe
+from zh_bert.train.rundir import model_dir
+from zh_bert.train.weights import init_from_config, load_pretrained
+
+QA_SPECIAL_TOKENS = 3      # [CLS] question [SEP] context [SEP]
+QA_BUCKET = 50             # training batches are length-sorted within chunks of this many batches
+
+
+@dataclass
+class QAConfig:
+    """How long contexts are windowed and how answers are read off the logits."""
+    doc_stride: int = option(128, help="tokens that consecutive windows of a long context share")
+    max_answer_len: int = option(64, help="longest predicted answer in tokens (64 fits the shortest reference "
+                                          "of all but 3 of the 3,216 CMRC dev questions)")
+    n_best: int = option(20, help="start and end candidates per window that answer pairs are built from")
+
+    def __post_init__(self):
+        check_finite(self)
+        at_least(self, 1, "doc_stride", "max_answer_len", "n_best")
+
+    def check_windows(self, seq_len: int, examples: list[SpanExample], tok) -> None:
+        """Every question leaves room for more than `doc_stride` context tokens in a `seq_len` row, or the
+        windows could not advance; one line naming the first question that does not."""
+        if self.doc_stride >= seq_len - QA_SPECIAL_TOKENS:
+            raise ZhBertError(f"--doc-stride {self.doc_stride} must be below --seq-len {seq_len} minus "
+                              f"{QA_SPECIAL_TOKENS} special tokens")
+        lengths = tok([e.question for e in examples], add_special_tokens=False)["input_ids"] if examples else []
+        for ex, ids in zip(examples, lengths):
+            room = seq_len - QA_SPECIAL_TOKENS - len(ids)
+            if room <= self.doc_stride:
+                raise ZhBertError(f"question {ex.id}: {len(ids)} tokens leave {room} context tokens per "
+                                  f"--seq-len {seq_len} window, not more than --doc-stride {self.doc_stride}")
+
+
+# --------------------------------------------------------------------------- features
+
+def answer_tokens(offsets: np.ndarray, lo: int, hi: int, start: int, end: int) -> tuple[int, int]:
+    """(start, end) token of the characters [start, end) in a window whose context tokens are lo..hi, or
+    (0, 0) ([CLS]) when the answer is not wholly inside them."""
+    if offsets[lo, 0] > start or offsets[hi, 1] < end:
+        return 0, 0
+    ctx = offsets[lo:hi + 1]
+    first = lo + int(np.argmax(ctx[:, 1] > start))            # first token ending after the answer starts
+    last = lo + len(ctx) - 1 - int(np.argmax(ctx[::-1, 0] < end))   # last token starting before it ends
+    return first, last
+
+
+def qa_features(tok, examples: list[SpanExample], seq_len: int, doc_stride: int, labels: bool = False) -> dict:
+    """Windows of question + context: ragged `input_ids`/`token_type_ids`, per window its `example` index,
+    character `offsets`, the context's token range `ctx` (lo, hi), and with `labels` the answer's `start`/
+    `end` tokens (the first answer that is a span; 0 = [CLS]). With labels, examples without a span answer are
+    left out and counted in `skipped`."""
+    if not getattr(tok, "is_fast", False):
+        raise ZhBertError(f"{type(tok).__name__} is not a fast tokenizer: span extraction needs its offsets")
+    keep = [e for e in examples if e.spans] if labels else list(examples)
+    if not keep:
+        raise ZhBertError("CMRC: no questions" + (" with an answer that is a span of its context" if labels else ""))
+    enc = tok([e.question for e in keep], [e.context for e in keep], truncation="only_second",
+              max_length=seq_len, stride=doc_stride, return_overflowing_tokens=True, return_offsets_mapping=True)
+    out = {"input_ids": enc["input_ids"], "example": np.asarray(enc["overflow_to_sample_mapping"]),
+           "token_type_ids": enc.get("token_type_ids") or [[0] * len(x) for x in enc["input_ids"]],
+           "offsets": [], "ctx": [], "start": [], "end": [], "examples": keep,
+           "skipped": len(examples) - len(keep)}
+    for i in range(len(enc["input_ids"])):
+        seq = np.array([s if s is not None else -1 for s in enc.sequence_ids(i)])
+        where = np.flatnonzero(seq == 1)
+        lo, hi = int(where[0]), int(where[-1])
+        offsets = np.asarray(enc["offset_mapping"][i], dtype=np.int64)
+        out["offsets"].append(offsets)
+        out["ctx"].append((lo, hi))
+        if labels:
+            text, at = keep[out["example"][i]].spans[0]
+            s, e = answer_tokens(offsets, lo, hi, at, at + len(text))
+            out["start"].append(s)
+            out["end"].append(e)
+    return out
+
+
+def qa_batches(feats: dict, order, batch_size: int, pad_id: int, token_types: bool):
+    """Padded tensors of the windows `order` lists, in that order, `batch_size` at a time."""
+    import torch
+
+    for s in range(0, len(order), batch_size):
+        idx = order[s:s + batch_size]
+        width = max(len(feats["input_ids"][i]) for i in idx)
+        ids = np.full((len(idx), width), pad_id, dtype=np.int64)
+        tt, mask = np.zeros_like(ids), np.zeros_like(ids)
+        for r, i in enumerate(idx):
+            n = len(feats["input_ids"][i])
+            ids[r, :n], tt[r, :n], mask[r, :n] = feats["input_ids"][i], feats["token_type_ids"][i], 1
+        batch = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)}
+        if token_types:
+            batch["token_type_ids"] = torch.from_numpy(tt)
+        yield idx, batch
+
+
+def bucketed_order(lengths: np.ndarray, batch_size: int, rng: np.random.Generator) -> np.ndarray:
+    """A random order of the windows in which each batch holds windows of similar length (little padding):
+    shuffle, sort by length within chunks of QA_BUCKET batches, then shuffle the batches."""
+    perm = rng.permutation(len(lengths))
+    chunk = batch_size * QA_BUCKET
+    perm = np.concatenate([c[np.argsort(lengths[c], kind="stable")] for c in np.split(perm, range(chunk, len(perm), chunk))])
+    groups = [perm[s:s + batch_size] for s in range(0, len(perm), batch_size)]
+    return np.concatenate([groups[g] for g in rng.permutation(len(groups))])
+
+
+def takes_token_types(model) -> bool:
+    """Whether the model's forward reads token types (BERT does; ModernBERT has none)."""
+    return bool(getattr(model.config, "type_vocab_size", None)) and of_config(model.config).uses_token_types
+
+
+# --------------------------------------------------------------------------- training
+
+def load_qa_model(ckpt_dir: Path, random_init: bool, tok, seq_len: int):
+    """The stock *ForQuestionAnswering of the checkpoint's architecture (random weights for the baseline);
+    refused when the rows would be longer than its positions."""
+    from transformers import AutoModelForQuestionAnswering
+
+    make = init_from_config if random_init else load_pretrained
+    model = make(AutoModelForQuestionAnswering, ckpt_dir, "a question-answering model")
+    if model.config.vocab_size < len(tok):
+        raise ZhBertError(f"{ckpt_dir}: tokenizer has {len(tok)} tokens but the model's vocab_size is "
+                          f"{model.config.vocab_size}")
+    positions = getattr(model.config, "max_position_embeddings", seq_len)
+    if seq_len > positions:
+        raise ZhBertError(f"--seq-len {seq_len} exceeds the {positions} positions of {ckpt_dir}")
+    return model
+
+
+def span_loss(model, batch: dict, starts, ends):
+    """Mean of the start and end cross-entropies, in fp32 whatever the autocast."""
+    import torch
+
+    out = model(**batch)
+    ce = torch.nn.functional.cross_entropy
+    return (ce(out.start_logits.float(), starts) + ce(out.end_logits.float(), ends)) / 2
+
+
+def train_qa(ckpt_dir, train_examples: list[SpanExample], cfg: FinetuneConfig, qa: QAConfig, seed: int,
+             tok=None, log=print):
+    """Fine-tune for `cfg.epochs` epochs with `seed`; returns (model in eval mode, info). No selection: the
+    last state is the model. `cfg.max_train` draws that many questions with the seed; patience, eval_every
+    and pooling do not apply."""
+    import torch
+    from transformers import get_linear_schedule_with_warmup
+
+    from zh_bert.train.model import decay_groups  # torch: imported when training
+    from zh_bert.train.scaler import make_scaler
+
+    ckpt_dir = Path(ckpt_dir)
+    tok = tok or load_tokenizer(ckpt_dir)
+    rng = np.random.default_rng(seed)
+    if cfg.max_train and cfg.max_train < len(train_examples):
+        train_examples = [train_examples[i] for i in sorted(rng.permutation(len(train_examples))[:cfg.max_train])]
+    qa.check_windows(cfg.seq_len, train_examples, tok)
+    feats = qa_features(tok, train_examples, cfg.seq_len, qa.doc_stride, labels=True)
+    pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
+    torch.manual_seed(seed)
+    model = load_qa_model(ckpt_dir, cfg.random_init, tok, cfg.seq_len)
+    model.to("cuda" if torch.cuda.is_available() else "cpu").train()
+    token_types = takes_token_types(model)
+    opt = torch.optim.AdamW(decay_groups(model, cfg.weight_decay), lr=cfg.lr)
+    precision = resolve_precision(cfg.precision, model.device)[0]
+    scaler = make_scaler(precision, model.device, Recipe())   # fp16's loss scaling at pretrain's defaults
+    lengths = np.array([len(x) for x in feats["input_ids"]])
+    total = math.ceil(len(lengths) / cfg.batch_size) * cfg.epochs
+    sched = get_linear_schedule_with_warmup(opt, int(cfg.warmup * total), total)
+    starts, ends = torch.tensor(feats["start"]), torch.tensor(feats["end"])
+    step, t0 = 0, time.perf_counter()
+    for epoch in range(cfg.epochs):
+        losses = []
+        for idx, batch in qa_batches(feats, bucketed_order(lengths, cfg.batch_size, rng), cfg.batch_size,
+                                     pad_id, token_types):
+            batch = {k: v.to(model.device) for k, v in batch.items()}
+            with precision_autocast(model.device, precision):
+                loss = span_loss(model, batch, starts[idx].to(model.device), ends[idx].to(model.device))
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            scaler.step(opt)        # fp16: skipped when the gradients overflowed; otherwise opt.step()
+            scaler.update()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            step += 1
+            losses.append(loss.item())
+        log(f"  seed {seed} epoch {epoch + 1}/{cfg.epochs} step {step}/{total} mean loss {np.mean(losses):.4f}")
+    info = {"seed": seed, "steps": step, "n_train": len(feats["examples"]), "n_train_skipped": feats["skipped"],
+            "windows": len(lengths), "last_epoch_loss": float(np.mean(losses)),
+            "precision": precision, "train_s": round(time.perf_counter() - t0, 1)}
+    return model.eval(), info
+
+
+# --------------------------------------------------------------------------- prediction
+
+def best_span(start_logits: np.ndarray, end_logits: np.ndarray, ctx: tuple[int, int], n_best: int,
+              max_len: int) -> tuple[float, int, int] | None:
+    """(score, start, end) of the best pair of one window: from its n_best start and n_best end tokens inside
+    the context lo..hi, end >= start and at most `max_len` tokens; None when no pair qualifies."""
+    lo, hi = ctx
+    s_log, e_log = start_logits[lo:hi + 1], end_logits[lo:hi + 1]
+    k = min(n_best, len(s_log))
+    starts = np.argsort(-s_log, kind="stable")[:k]
+    ends = np.argsort(-e_log, kind="stable")[:k]
+    score = s_log[starts][:, None] + e_log[ends][None, :]
+    width = ends[None, :] - starts[:, None]
+    score = np.where((width >= 0) & (width < max_len), score, -np.inf)
+    r, c = np.unravel_index(int(np.argmax(score)), score.shape)
+    if not np.isfinite(score[r, c]):
+        return None
+    return float(score[r, c]), lo + int(starts[r]), lo + int(ends[c])
+
+
+def pick_answers(feats: dict, start_logits: list, end_logits: list, qa: QAConfig) -> dict[str, str]:
+    """{id: answer text} from per-window logits: the best span over each example's windows, cut from its
+    context by the character offsets ("" for an example none of whose windows has a qualifying pair)."""
+    best: dict[int, tuple[float, str]] = {}
+    for w, ex_i in enumerate(feats["example"]):
+        found = best_span(start_logits[w], end_logits[w], feats["ctx"][w], qa.n_best, qa.max_answer_len)
+        if found and (ex_i not in best or found[0] > best[ex_i][0]):
+            score, s, e = found
+            offsets = feats["offsets"][w]
+            best[ex_i] = (score, feats["examples"][ex_i].context[offsets[s, 0]:offsets[e, 1]])
+    return {ex.id: best[i][1] if i in best else "" for i, ex in enumerate(feats["examples"])}
+
+
+def window_logits(model, feats: dict, batch_size: int, pad_id: int, precision: str) -> tuple[list, list]:
+    """Start and end logits of every window (fp32 numpy, unpadded), batched by length."""
+    import torch
+
+    lengths = np.array([len(x) for x in feats["input_ids"]])
+    order = np.argsort(lengths, kind="stable")
+    starts, ends = [None] * len(lengths), [None] * len(lengths)
+    was_training = model.training
+    model.eval()
+    with torch.no_grad(), precision_autocast(model.device, precision):
+        for idx, batch in qa_batches(feats, order, batch_size, pad_id, takes_token_types(model)):
+            out = model(**{k: v.to(model.device) for k, v in batch.items()})
+            s, e = out.start_logits.float().cpu().numpy(), out.end_logits.float().cpu().numpy()
+            for r, i in enumerate(idx):
+                starts[i], ends[i] = s[r, :lengths[i]], e[r, :lengths[i]]
+    model.train(was_training)
+    return starts, ends
+
+
+def predict_from_features(model, feats: dict, cfg: FinetuneConfig, qa: QAConfig, tok) -> dict[str, str]:
+    pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
+    precision = resolve_precision(cfg.precision, model.device)[0]
+    starts, ends = window_logits(model, feats, cfg.batch_size * 2, pad_id, precision)
+    return pick_answers(feats, starts, ends, qa)
+
+
+def predict_answers(model, tok, examples: list[SpanExample], cfg: FinetuneConfig, qa: QAConfig) -> dict[str, str]:
+    """{id: answer text} for every example (questions without a span answer too)."""
+    qa.check_windows(cfg.seq_len, examples, tok)
+    return predict_from_features(model, qa_features(tok, examples, cfg.seq_len, qa.doc_stride), cfg, qa, tok)
+
+
+# --------------------------------------------------------------------------- the protocol
+
+def run_cmrc(ckpt, train_examples: list[SpanExample], dev_examples: list[SpanExample], cfg: FinetuneConfig,
+             qa: QAConfig, seeds: list[int], log=print) -> dict:
+    """Per seed: train on `train_examples`, predict dev, score with the official rules; mean ± sample std
+    (ddof=1) over the seeds, EM/F1 in percent, and the first seed's predictions."""
+    if not seeds:
+        raise ZhBertError("CMRC: no seeds to run")
+    ckpt_dir = model_dir(ckpt)
+    tok = load_tokenizer(ckpt_dir)
+    qa.check_windows(cfg.seq_len, train_examples, tok)   # both splits checked before any training
+    qa.check_windows(cfg.seq_len, dev_examples, tok)
+    dev = qa_features(tok, dev_examples, cfg.seq_len, qa.doc_stride)
+    runs, first, info = [], None, {}
+    for seed in seeds:
+        model, info = train_qa(ckpt_dir, train_examples, cfg, qa, seed, tok=tok, log=log)
+        t0 = time.perf_counter()
+        preds = predict_from_features(model, dev, cfg, qa, tok)
+        predict_s = round(time.perf_counter() - t0, 1)
+        score = evaluate_cmrc(dev_examples, preds)
+        log(f"seed {seed}: dev EM {score['em']:.2f} F1 {score['f1']:.2f} "
+            f"({info['train_s']} s training, {predict_s} s predicting)")
+        runs.append({"seed": seed, "em": score["em"], "f1": score["f1"],
+                     "train_s": info["train_s"], "predict_s": predict_s})
+        first = first if first is not None else preds
+    em, em_std = mean_std([r["em"] for r in runs])
+    f1, f1_std = mean_std([r["f1"] for r in runs])
+    return {"checkpoint": str(ckpt_dir), "init": "random" if cfg.random_init else "pretrained", "seeds": seeds,
+            "per_seed": runs, "em": em, "em_std": em_std, "f1": f1, "f1_std": f1_std,
+            "n_train": info["n_train"], "n_train_skipped": info["n_train_skipped"], "n_dev": len(dev_examples),
+            "windows_train": info["windows"], "windows_dev": len(dev["input_ids"]), "predictions": first}
