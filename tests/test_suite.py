@@ -167,7 +167,7 @@ def test_cmrc2018_in_the_suite_trains_on_trial_and_says_so(tiny_model_dir, tmp_p
         _small_squad(real / name, tmp_path / "cmrc2018" / name, n)
     monkeypatch.setattr(suite, "task_data_dir", lambda name: tmp_path / name)
     preds = tmp_path / "preds"
-    rc = cli.main(["eval", "suite", str(tiny_model_dir), "--suite", "cmrc2018", "--epochs", "1", "--seq-len", "128",
+    rc = cli.main(["eval", "suite", str(tiny_model_dir), "--suite", "cmrc2018", "--cmrc-epochs", "1", "--cmrc-seq-len", "128",
                    "--doc-stride", "64", "--baselines", "--no-record", "--predictions", str(preds)])
     out = capsys.readouterr().out
     res = json.loads(out.strip().split("\n")[-1])
@@ -182,3 +182,38 @@ def test_cmrc2018_in_the_suite_trains_on_trial_and_says_so(tiny_model_dir, tmp_p
     train.parent.mkdir()
     _small_squad(real / "cmrc2018_trial.json", train, 2)
     assert suite.cmrc_train_file(str(train.parent)) == train
+
+
+def test_ablate_takes_suite_tasks_as_downstream_columns(monkeypatch):
+    """`finetune: suite:TASK` in an ablation spec runs that FewCLUE task under the suite's protocol (five pairs,
+    the spec's rate as the grid, its seeds) and fills the table's dev/test columns."""
+    from types import SimpleNamespace
+
+    from zh_bert.evaluation import ablation_results
+
+    seen = {}
+
+    def fake_task(model_dir, name, args, cfg, log=print):
+        seen.update(name=name, splits=args.splits, lrs=args.lrs, seeds=args.seed_list(), random_init=cfg.random_init)
+        return {"dev_acc": 0.6, "test_acc": 0.55, "test_acc_std": 0.02}
+
+    monkeypatch.setattr(suite, "run_task", fake_task)
+    spec = SimpleNamespace(finetune=SimpleNamespace(config=FinetuneConfig(lr=2e-3), seed_list=lambda: [1, 2]))
+    s = ablation_results._finetune(spec, "suite:bustm", "model", random_init=True)
+    assert seen == {"name": "bustm", "splits": 5, "lrs": [2e-3], "seeds": [1, 2], "random_init": True}
+    assert s["test_acc"] == 0.55 and s["protocol"] == "fewclue-v2"
+    with pytest.raises(ZhBertError, match="unknown FewCLUE task 'bustn'"):
+        ablation_results._finetune(spec, "suite:bustn", "model")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["eprstmt", "csldcp", "tnews", "iflytek", "ocnli", "bustm", "csl", "cluewsc", "chid"])
+def test_every_fewclue_task_trains_and_scores_on_its_real_files(tiny_model_dir, name):
+    """Each of the nine tasks goes through the suite's protocol on its bundled files (one pair, one epoch, a
+    64-example train subset): a test_public figure, the dev figure that chose it, and predictions in the
+    official format for every test record."""
+    cfg = FinetuneConfig(epochs=1, seq_len=32, batch_size=32, max_train=64, lr=1e-3)
+    r = suite.run_task(tiny_model_dir, name, SuiteArgs(only=[name], splits=1, lrs=[1e-3]), cfg, log=lambda m: None)
+    assert 0 <= r["test_acc"] <= 1 and 0 <= r["dev_acc"] <= 1 and r["runs"] == 1
+    preds = r["per_pair"][0]["test_predictions"]
+    assert len(official_predictions(name, preds)) == len(public_records(name))

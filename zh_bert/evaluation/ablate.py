@@ -58,6 +58,7 @@ from zh_bert.evaluation.ablation_spec import (
     spec_keys,
 )
 from zh_bert.evaluation.finetune import check_trainable
+from zh_bert.evaluation.suite import suite_task_of
 from zh_bert.evaluation.tasks import load_task
 from zh_bert.train.recipe import load_recipe
 
@@ -150,6 +151,8 @@ def plan_ablation(args: AblateArgs) -> AblationPlan:
                                                                    cli_set))
     for task in spec.finetune.tasks:
         try:
+            if suite_task_of(task):      # a FewCLUE task: its five pairs are checked data
+                continue
             check_trainable(load_task(task), spec.finetune.config, spec.finetune.seed_list())
         except ZhBertError as e:   # the spec file spells --max-train finetune_max_train
             raise ZhBertError(f"{spec_path}: finetune {task}: "

@@ -26,7 +26,8 @@ class FinetuneSpec:
     """How every run is fine-tuned downstream. Per task, its whole value is the cache key of a run's results,
     so changing any part of it (the precision too) re-runs them. Spec files write `finetune: TASK` (or a list of
     tasks) and `finetune_<key>: value` for `seeds` and every FinetuneConfig setting (finetune_lr, ...)."""
-    tasks: list[str] = field(default_factory=lambda: ["chnsenticorp"])   # `zh-bert finetune --task` values; [] = none
+    tasks: list[str] = field(default_factory=lambda: ["chnsenticorp"])   # `zh-bert finetune --task` values or
+    #                                                                       suite:FEWCLUE_TASK; [] = none
     seeds: int = 3                             # seeds 1..N; the table shows mean ± sample std
     config: FinetuneConfig = field(default_factory=lambda: FinetuneConfig(**SPEC_FINETUNE))
 
@@ -57,7 +58,7 @@ def _task_list(value) -> list[str]:
     tasks = list(value) if isinstance(value, (list, tuple)) else [value]
     bad = [t for t in tasks if not isinstance(t, str)]
     if bad:
-        raise ZhBertError(f"'finetune' must be a task name (chnsenticorp, tnews, tsv:TRAIN,DEV[,TEST]), a list of "
+        raise ZhBertError(f"'finetune' must be a task name (chnsenticorp, tnews, tsv:TRAIN,DEV[,TEST], suite:eprstmt), a list of "
                           f"them or null, got {bad[0]!r}")
     return tasks
 

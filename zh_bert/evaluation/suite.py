@@ -6,7 +6,7 @@ compares encoders on, each under its own protocol, with the baselines beside eve
   seeds; the FewCLUE score over the eight tasks other than CHID. `--method zero-shot|pet` scores with the
   masked LM on a pattern instead of a classifier (`prompts`). CHID, multiple choice, is always scored by the
   masked LM over its seven idioms (PET-trained under `finetune`) and reported apart, as FewCLUE does.
-- `cmrc2018`: span extraction fine-tuned for a fixed number of epochs on the official train file (or, when the
+- `cmrc2018`: span extraction fine-tuned for a fixed number of epochs (`--cmrc-epochs`) on the official train file (or, when the
   user has none, on the bundled trial set, said so everywhere) and scored on dev, which is the reported split:
   nothing is chosen on it.
 
@@ -63,6 +63,8 @@ class SuiteArgs:
                                                                   "holding cmrc2018_train.json); default: train on "
                                                                   "the bundled trial set, said so in the report")
     cmrc_lr: float = option(3e-5, help="CMRC 2018 learning rate (fixed: its dev is the reported split)")
+    cmrc_epochs: int = option(2, help="CMRC 2018 epochs (fixed, as HFL's recipe: 2)")
+    cmrc_seq_len: int = option(512, help="CMRC 2018 window length in tokens (question + a piece of the context)")
     predictions: Optional[str] = option(None, metavar="DIR", help="write every task's test predictions in its "
                                                                   "official scorer's format")
     report: Optional[str] = option(None, metavar="DIR", help="folder for suite.md, suite.png, suite.json "
@@ -77,6 +79,10 @@ class SuiteArgs:
         FinetuneJob(task="fewclue", seed=self.seed, seeds=self.seeds)   # the same seed checks as finetune
         if not 1 <= self.splits <= PAIRS:
             raise ZhBertError(f"--splits must be in 1..{PAIRS}, got {self.splits}")
+        if self.cmrc_epochs < 1:
+            raise ZhBertError(f"--cmrc-epochs must be at least 1, got {self.cmrc_epochs}")
+        if not 32 <= self.cmrc_seq_len <= 4096:
+            raise ZhBertError(f"--cmrc-seq-len must be between 32 and 4096, got {self.cmrc_seq_len}")
         for lr in self.lrs + [self.cmrc_lr]:
             if not 0 < lr < 1:
                 raise ZhBertError(f"a learning rate must be in (0, 1), got {lr}")
@@ -177,10 +183,13 @@ def run_cmrc_suite(ckpt, args: SuiteArgs, cfg: FinetuneConfig, qa: QAConfig, log
     if trained_on == "trial":
         log(f"cmrc2018: no official train file given (--cmrc-train): training on the trial set ({len(train)} "
             f"questions, not the 10k of train); dev figures are not comparable with published ones")
-    res = run_cmrc(ckpt, train, dev, dataclasses.replace(cfg, lr=args.cmrc_lr), qa, args.seed_list(),
+    res = run_cmrc(ckpt, train, dev, dataclasses.replace(cfg, lr=args.cmrc_lr, seq_len=args.cmrc_seq_len,
+                                                        epochs=args.cmrc_epochs), qa,
+                   args.seed_list(),
                    log=lambda m: log(f"  cmrc2018: {m}"))
     return {**res, "trained_on": trained_on, "train_file": train_path.name, "reported_split": "dev",
-            "data_sha256": sha256_of([train_path, dev_path]), "seeds": args.seed_list(), "lr": args.cmrc_lr}
+            "data_sha256": sha256_of([train_path, dev_path]), "seeds": args.seed_list(), "lr": args.cmrc_lr,
+            "seq_len": args.cmrc_seq_len, "epochs": args.cmrc_epochs}
 
 
 # --------------------------------------------------------------------------- the suite
@@ -195,7 +204,9 @@ def run_suite(ckpt, args: SuiteArgs, cfg: FinetuneConfig, qa: QAConfig | None = 
            "qa_config": dataclasses.asdict(qa), "pretrained": {}, "random_init": {}}
     inits = [("pretrained", cfg)] + ([("random_init", dataclasses.replace(cfg, random_init=True))]
                                      if args.baselines else [])
+    out["wall_s_by_init"] = {}
     for key, c in inits:
+        t_init = time.perf_counter()
         label = "random init" if c.random_init else "pretrained"
         if "fewclue" in args.suites:
             for name in args.only:
@@ -203,10 +214,34 @@ def run_suite(ckpt, args: SuiteArgs, cfg: FinetuneConfig, qa: QAConfig | None = 
                     f"seed(s) x {len(args.grid)} learning rate(s)")
                 out[key][name] = run_task(ckpt, name, args, c, log)
         if "cmrc2018" in args.suites:
-            log(f"cmrc2018 ({label}): {args.seeds} seed(s), {c.epochs} epoch(s)")
+            log(f"cmrc2018 ({label}): {args.seeds} seed(s), {args.cmrc_epochs} epoch(s)")
             out[key]["cmrc2018"] = run_cmrc_suite(ckpt, args, c, qa, log)
+        out["wall_s_by_init"][key] = round(time.perf_counter() - t_init, 1)
     for key in ("pretrained", "random_init"):
         accs = {n: r["test_acc"] * 100 for n, r in out[key].items() if n != "cmrc2018"}
         out[f"{key}_score"] = fewclue_score(accs) if set(SCORE_TASKS) <= set(accs) else None
     out["wall_s"] = round(time.perf_counter() - t0, 1)
     return out
+
+
+# --------------------------------------------------------------------------- ablate's downstream columns
+
+#: `zh-bert ablate`'s `finetune: suite:TASK` — a FewCLUE task under the suite's protocol as a downstream column
+SUITE_PREFIX = "suite:"
+
+
+def suite_task_of(task: str) -> str | None:
+    """The FewCLUE task a `suite:TASK` entry names (checked, one line if unknown); None for other tasks."""
+    if not task.startswith(SUITE_PREFIX):
+        return None
+    return check_task_names([task[len(SUITE_PREFIX):]])[0]
+
+
+def suite_summary(model_dir, name: str, cfg: FinetuneConfig, seeds: list[int], pairs: int = PAIRS) -> dict:
+    """One FewCLUE task under protocol fewclue-v2 with `cfg.lr` as the grid, in finetune's summary keys: dev
+    is the dev_k that chose, test is test_public, mean ± std over pairs x seeds."""
+    args = SuiteArgs(only=[name], splits=pairs, seed=seeds[0], seeds=len(seeds), lrs=[cfg.lr])
+    r = run_task(model_dir, name, args, cfg, log=lambda m: None)
+    return {"seeds": seeds, "dev_acc": r["dev_acc"], "dev_acc_std": None, "test_acc": r["test_acc"],
+            "test_acc_std": r["test_acc_std"], "test_macro_f1": None, "test_macro_f1_std": None,
+            "protocol": PROTOCOLS["fewclue"], "pairs": pairs}

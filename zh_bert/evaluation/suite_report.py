@@ -64,7 +64,7 @@ def cmrc_lines(res: dict) -> list[str]:
     if not r:
         return []
     rand = res["random_init"].get("cmrc2018")
-    lines = [f"CMRC 2018 ({res['protocols']['cmrc2018']}): fine-tuned {res['config']['epochs']} epoch(s) on "
+    lines = [f"CMRC 2018 ({res['protocols']['cmrc2018']}): fine-tuned {r['epochs']} epoch(s) on "
              f"{r['trained_on']} ({r['n_train']} questions), reported on dev ({r['n_dev']} questions), nothing "
              f"chosen on dev (EM / F1, %)",
              f"{'model':<24} {'dev EM':>13} {'dev F1':>13}",
