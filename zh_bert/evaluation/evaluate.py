@@ -253,7 +253,7 @@ def _main_suite(ckpt: str, args: argparse.Namespace) -> tuple[dict, list[dict]]:
     if report:
         write_report(res, report, "zh-bert eval " + " ".join(sys.argv[2:] if len(sys.argv) > 2 else [ckpt]))
         print(f"report: {report}/suite.md, suite.png, suite.json", flush=True)
-    for r in res["pretrained"].values():        # the JSON line stays readable; the files hold every prediction
+    for r in [*res["pretrained"].values(), *res["random_init"].values()]:   # the files hold every prediction
         r.pop("predictions", None)
         for pair in r.get("per_pair", []):
             pair.pop("test_predictions", None)
