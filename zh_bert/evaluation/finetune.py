@@ -330,6 +330,20 @@ def snapshot(model, into: dict | None) -> dict:
     return into
 
 
+def optimizer_step(loss, model, opt, scaler, sched) -> None:
+    """One fine-tuning step, the same for every head (classifier, span, PET): backward through the loss scaler,
+    clip at 1.0, step (fp16: skipped when the gradients overflowed), schedule, clear."""
+    import torch
+
+    scaler.scale(loss).backward()
+    scaler.unscale_(opt)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(opt)
+    scaler.update()
+    sched.step()
+    opt.zero_grad(set_to_none=True)
+
+
 def train_one(ckpt_dir: Path, task: TaskData, cfg: FinetuneConfig, seed: int, tok=None, log=print) -> dict:
     """Fine-tune once with `seed`; returns dev/test accuracy and macro-F1 of the best-on-dev state."""
     import torch
@@ -370,13 +384,7 @@ def train_one(ckpt_dir: Path, task: TaskData, cfg: FinetuneConfig, seed: int, to
             with precision_autocast(model.device, precision):
                 labels = batch.pop("labels")
                 loss = torch.nn.functional.cross_entropy(logits(model, batch, cfg.pooling).float(), labels)
-            scaler.scale(loss).backward()
-            scaler.unscale_(opt)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            scaler.step(opt)        # fp16: skipped when the gradients overflowed; otherwise opt.step()
-            scaler.update()
-            sched.step()
-            opt.zero_grad(set_to_none=True)
+            optimizer_step(loss, model, opt, scaler, sched)
             step += 1
             if step % eval_every == 0 or step == total:
                 acc, f1 = scores(model, dev, cfg, pad_id)

@@ -52,6 +52,7 @@ from zh_bert.evaluation.fewclue import PAIRS, TEST, load_fewclue
 from zh_bert.evaluation.finetune import (
     FinetuneConfig,
     macro_f1,
+    optimizer_step,
     precision_autocast,
     summarize,
     train_subset,
@@ -355,13 +356,7 @@ def pet(ckpt_dir: Path, data: PromptData, cfg: FinetuneConfig, seed: int, log=pr
             gold = torch.tensor([it.candidates.index(it.answer) for it in batch], device=model.device)
             with precision_autocast(model.device, precision):
                 loss = torch.nn.functional.cross_entropy(candidate_scores(model, tok, batch, cfg.seq_len), gold)
-            scaler.scale(loss).backward()
-            scaler.unscale_(opt)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            scaler.step(opt)
-            scaler.update()
-            sched.step()
-            opt.zero_grad(set_to_none=True)
+            optimizer_step(loss, model, opt, scaler, sched)
             step += 1
             if step % eval_every and step != total:
                 continue

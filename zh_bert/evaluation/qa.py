@@ -30,7 +30,7 @@ from zh_bert.core.errors import ZhBertError
 from zh_bert.core.hardware import resolve_precision
 from zh_bert.corpus.tokenizer_files import load_tokenizer
 from zh_bert.evaluation.cmrc import SpanExample, evaluate_cmrc
-from zh_bert.evaluation.finetune import FinetuneConfig, mean_std, precision_autocast
+from zh_bert.evaluation.finetune import FinetuneConfig, mean_std, optimizer_step, precision_autocast
 from zh_bert.train.arch import of_config
 from zh_bert.train.recipe import Recipe
 from zh_bert.train.rundir import model_dir
@@ -208,13 +208,7 @@ def train_qa(ckpt_dir, train_examples: list[SpanExample], cfg: FinetuneConfig, q
             batch = {k: v.to(model.device) for k, v in batch.items()}
             with precision_autocast(model.device, precision):
                 loss = span_loss(model, batch, starts[idx].to(model.device), ends[idx].to(model.device))
-            scaler.scale(loss).backward()
-            scaler.unscale_(opt)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            scaler.step(opt)        # fp16: skipped when the gradients overflowed; otherwise opt.step()
-            scaler.update()
-            sched.step()
-            opt.zero_grad(set_to_none=True)
+            optimizer_step(loss, model, opt, scaler, sched)
             step += 1
             losses.append(loss.item())
         log(f"  seed {seed} epoch {epoch + 1}/{cfg.epochs} step {step}/{total} mean loss {np.mean(losses):.4f}")
