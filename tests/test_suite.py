@@ -120,8 +120,10 @@ def test_outputs_are_refused_before_any_training(tiny_model_dir, tmp_path, capsy
     (["--splits", "6"], "--splits must be in 1..5"),
     (["--cmrc-train", "/nonexistent/cmrc"], "--cmrc-train /nonexistent/cmrc: no such file or folder"),
     (["--lrs", "3"], "a learning rate must be in (0, 1)"),
+    (["--suite", "all", "--cmrc-train", "README.md"], "README.md:1: not valid JSON"),
 ])
-def test_bad_requests_are_one_line(tiny_model_dir, capsys, argv, message):
+def test_bad_requests_are_one_line(tiny_model_dir, capsys, argv, message, monkeypatch):
+    monkeypatch.setattr(suite, "run", lambda *a, **k: pytest.fail("trained before refusing"))
     assert cli.main(["eval", "suite", str(tiny_model_dir), *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) <= 3, err

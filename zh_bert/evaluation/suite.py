@@ -173,23 +173,26 @@ def run_task(ckpt, name: str, args: SuiteArgs, cfg: FinetuneConfig, log=print) -
 
 # --------------------------------------------------------------------------- CMRC 2018
 
-def run_cmrc_suite(ckpt, args: SuiteArgs, cfg: FinetuneConfig, qa: QAConfig, log=print) -> dict:
-    """Fixed epochs on train (or trial), scored on dev; what it trained on is part of the result."""
+def cmrc_data(args: SuiteArgs) -> dict:
+    """The CMRC 2018 files the suite trains and scores on, read (and checked) once, before any training."""
     root = task_data_dir("cmrc2018")
     train_path = cmrc_train_file(args.cmrc_train) if args.cmrc_train else root / "cmrc2018_trial.json"
     dev_path = root / "cmrc2018_dev.json"
-    train, dev = load_squad(train_path), load_squad(dev_path)
-    trained_on = "train" if args.cmrc_train else "trial"
-    if trained_on == "trial":
-        log(f"cmrc2018: no official train file given (--cmrc-train): training on the trial set ({len(train)} "
-            f"questions, not the 10k of train); dev figures are not comparable with published ones")
-    res = run_cmrc(ckpt, train, dev, dataclasses.replace(cfg, lr=args.cmrc_lr, seq_len=args.cmrc_seq_len,
-                                                        epochs=args.cmrc_epochs), qa,
-                   args.seed_list(),
-                   log=lambda m: log(f"  cmrc2018: {m}"))
-    return {**res, "trained_on": trained_on, "train_file": train_path.name, "reported_split": "dev",
-            "data_sha256": sha256_of([train_path, dev_path]), "seeds": args.seed_list(), "lr": args.cmrc_lr,
-            "seq_len": args.cmrc_seq_len, "epochs": args.cmrc_epochs}
+    return {"train": load_squad(train_path), "dev": load_squad(dev_path), "train_file": train_path.name,
+            "trained_on": "train" if args.cmrc_train else "trial", "data_sha256": sha256_of([train_path, dev_path])}
+
+
+def run_cmrc_suite(ckpt, args: SuiteArgs, cfg: FinetuneConfig, qa: QAConfig, data: dict, log=print) -> dict:
+    """Fixed epochs on train (or trial), scored on dev; what it trained on is part of the result."""
+    if data["trained_on"] == "trial":
+        log(f"cmrc2018: no official train file given (--cmrc-train): training on the trial set "
+            f"({len(data['train'])} questions, not the 10k of train); dev figures are not comparable with "
+            f"published ones")
+    res = run_cmrc(ckpt, data["train"], data["dev"], dataclasses.replace(
+        cfg, lr=args.cmrc_lr, seq_len=args.cmrc_seq_len, epochs=args.cmrc_epochs), qa, args.seed_list(),
+        log=lambda m: log(f"  cmrc2018: {m}"))
+    return {**res, **{k: data[k] for k in ("trained_on", "train_file", "data_sha256")}, "reported_split": "dev",
+            "seeds": args.seed_list(), "lr": args.cmrc_lr, "seq_len": args.cmrc_seq_len, "epochs": args.cmrc_epochs}
 
 
 # --------------------------------------------------------------------------- the suite
@@ -204,6 +207,7 @@ def run_suite(ckpt, args: SuiteArgs, cfg: FinetuneConfig, qa: QAConfig | None = 
            "qa_config": dataclasses.asdict(qa), "pretrained": {}, "random_init": {}}
     inits = [("pretrained", cfg)] + ([("random_init", dataclasses.replace(cfg, random_init=True))]
                                      if args.baselines else [])
+    cmrc = cmrc_data(args) if "cmrc2018" in args.suites else None   # a bad file is one line before any training
     out["wall_s_by_init"] = {}
     for key, c in inits:
         t_init = time.perf_counter()
@@ -215,7 +219,7 @@ def run_suite(ckpt, args: SuiteArgs, cfg: FinetuneConfig, qa: QAConfig | None = 
                 out[key][name] = run_task(ckpt, name, args, c, log)
         if "cmrc2018" in args.suites:
             log(f"cmrc2018 ({label}): {args.seeds} seed(s), {args.cmrc_epochs} epoch(s)")
-            out[key]["cmrc2018"] = run_cmrc_suite(ckpt, args, c, qa, log)
+            out[key]["cmrc2018"] = run_cmrc_suite(ckpt, args, c, qa, cmrc, log)
         out["wall_s_by_init"][key] = round(time.perf_counter() - t_init, 1)
     for key in ("pretrained", "random_init"):
         accs = {n: r["test_acc"] * 100 for n, r in out[key].items() if n != "cmrc2018"}
