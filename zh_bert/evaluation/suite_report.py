@@ -25,7 +25,8 @@ CMRC_PUBLISHED = {
     "RoBERTa-wwm-ext": (66.5, 86.5), "MacBERT-base": (67.3, 87.1), "RoBERTa-wwm-ext-large": (67.6, 87.9),
 }
 CMRC_SOURCES = ("https://github.com/ymcui/Chinese-BERT-wwm", "https://github.com/ymcui/LERT")
-REPORT_FILES = ("suite.md", "suite.png", "suite.json")
+#: the published FewCLUE row each --method stands beside
+PUBLISHED_ROW = {"finetune": "FineTuning", "zero-shot": "Zero-shot", "pet": "PET"}
 
 
 def _cell(r: dict | None, key: str = "test_acc") -> str:
@@ -39,7 +40,7 @@ def fewclue_lines(res: dict) -> list[str]:
     tasks = {n: r for n, r in res["pretrained"].items() if n != "cmrc2018"}
     if not tasks:
         return []
-    method = {"finetune": "FineTuning", "zero-shot": "Zero-shot", "pet": "PET"}[res["method"]]
+    method = PUBLISHED_ROW[res["method"]]
     ref = PUBLISHED[method]
     lines = [f"FewCLUE ({res['protocols']['fewclue']}, {res['method']}): trained on train_k, learning rate and "
              f"epoch chosen on dev_k, reported on {TEST} (accuracy, %)",
@@ -149,7 +150,7 @@ def plot_suite(res: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     names = list(res["pretrained"])
-    method = {"finetune": "FineTuning", "zero-shot": "Zero-shot", "pet": "PET"}[res["method"]]
+    method = PUBLISHED_ROW[res["method"]]
 
     def figure(r):
         return None if r is None else (r["f1"] if "f1" in r and "test_acc" not in r else r["test_acc"] * 100)
