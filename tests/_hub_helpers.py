@@ -106,3 +106,22 @@ def top5(model_dir: Path, text: str = "北京是中国的[MASK]都。") -> list[
 
     fill = pipeline("fill-mask", model=str(model_dir), tokenizer=str(model_dir), top_k=5, device="cpu")
     return [(r["token_str"], round(r["score"], 6)) for r in fill(text)]
+
+
+def seed_repo(hub: HubServer, repo_id: str, files: dict[str, bytes] | Path, *, downloads: int = 0, likes: int = 0,
+              tags: tuple[str, ...] = (), pipeline_tag: str | None = None, last_modified: float | None = None,
+              private: bool = False):
+    """Put a repo straight into the test Hub's memory (no upload): `files` as {path: bytes} or a model folder
+    (its top-level files), with the counters and tags its listing shows. Any name is accepted, so a test can
+    hold a repo id or a file name the real Hub would refuse."""
+    from hub_server import Repo
+
+    if isinstance(files, Path):
+        files = {p.name: p.read_bytes() for p in sorted(files.iterdir()) if p.is_file()}
+    repo = Repo(owner=repo_id.split("/")[0], private=private, downloads=downloads, likes=likes, tags=list(tags),
+                pipeline_tag=pipeline_tag)
+    repo.commit("main", dict(files), "seed")
+    if last_modified is not None:
+        repo.last_modified = last_modified
+    hub.repos[repo_id] = repo
+    return repo

@@ -2,8 +2,9 @@
 
 It implements just the endpoints `huggingface_hub` uses to upload (whoami-v2, repos/create, validate-yaml,
 preupload, commit with base64 "regular" files, branch) and to download (model info / revision, tree, resolve
-with HEAD), plus `GET /api/models?filter=TAG` for `zh-bert models --community`. Repos live in memory as
-commits of {path: bytes}. Every request is logged, so tests can assert what was (not) uploaded.
+with HEAD), plus `GET /api/models` with the real Hub's filters (filter, pipeline_tag, language, author, search,
+sort, limit) for `zh-bert models --community` and `--hub`. Repos live in memory as commits of {path: bytes},
+with the listing's counters (downloads, likes, extra tags, pipeline_tag) settable per repo. Every request is logged, so tests can assert what was (not) uploaded.
 `export_git` writes a repo as a real git repository, which is how `olah` serves it.
 """
 
@@ -19,9 +20,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
 
 import uvicorn
-from fastapi import FastAPI, Request, Response
+import yaml
+from fastapi import FastAPI, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 
@@ -73,6 +76,14 @@ class Repo:
     private: bool
     branches: dict[str, str] = field(default_factory=dict)
     commits: dict[str, dict] = field(default_factory=dict)  # sha -> {"files": {path: bytes}, "parent", "message"}
+    downloads: int = 0
+    likes: int = 0
+    tags: list[str] = field(default_factory=list)   # besides the card's tags and languages
+    pipeline_tag: str | None = None                 # else the card's
+    last_modified: float = 0.0                      # epoch seconds; set by each commit
+
+    def last_modified_iso(self) -> str:
+        return time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(self.last_modified))
 
     def resolve(self, rev: str) -> str | None:
         if rev in self.branches:
@@ -88,6 +99,7 @@ class Repo:
         sha = hashlib.sha1(f"{parent}{message}{time.time_ns()}{sorted(files)}".encode()).hexdigest()
         self.commits[sha] = {"files": files, "parent": parent, "message": message}
         self.branches[branch] = sha
+        self.last_modified = time.time()
         return sha
 
 
@@ -243,7 +255,7 @@ class HubServer:
             sha = repo.commit(rev, files, header.get("summary", ""))
             return {"commitUrl": f"{hub.url}/{repo_id}/commit/{sha}", "commitOid": sha, "success": True}
 
-        def info(request: Request, repo_id: str, rev: str):
+        def info(request: Request, repo_id: str, rev: str, blobs: bool = False):
             repo = hub.readable(request, repo_id)
             if repo is None:
                 return _err(401 if repo_id in hub.repos else 404, "Repository not found",
@@ -252,16 +264,17 @@ class HubServer:
             if sha is None:
                 return _err(404, f"Invalid rev id: {rev}", **{"X-Error-Code": "RevisionNotFound"})
             files = repo.commits[sha]["files"]
-            return {"id": repo_id, "modelId": repo_id, "sha": sha, "private": repo.private,
-                    "tags": hub.tags(files), "siblings": [{"rfilename": p} for p in sorted(files)]}
+            siblings = [{"rfilename": p, **({"size": len(d), "blobId": git_hash(d)} if blobs else {})}
+                        for p, d in sorted(files.items())]   # sizes only with ?blobs=true, as the Hub does
+            return {**hub.listed(repo_id, repo), "sha": sha, "private": repo.private, "siblings": siblings}
 
         @app.get("/api/models/{ns}/{name}/revision/{rev:path}")
-        def repo_info_rev(ns: str, name: str, rev: str, request: Request):
-            return info(request, f"{ns}/{name}", rev)
+        def repo_info_rev(ns: str, name: str, rev: str, request: Request, blobs: bool = False):
+            return info(request, f"{ns}/{name}", rev, blobs)
 
         @app.get("/api/models/{ns}/{name}")
-        def repo_info(ns: str, name: str, request: Request):
-            return info(request, f"{ns}/{name}", "main")
+        def repo_info(ns: str, name: str, request: Request, blobs: bool = False):
+            return info(request, f"{ns}/{name}", "main", blobs)
 
         @app.get("/api/models/{ns}/{name}/tree/{rev:path}")
         def tree(ns: str, name: str, rev: str, request: Request):
@@ -290,27 +303,54 @@ class HubServer:
             return Response(content=data, headers=headers, media_type="application/octet-stream")
 
         @app.get("/api/models")
-        def list_models(request: Request, filter: str | None = None, search: str | None = None):
+        def list_models(filter: Annotated[list[str] | None, Query()] = None, pipeline_tag: str | None = None,
+                        language: str | None = None, author: str | None = None, search: str | None = None,
+                        sort: str | None = None, limit: int | None = None):
+            """Every filter must hold (a `filter` value is a tag, a language or the pipeline tag); sorted
+            descending like the Hub; `search` is a case-insensitive substring of the id."""
             out = []
             for repo_id, repo in sorted(hub.repos.items()):
                 if repo.private:
                     continue
-                tags = hub.tags(repo.files("main"))
-                if (filter is None or filter in tags) and (search is None or search in repo_id):
-                    out.append({"id": repo_id, "modelId": repo_id, "tags": tags, "downloads": 0, "likes": 0,
-                                "private": False})
-            return out
+                row = hub.listed(repo_id, repo)
+                tags = set(row["tags"]) | {row["pipeline_tag"]}
+                if (all(f in tags for f in (filter or []) + ([language] if language else []))
+                        and pipeline_tag in (None, row["pipeline_tag"])
+                        and author in (None, repo_id.split("/")[0])
+                        and (search is None or search.lower() in repo_id.lower())):
+                    out.append(row)
+            if sort in ("downloads", "likes", "lastModified"):
+                out.sort(key=lambda r: r[sort], reverse=True)
+            return out[:limit] if limit is not None else out
 
         return app
 
+    def listed(self, repo_id: str, repo: Repo) -> dict:
+        """The fields of a repo that the Hub's listing returns (huggingface_hub's ModelInfo reads them)."""
+        card = self.card(repo.files("main") or {})
+        languages = card.get("language") or []
+        languages = [languages] if isinstance(languages, str) else list(languages)
+        tags = [*self.tags(repo.files("main") or {}), *map(str, languages), *repo.tags]
+        return {"id": repo_id, "modelId": repo_id, "author": repo_id.split("/")[0], "tags": tags,
+                "pipeline_tag": repo.pipeline_tag or card.get("pipeline_tag"), "downloads": repo.downloads,
+                "likes": repo.likes, "lastModified": repo.last_modified_iso(), "private": repo.private}
+
     @staticmethod
-    def tags(files: dict[str, bytes]) -> list[str]:
+    def card(files: dict[str, bytes]) -> dict:
+        """The README's metadata, {} when it has none or it is not a mapping (a hostile card is served as is)."""
         if "README.md" not in files:
-            return []
+            return {}
         from huggingface_hub import ModelCard
 
-        data = ModelCard(files["README.md"].decode("utf-8")).data.to_dict()
-        return list(data.get("tags") or [])
+        try:
+            return ModelCard(files["README.md"].decode("utf-8", "replace")).data.to_dict()
+        except (ValueError, yaml.YAMLError):
+            return {}
+
+    @classmethod
+    def tags(cls, files: dict[str, bytes]) -> list[str]:
+        tags = cls.card(files).get("tags") or []
+        return [str(t) for t in tags] if isinstance(tags, list) else [str(tags)]
 
     # --- lifecycle -----------------------------------------------------------------------------------------
     def __enter__(self) -> "HubServer":

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Literal
 
-from zh_bert.core import config
 from zh_bert.core.config import option, option_of
 from zh_bert.core.errors import ZhBertError, suggest
 from zh_bert.core.options import Shared
@@ -143,35 +143,39 @@ def community_models(endpoint: str | None = None, limit: int = 50) -> list[dict]
 @dataclass
 class ModelsConfig:
     community: bool = option(False, help="also list Hub models tagged 'zh-bert'")
+    hub: bool = option(False, help="list Chinese fill-mask models on the Hub (or --endpoint), the catalog's and "
+                                   "zh-bert-tagged repos, described from their config.json and card")
+    search: str | None = option(None, help="with --hub: only repos whose id contains TEXT", metavar="TEXT")
+    sort: Literal["downloads", "likes", "recent"] | None = option(
+        None, help="with --hub: order by downloads (default), likes or most recently modified")
+    limit: int = option(50, help="how many Hub repos to list (--hub, --community)", bounds=(1, 1000))
     endpoint: str | None = option_of(Shared, "endpoint")
     json: bool = option_of(Shared, "json")
 
+    def __post_init__(self):
+        given = [flag for flag, value in (("--search", self.search), ("--sort", self.sort)) if value is not None]
+        if given and not self.hub:
+            raise ZhBertError(f"{' and '.join(given)} {'need' if len(given) > 1 else 'needs'} --hub "
+                              f"(it filters and orders the Hub listing)")
 
-def build_parser():
-    return config.build_parser("zh-bert models", __doc__.split("\n")[0], ModelsConfig)
 
-
-def _as_json(community: list[dict] | None) -> str:
+def catalog_json(community: list[dict] | None, hub: list[dict] | None = None) -> dict:
     out: dict = {"catalog": [{"alias": e.alias, "repo_id": e.repo_id, "architecture": e.architecture,
                               "params": e.params, "layers": e.layers,
                               "hidden": e.hidden, "vocab": e.vocab, "licence": e.licence,
                               "paper": PAPERS[e.paper], "note": e.note} for e in CATALOG]}
     if community is not None:
         out["community"] = community
-    return json.dumps(out, ensure_ascii=False, indent=2)
+    if hub is not None:
+        out["hub"] = hub
+    return out
 
 
-def main(argv: list[str]) -> int:
-    cfg = config.config_from_args(ModelsConfig, build_parser().parse_args(argv))
-    community = community_models(cfg.endpoint) if cfg.community else None
-    if cfg.json:
-        print(_as_json(community))
-        return 0
-    print(format_table())
-    if community is not None:
-        print("\ncommunity models tagged 'zh-bert':")
-        for m in community:
-            print(f"  {m['repo_id']}  (downloads {m['downloads']}, likes {m['likes']})")
-        if not community:
-            print("  (none)")
-    return 0
+def _as_json(community: list[dict] | None) -> str:
+    return json.dumps(catalog_json(community), ensure_ascii=False, indent=2)
+
+
+def community_text(community: list[dict]) -> str:
+    lines = ["community models tagged 'zh-bert':"]
+    lines += [f"  {m['repo_id']}  (downloads {m['downloads']}, likes {m['likes']})" for m in community]
+    return "\n".join(lines + ([] if community else ["  (none)"]))
