@@ -38,6 +38,29 @@ def output_dir() -> Path:
     return OUTPUT
 
 
+#: how the browser tests start Debian's Chromium: headless, offline (no background fetches on a closed network)
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """A headless Chromium (Playwright); a missing one fails under CI (.ci/run installs it) and skips elsewhere."""
+    import shutil
+
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    if not os.path.exists(chromium):
+        if os.environ.get("CI"):
+            pytest.fail("chromium is not installed (apt-get install chromium fonts-wqy-microhei)")
+        pytest.skip("chromium is not installed")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
 @pytest.fixture(scope="session")
 def sample_docs() -> list[str]:
     """600 real documents: 300 zhwiki + 300 CLUECorpusSmall lines (one document per line)."""

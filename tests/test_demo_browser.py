@@ -3,31 +3,10 @@ a blank-less sentence shows the friendly message. Screenshots go to tests/output
 
 from __future__ import annotations
 
-import os
-import shutil
-
 import pytest
 
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
-
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not os.path.exists(CHROMIUM):
-        if os.environ.get("CI"):
-            pytest.fail("chromium is not installed (apt-get install chromium fonts-wqy-microhei)")
-        pytest.skip("chromium is not installed")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
 
 
 def test_fill_in_the_browser(browser, demo_url, output_dir):

@@ -263,7 +263,7 @@ DIFFERENT_THINGS: dict[str, str] = {
     "data": "a recipe's pretraining corpus; `eval cloze`'s file of cloze items",
     "eval_every": "pretrain: validation every N steps, 0 = at the end only; finetune: dev evals, 0 = every epoch",
     "out_dir": "a recipe's run dir; ablate's folder of runs",
-    "output": "what each command writes (documents, TOKDIR, SHARDDIR, a downloaded or a staged folder); "
+    "output": "what each command writes (documents, TOKDIR, SHARDDIR, a downloaded or a staged folder, a board); "
               "required by some, optional in others: the same -o convention, not the same value",
     "source": "download: the hub to fetch from (hf, modelscope); publish: the run or checkpoint to upload",
     "text": "vocab report: texts to tokenize; eval mlm: texts to score",
@@ -334,7 +334,7 @@ def wrong_way_imports() -> list[str]:
 #: plan comes before evaluation because `ablate` plans its grid; hub before evaluation because an evaluation
 #: takes a catalog alias or Hub id; release after evaluation because the model card and the demo show
 #: evaluation results.
-LAYERS = ("core", "corpus", "train", "plan", "hub", "evaluation", "release")
+LAYERS = ("core", "corpus", "train", "plan", "hub", "evaluation", "leaderboard", "release")
 
 
 def layer_of(module: str) -> int | None:

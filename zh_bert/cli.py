@@ -26,9 +26,10 @@ plan      zh_bert.plan                  memory/time plan for a model on a GPU (1
 eval      zh_bert.evaluation.evaluate   evaluate a checkpoint: 'eval mlm' or 'eval cloze'
 finetune  zh_bert.evaluation.finetune   fine-tune a checkpoint on sentence classification (chnsenticorp, tnews, tsv)
 ablate    zh_bert.evaluation.ablate     run a grid of pretraining runs that differ in one setting
+leaderboard zh_bert.leaderboard        Chinese encoders side by side: 'leaderboard build|verify|serve'
 publish   zh_bert.release.publish       upload a run/checkpoint to the Hugging Face Hub with a model card
 download  zh_bert.hub.download      download a released Chinese checkpoint (alias or repo id)
-models    zh_bert.hub.catalog       list released Chinese masked-LM checkpoints
+models    zh_bert.hub.listing       list released Chinese masked-LM checkpoints
 demo      zh_bert.release.demo          Gradio fill-in-the-blank (cloze) demo in the browser
 """
 #: command -> (module, one-line help)

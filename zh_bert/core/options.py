@@ -26,5 +26,7 @@ class Shared:
                             help="override one recipe key (repeatable), e.g. --set max_steps=40")
     endpoint: str | None = option(None, help="Hub endpoint or mirror (default: $HF_ENDPOINT or huggingface.co)")
     revision: str | None = option(None, help="branch, tag or commit (default: main; ModelScope: master)")
+    host: str = option("127.0.0.1", help="interface to bind (127.0.0.1: this machine only)")
+    port: int = option(0, bounds=(0, 65535), help="port to serve on (0: any free port)")
 
 

@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from zh_bert.core import config
-from zh_bert.core.config import option
+from zh_bert.core.config import option, option_of
 from zh_bert.core.errors import ZhBertError
+from zh_bert.core.options import Shared
 from zh_bert.corpus.tokenizer_files import load_tokenizer
 from zh_bert.hub.catalog import CATALOG, resolve
 from zh_bert.hub.download import default_out, download_hf
@@ -357,8 +358,8 @@ def default_models(models: list[str]) -> list[str]:
 class DemoConfig:
     models: list[str] = option(default_factory=list, positional=True, metavar="MODEL",
                                help=f"model folders, run dirs, catalog aliases or ORG/NAME repo ids (default: {DEFAULT_RUN})")
-    host: str = option("127.0.0.1", help="interface to bind (127.0.0.1: this machine only)")
-    port: int = option(7860, help="port to serve on")
+    host: str = option_of(Shared, "host")
+    port: int = option_of(Shared, "port", default=7860, help="port to serve on")
     share: bool = option(False, help="also open a public gradio.live link")
     threads: int = option(0, help="torch threads for inference (0: torch's default; 1 is fastest for small "
                                   "models on a busy CPU)")

@@ -33,6 +33,8 @@ from zh_bert.core.fileio import (
 from zh_bert.core.options import Shared
 from zh_bert.corpus.tokenizer_files import TOKENIZER_FILES
 from zh_bert.release.card import build_card
+from zh_bert.leaderboard.record import VERIFICATION_FILE, read_record
+from zh_bert.leaderboard.sources import weights_sha256
 from zh_bert.hub.endpoint import (
     check_repo_id,
     endpoint_and_host,
@@ -174,11 +176,12 @@ def _copy_portable(name: str, path: Path, target: Path, run_dir: Path | None) ->
 
 
 def stage(src: Checkpoint, dest: Path, repo_id: str, license: str, token: str | None = None,
-          shown: Path | None = None) -> list[str]:
-    """Copy the allow-listed files and write README.md into `dest` (new or empty). Checks (weights open,
-    no token) come before the first copy; a write error is one line naming `shown` (the folder the user
-    sees; default `dest`)."""
+          shown: Path | None = None, extra: dict[str, Path] | None = None) -> list[str]:
+    """Copy the allow-listed files (and `extra`: repo name -> file) and write README.md into `dest` (new or
+    empty). Checks (weights open, no token) come before the first copy; a write error is one line naming
+    `shown` (the folder the user sees; default `dest`)."""
     files, _ = select_files(src)
+    files = {**files, **(extra or {})}
     _check_no_secret(files, token)
     dest.mkdir(parents=True, exist_ok=True)
     target = dest
@@ -246,6 +249,8 @@ class PublishConfig:
     output: str | None = option(None, flags=("-o",), help="with --dry-run: write the staged repo folder here")
     license: str = option("apache-2.0", help="licence id for the card")
     message: str | None = option(None, flags=("-m",), help="commit message")
+    with_verification: bool = option(False, help=f"also upload the run's {VERIFICATION_FILE} (written by `zh-bert "
+                                                  f"leaderboard verify`), so others can re-run its figures exactly")
 
     def __post_init__(self):
         check_repo_id(self.repo_id, "--repo-id")
@@ -268,7 +273,7 @@ def _token(required: bool = True) -> str | None:
 
 
 @contextlib.contextmanager
-def staging(cfg: PublishConfig, src: Checkpoint, token: str | None):
+def staging(cfg: PublishConfig, src: Checkpoint, token: str | None, extra: dict[str, Path]):
     """Yield (staged folder, its file names). A kept dry run (`-o`) is built under a temp name and renamed
     into place only when complete; otherwise a private temp folder that is removed on every exit
     (error, token found, Ctrl-C), and by the next publish if this process is killed."""
@@ -277,7 +282,7 @@ def staging(cfg: PublishConfig, src: Checkpoint, token: str | None):
         refuse_overlap(out, [src.model_dir], "-o")
         try:
             with atomic_dir(out) as tmp:
-                names = stage(src, tmp, cfg.repo_id, cfg.license, token=token, shown=out)
+                names = stage(src, tmp, cfg.repo_id, cfg.license, token=token, shown=out, extra=extra)
                 fault_point("after:staged")
         except FileExistsError:
             raise ZhBertError(f"{out}: already exists; choose a new -o folder") from None
@@ -285,17 +290,35 @@ def staging(cfg: PublishConfig, src: Checkpoint, token: str | None):
         return
     with scratch_dir("zh-bert-publish-") as parent:
         where = parent / cfg.repo_id.split("/")[-1]
-        names = stage(src, where, cfg.repo_id, cfg.license, token=token)
+        names = stage(src, where, cfg.repo_id, cfg.license, token=token, extra=extra)
         fault_point("after:staged")
         yield where, names
+
+
+def verification_file(src: Checkpoint) -> dict[str, Path]:
+    """{VERIFICATION_FILE: path} for --with-verification: the record beside the run (or model folder), checked,
+    and about these very weights (its weights sha256), else one line."""
+    path = (src.run_dir or src.model_dir) / VERIFICATION_FILE
+    if not path.is_file():
+        raise ZhBertError(f"--with-verification: {path}: no verification record; write one with `zh-bert "
+                          f"leaderboard verify {src.run_dir or src.model_dir}`")
+    rec = read_record(path)
+    sha = weights_sha256(src.model_dir)
+    if rec["model"].get("weights_sha256") != sha:
+        raise ZhBertError(f"--with-verification: {path} verified other weights (sha256 "
+                          f"{str(rec['model'].get('weights_sha256'))[:12]}..., these are {str(sha)[:12]}...): "
+                          f"verify this checkpoint again")
+    return {VERIFICATION_FILE: path}
 
 
 def publish(cfg: PublishConfig) -> str | None:
     """Stage, show, and (unless --dry-run) upload; returns the commit URL, None for a dry run."""
     src = locate(cfg.source)
     _, skipped = select_files(src)  # fail on bad input before asking for a token
+    extra = verification_file(src) if cfg.with_verification else {}
+    skipped = [n for n in skipped if n not in extra]
     token = _token(required=not cfg.dry_run)
-    with staging(cfg, src, token) as (where, names):
+    with staging(cfg, src, token, extra) as (where, names):
         total = sum((where / n).stat().st_size for n in names)
         print(f"{'would upload' if cfg.dry_run else 'uploading'} {len(names)} files ({total:,} bytes) "
               f"to {cfg.repo_id}{'@' + cfg.revision if cfg.revision else ''}:")
