@@ -99,12 +99,30 @@ def _map_ordered(cfg: CleanConfig, batches: Iterable[list[RawDoc]], workers: int
     ctx = mp.get_context(start_method())
     with ctx.Pool(workers, initializer=_start_cleaner, initargs=(cfg,)) as pool:
         pending: collections.deque = collections.deque()
-        for b in batches:
-            pending.append(pool.apply_async(_clean_in_worker, (b,)))
-            if len(pending) >= 2 * workers:
+        try:
+            for b in batches:
+                pending.append(pool.apply_async(_clean_in_worker, (b,)))
+                if len(pending) >= 2 * workers:
+                    yield pending.popleft().get()
+            while pending:
                 yield pending.popleft().get()
-        while pending:
-            yield pending.popleft().get()
+        except BaseException:   # a broken input, a failed write, Ctrl-C, the consumer closing the generator
+            _settle(pending)
+            raise
+
+
+#: how long an error waits for the batches in flight before the pool is terminated anyway
+SETTLE_SECONDS = 30.0
+
+
+def _settle(pending: Iterable) -> None:
+    """Let the batches in flight finish before the pool is terminated: `Pool.terminate()` can hang for ever when
+    its task-handler thread is blocked writing a large batch into a worker's pipe (CPython's `_help_stuff_finish`
+    stops draining the pipe too early). With nothing left to send, the handler is idle and terminate returns.
+    Bounded, because a worker killed by Ctrl-C never answers."""
+    deadline = time.monotonic() + SETTLE_SECONDS
+    for r in pending:
+        r.wait(max(0.0, deadline - time.monotonic()))
 
 
 # --- outputs -------------------------------------------------------------------------------------
