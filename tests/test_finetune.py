@@ -272,6 +272,51 @@ def test_train_batches_are_seeded_length_buckets_of_the_whole_epoch():
     assert [len(b) for b in few] == [16, 16]
 
 
+def test_length_groups_cover_every_example_once_and_cut_only_where_padding_costs_more():
+    from zh_bert.evaluation.length_groups import length_groups
+
+    lengths = np.random.default_rng(0).integers(5, 129, size=300)
+    for rows, overhead in ((16, 0), (16, 64), (32, 160), (1, 64)):
+        groups = length_groups(lengths, rows, overhead)
+        assert sorted(np.concatenate(groups).tolist()) == list(range(300))       # every example once
+        assert all(1 <= len(g) <= rows for g in groups)
+        assert all(lengths[a].max() <= lengths[b].min() for a, b in zip(groups, groups[1:]))   # shortest first
+    cost = lambda gs, o: sum(len(g) * lengths[g].max() + o for g in gs)     # noqa: E731
+    order = np.argsort(lengths, kind="stable")
+    fixed = [order[s:s + 16] for s in range(0, 300, 16)]                     # sorted, cut every 16 rows
+    assert cost(length_groups(lengths, 16, 64), 64) <= cost(fixed, 64)
+    assert len(length_groups(np.full(40, 50), 16, 64)) == 3                 # equal lengths: no cut that saves nothing
+    assert len(length_groups(np.array([10] * 8 + [128] * 8), 16, 64)) == 2   # 8 x 118 pad tokens > one more forward
+    assert len(length_groups(np.array([120] * 8 + [128] * 8), 16, 64)) == 1  # 8 x 8 pad tokens < one more forward
+
+
+def test_a_step_by_length_groups_has_the_gradient_of_the_padded_batch(tiny_model_dir):
+    """train_one runs a batch's forward per length group and sums the per-example losses / batch size: the
+    gradient of the whole padded batch's mean loss (dropout off to compare)."""
+    import torch
+
+    from zh_bert.evaluation.finetune import collate, logits
+    from zh_bert.evaluation.length_groups import length_groups
+
+    torch.set_num_threads(1)
+    _, tok, data, model = _eprstmt_encoded(tiny_model_dir, 16)
+    model.eval()
+    idx = np.arange(16)
+    lengths = np.array([len(x) for x in data["input_ids"]])
+    grads = []
+    for groups in ([idx], length_groups(lengths, 16, 0)):
+        model.zero_grad()
+        loss = 0.0
+        for g in groups:
+            b = collate(data, idx[g], tok.pad_token_id)
+            labels = b.pop("labels")
+            loss = loss + torch.nn.functional.cross_entropy(logits(model, b, "mean"), labels, reduction="sum") / 16
+        loss.backward()
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+    assert len(length_groups(lengths, 16, 0)) > 1
+    assert torch.allclose(grads[0], grads[1], atol=1e-6, rtol=1e-4)
+
+
 def test_fine_tuning_is_deterministic_for_a_seed_and_tokenizes_once(tiny_model_dir, monkeypatch):
     """Two runs with one seed: the same losses, dev figures and test figures; dev and test are tokenized by
     the first only (encode_cached), and the tokenizer is loaded once per checkpoint folder."""

@@ -8,8 +8,9 @@ fine-tuning run of a small model varies by more than most differences people try
 `--random-init` trains the same architecture from random weights: the baseline pretraining must beat.
 
 Speed on a CPU comes from not computing padding: training batches are length buckets drawn from the seed's
-rng (`train_batches`), prediction sorts by length and puts the classes back in order (`predict`), each text
-is tokenized once per process (`encode_cached`), and the best dev state is copied into one buffer.
+rng (`train_batches`) whose forward runs per group of similar length (`length_groups`: a 32-shot batch is all
+spread), prediction runs such groups and puts the classes back in order (`predict`), each text is tokenized
+once per process (`encode_cached`), and the best dev state is copied into one buffer.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from zh_bert.core.options import Shared
 from zh_bert.corpus.shard.build import ShardConfig
 from zh_bert.corpus.tokenizer_files import load_tokenizer
 from zh_bert.evaluation.eval_results import CheckpointArgs, entry, record_for_checkpoint
+from zh_bert.evaluation.length_groups import TRAIN_GROUP_OVERHEAD_TOKENS, length_groups
 from zh_bert.evaluation.tasks import DATASET_NAMES, TaskData, load_task
 from zh_bert.train.arch import of_config
 from zh_bert.train.recipe import Recipe, check_seed
@@ -244,19 +246,17 @@ def precision_autocast(device, precision: str):
 
 
 def predict(model, data: dict, batch_size: int, pad_id: int, precision: str, pooling: str = "cls") -> np.ndarray:
-    """Class ids in the order of `data`. Batches of `2 * batch_size` examples of similar length (sorted, then
-    put back in order): padding costs nothing, and each prediction is the one it would be in any batch. The
-    model is left in the mode (train or eval) it came in."""
+    """Class ids in the order of `data`. Groups of up to `2 * batch_size` examples of similar length
+    (`length_groups`, then put back in order): padding costs next to nothing, and each prediction is the one it
+    would be in any batch. The model is left in the mode (train or eval) it came in."""
     import torch
 
     was_training = model.training
     model.eval()
     lengths = lengths_of(data)
-    order, preds = np.argsort(lengths, kind="stable"), np.zeros(len(lengths), dtype=np.int64)
-    step = batch_size * PREDICT_BATCHES
+    preds = np.zeros(len(lengths), dtype=np.int64)
     with torch.inference_mode(), precision_autocast(model.device, precision):
-        for s in range(0, len(order), step):
-            idx = order[s:s + step]
+        for idx in length_groups(lengths, batch_size * PREDICT_BATCHES):
             batch = collate(data, idx, pad_id)
             batch.pop("labels")
             batch = {k: v.to(model.device) for k, v in batch.items()}
@@ -380,10 +380,13 @@ def train_one(ckpt_dir: Path, task: TaskData, cfg: FinetuneConfig, seed: int, to
     stop = False
     for epoch in range(cfg.epochs):
         for idx in train_batches(lengths, cfg.batch_size, rng):
-            batch = {k: v.to(model.device) for k, v in collate(train, idx, pad_id).items()}
-            with precision_autocast(model.device, precision):
-                labels = batch.pop("labels")
-                loss = torch.nn.functional.cross_entropy(logits(model, batch, cfg.pooling).float(), labels)
+            loss = 0.0   # the batch's mean loss, its forward run per length group (less padding, one backward)
+            for group in length_groups(lengths[idx], len(idx), TRAIN_GROUP_OVERHEAD_TOKENS):
+                batch = {k: v.to(model.device) for k, v in collate(train, idx[group], pad_id).items()}
+                with precision_autocast(model.device, precision):
+                    labels = batch.pop("labels")
+                    loss = loss + torch.nn.functional.cross_entropy(logits(model, batch, cfg.pooling).float(),
+                                                                    labels, reduction="sum") / len(idx)
             optimizer_step(loss, model, opt, scaler, sched)
             step += 1
             if step % eval_every == 0 or step == total:
