@@ -109,8 +109,26 @@ def main(argv: list[str]) -> int:
     write_json(out / "board.json", board)
     write_text(out / "board.md", board_markdown(board))
     write_text(out / "index.html", render_html(board))
-    print(f"wrote {out}/board.json, board.md, index.html")
+    screenshot(out / "index.html", out / "board.png")
+    print(f"wrote {out}/board.json, board.md, index.html, board.png")
     return 0
+
+
+def screenshot(page_file: Path, png: Path) -> None:
+    """The page as docs/leaderboard.md shows it: headless Chromium, the table sorted by FewCLUE score, the first
+    row's details open."""
+    from playwright.sync_api import sync_playwright
+
+    from conftest import CHROMIUM_ARGS
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=shutil.which("chromium") or "/usr/bin/chromium",
+                                    args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1500, "height": 900})
+        page.goto(page_file.resolve().as_uri(), wait_until="load")
+        page.locator('#board thead th[data-key="fewclue"]').click()
+        page.screenshot(path=str(png), full_page=True)
+        browser.close()
 
 
 if __name__ == "__main__":

@@ -21,6 +21,23 @@ from zh_bert.leaderboard.serve import PAGE_POLICY, board_file, serve_board
 DEMO_URL = "http://127.0.0.1:7860/"
 
 
+EXAMPLE = Path(__file__).resolve().parents[1] / "docs" / "example_board"
+
+
+def test_the_example_board_is_a_board_and_its_page_is_rendered_from_it():
+    """docs/example_board (rebuilt by `python tests/board_example.py`): the main command's checkpoint with its
+    random-init row, and planted rows that say they are planted; the page is exactly what render_html makes."""
+    board = json.loads((EXAMPLE / "board.json").read_text(encoding="utf-8"))
+    assert board["schema"] == "zh-bert-board/1"
+    names = [r["model"] for r in board["rows"]]
+    assert names[:2] == ["tiny-cpu", "tiny-cpu (random init)"]
+    assert all("planted" in n or "published" in n for n in names[2:]) and len(names) >= 5
+    assert (EXAMPLE / "index.html").read_text(encoding="utf-8") == render_html(board)
+    statuses = {s["status"] for r in board["rows"] for s in r["scores"].values()}
+    assert statuses == {"verified", "self-reported", "mismatch"}
+    assert {r["load_safety"] for r in board["rows"]} == {"stock", "needs trust_remote_code"}
+
+
 def write_board(folder: Path, board: dict) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "board.json").write_text(json.dumps(board, ensure_ascii=False), encoding="utf-8")

@@ -370,7 +370,8 @@ def render_header(board: dict) -> str:
     protocols = ", ".join(f"{k} {v}" for k, v in (board.get("protocols") or {}).items()) or "—"
     ref = board.get("reference_text") or {}
     chars = ref.get("chars")
-    ref_text = f"{ref.get('name', '—')} ({chars:,} characters)" if isinstance(chars, int) else ref.get("name", "—")
+    name = str(ref.get("name", "—"))
+    ref_text = f"{name} ({chars:,} characters)" if isinstance(chars, int) and "characters" not in name else name
     tol = board.get("tolerance")
     legend = "".join(f'<span class="{cls}">{esc(mark)} {esc(cls)}: {esc(meaning)}</span>'
                      for cls, (mark, meaning) in STATUS_MARKS.items())
