@@ -108,6 +108,7 @@ def test_build_marks_verified_self_reported_and_mismatch(runs, tmp_path, capsys)
     assert "40.00 ≠ 20.00" in md and "40.20 ✓" in md and "(self)" in md
 
 
+@pytest.mark.slow
 def test_build_scans_the_runs_corpus_for_test_text(runs, tiny_model_dir, tmp_path, capsys):
     """Contamination where the corpus is known: a corpus holding one CLUEWSC test sentence counts it."""
     from zh_bert.corpus.benchmark_text import benchmark_file

@@ -190,6 +190,7 @@ def test_facts_of_files_and_load_safety_rules():
         card_metadata("---\njust text\n---\n", "x/README.md")
 
 
+@pytest.mark.slow
 def test_repo_facts_through_olah_mirror(olah, published, run_dir, online):  # noqa: F811
     """The published run read back through olah (a real mirror serving it from git)."""
     final = run_dir / "final"
