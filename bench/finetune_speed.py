@@ -18,9 +18,12 @@ medians are compared.
     python -m bench.finetune_speed --shapes tiny --checkpoint runs/tiny-cpu
     python -m bench.finetune_speed --quick                 # tiny, 1 epoch, 64 test examples (a smoke test)
 
-Question answering (`--qa-shapes`): the first CMRC 2018 dev questions answered by a span head on the same
-model, `zh_bert.evaluation.qa.predict_answers` against `pipeline("question-answering")` (same windows,
-longest answer and batch size; how often the two give the same answer text is printed beside it).
+Question answering (`--qa-shapes`), CMRC 2018 with 384-token windows and stride 128 on both sides: a span head
+on the same model fine-tuned on the first trial questions, `qa.train_qa` (length-bucketed batches) against
+run_qa's recipe, the `Trainer` on the same windows and labels (random batches padded to their longest window);
+then the first dev questions answered, `qa.predict_answers` (windows sorted by length) against `Trainer.predict`
+over the windows in file order with the same answer picking (transformers 5 has no question-answering
+pipeline; run_qa evaluates this way). How often the two give the same answer text is printed beside it.
 """
 
 from __future__ import annotations
@@ -52,9 +55,13 @@ class Options:
     seq_len: int = option(128, help="max tokens per example")
     large_train: int = option(2, help="also fine-tune `tiny` for N epochs on test_public's 610 examples, a "
                                       "training set large enough for length buckets (0: skip)")
-    qa_shapes: str = option("tiny", metavar="A,B", help="shapes that also answer CMRC 2018 dev questions "
-                                                        "(question answering; empty: none)")
-    qa_questions: int = option(200, help="CMRC 2018 dev questions answered")
+    qa_shapes: str = option("tiny,base", metavar="A,B", help="shapes that also fine-tune on CMRC 2018 trial "
+                                                             "and answer dev questions (empty: none)")
+    qa_train: int = option(200, help="CMRC 2018 trial questions `tiny` fine-tunes on")
+    qa_epochs: int = option(2, help="CMRC 2018 fine-tuning epochs of `tiny` (`base`: 1)")
+    qa_questions: int = option(200, help="CMRC 2018 dev questions `tiny` answers")
+    base_qa_train: int = option(24, help="CMRC 2018 trial questions `base` fine-tunes on")
+    base_qa_questions: int = option(24, help="CMRC 2018 dev questions `base` answers")
     repeat: int = option(2, help="timed runs per side (after one untimed warm-up run each)")
     threads: int = option(2, help="torch threads")
     quick: bool = option(False, help="tiny, 1 epoch, 64 test examples, 1 repeat: a smoke test")
@@ -169,37 +176,100 @@ def predict_row(shape: str, ckpt: Path, tok, task, cfg, repeat: int) -> tuple[fl
     return len(texts) / t_theirs, len(texts) / t_ours, agree
 
 
-def qa_row(ckpt: Path, tok, n: int, batch_size: int, repeat: int) -> tuple[float | None, float, float | None]:
-    """(pipeline questions/s, zh-bert questions/s, identical answers) answering the first `n` CMRC 2018 dev
-    questions with a (random) span head: `qa.predict_answers` against `pipeline("question-answering")`, the
-    same windows (384 tokens, stride 128), longest answer (64) and batch size. transformers 5 removed that
-    pipeline: then zh-bert alone is timed, and the baseline and the agreement are None."""
+def qa_trainer(ckpt: Path, tok, cfg, scratch: str, train_rows=None):
+    """run_qa's stock recipe on the CMRC windows: AutoModelForQuestionAnswering from `ckpt` (seed 0),
+    `Trainer` with `DataCollatorWithPadding` (random batches padded to their longest window), no evaluation or
+    checkpoints; `cfg`'s batch size, epochs, lr, warmup and weight decay; prediction batches of twice the
+    batch size, as zh-bert's."""
     import torch
-    import transformers
-    from transformers import pipeline
+    from transformers import AutoModelForQuestionAnswering, DataCollatorWithPadding, Trainer, TrainingArguments
+    from transformers.trainer_callback import PrinterCallback
 
+    torch.manual_seed(0)
+    model = AutoModelForQuestionAnswering.from_pretrained(str(ckpt))
+    steps = -(-len(train_rows or []) // cfg.batch_size) * cfg.epochs
+    args = TrainingArguments(output_dir=scratch, per_device_train_batch_size=cfg.batch_size,
+                             per_device_eval_batch_size=2 * cfg.batch_size, num_train_epochs=cfg.epochs,
+                             learning_rate=cfg.lr, warmup_steps=int(cfg.warmup * steps),
+                             weight_decay=cfg.weight_decay, eval_strategy="no", save_strategy="no",
+                             logging_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True,
+                             dataloader_num_workers=0, seed=0)
+    trainer = Trainer(model=model, args=args, train_dataset=train_rows, data_collator=DataCollatorWithPadding(tok))
+    trainer.remove_callback(PrinterCallback)
+    return trainer
+
+
+def window_rows(feats: dict, labels: bool) -> list[dict]:
+    """The windows of `qa.qa_features` as the Trainer's dataset rows (the same tokens zh-bert trains on)."""
+    rows = []
+    for i, ids in enumerate(feats["input_ids"]):
+        row = {"input_ids": ids, "token_type_ids": feats["token_type_ids"][i], "attention_mask": [1] * len(ids)}
+        if labels:
+            row |= {"start_positions": feats["start"][i], "end_positions": feats["end"][i]}
+        rows.append(row)
+    return rows
+
+
+def cmrc(split: str, n: int):
     from zh_bert.evaluation.cmrc import load_squad
-    from zh_bert.evaluation.finetune import PREDICT_BATCHES, FinetuneConfig
-    from zh_bert.evaluation.qa import QAConfig, load_qa_model, predict_answers
 
-    examples = load_squad(REPO / "corpora" / "tasks" / "cmrc2018" / "cmrc2018_dev.json")[:n]
+    return load_squad(REPO / "corpora" / "tasks" / "cmrc2018" / f"cmrc2018_{split}.json")[:n]
+
+
+def qa_fit_row(shape: str, ckpt: Path, tok, n: int, cfg, repeat: int) -> tuple[float, float]:
+    """(Trainer questions/s, zh-bert questions/s) fine-tuning a span head on the first `n` CMRC 2018 trial
+    questions: `qa.train_qa` against the Trainer on the same windows and labels (its time includes making
+    them, as zh-bert's does)."""
+    from zh_bert.core.fileio import scratch_dir
+    from zh_bert.evaluation.qa import QAConfig, qa_features, train_qa
+
+    examples, qa = cmrc("trial", n), QAConfig()
+
+    def theirs(scratch):
+        feats = qa_features(tok, examples, cfg.seq_len, qa.doc_stride, labels=True)
+        return qa_trainer(ckpt, tok, cfg, scratch, window_rows(feats, True)).train().global_step
+
+    with scratch_dir("zh-bert-bench-qa-trainer-") as scratch:
+        ours, t_theirs, r_ours, r_theirs = alternate(
+            lambda: train_qa(ckpt, examples, cfg, qa, 0, tok=tok, log=lambda m: None)[1],
+            lambda: theirs(str(scratch)), repeat)
+    if r_ours["steps"] != r_theirs:
+        raise RuntimeError(f"{shape}: zh-bert ran {r_ours['steps']} CMRC steps, the Trainer {r_theirs}")
+    q = r_ours["n_train"] * cfg.epochs
+    return q / t_theirs, q / ours
+
+
+def qa_row(ckpt: Path, tok, n: int, batch_size: int, repeat: int) -> tuple[float, float, float]:
+    """(Trainer questions/s, zh-bert questions/s, identical answers) answering the first `n` CMRC 2018 dev
+    questions with a (random) span head: `qa.predict_answers` against run_qa's evaluation path,
+    `Trainer.predict` over the same windows (384 tokens, stride 128, in file order, padded per batch) with the
+    same answer picking (`qa.pick_answers`: n-best 20, longest answer 64). transformers 5 has no
+    question-answering pipeline; `Trainer.predict` is what its run_qa example calls."""
+    import numpy as np
+    import torch
+
+    from zh_bert.core.fileio import scratch_dir
+    from zh_bert.evaluation.finetune import FinetuneConfig
+    from zh_bert.evaluation.qa import QAConfig, load_qa_model, pick_answers, predict_answers, qa_features
+
+    examples = cmrc("dev", n)
     cfg, qa = FinetuneConfig(seq_len=384, batch_size=batch_size), QAConfig()
     torch.manual_seed(0)
     model = load_qa_model(ckpt, False, tok, cfg.seq_len).eval()
-    if not hasattr(transformers, "QuestionAnsweringPipeline"):
-        return None, len(examples) / alternate(lambda: predict_answers(model, tok, examples, cfg, qa), lambda: None,
-                                               repeat)[0], None
-    pipe = pipeline("question-answering", model=model, tokenizer=tok, device="cpu",
-                    batch_size=batch_size * PREDICT_BATCHES)
-    kw = {"max_seq_len": cfg.seq_len, "doc_stride": qa.doc_stride, "max_answer_len": qa.max_answer_len}
+    with scratch_dir("zh-bert-bench-qa-predict-") as scratch:
+        trainer = qa_trainer(ckpt, tok, cfg, str(scratch))
+        trainer.model = trainer.model_wrapped = model
 
-    def theirs():
-        out = pipe(question=[e.question for e in examples], context=[e.context for e in examples], **kw)
-        return [r["answer"] for r in (out if isinstance(out, list) else [out])]
+        def theirs():
+            feats = qa_features(tok, examples, cfg.seq_len, qa.doc_stride)
+            start, end = trainer.predict(window_rows(feats, False)).predictions[:2]
+            n_tok = [len(ids) for ids in feats["input_ids"]]
+            return pick_answers(feats, [np.asarray(s[:k]) for s, k in zip(start, n_tok)],
+                                [np.asarray(e[:k]) for e, k in zip(end, n_tok)], qa)
 
-    t_ours, t_theirs, p_ours, p_theirs = alternate(lambda: predict_answers(model, tok, examples, cfg, qa), theirs,
-                                                   repeat)
-    same = sum(int(p_ours[e.id] == a) for e, a in zip(examples, p_theirs)) / len(examples)
+        t_ours, t_theirs, p_ours, p_theirs = alternate(lambda: predict_answers(model, tok, examples, cfg, qa),
+                                                       theirs, repeat)
+    same = sum(int(p_ours[e.id] == p_theirs[e.id]) for e in examples) / len(examples)
     return len(examples) / t_theirs, len(examples) / t_ours, same
 
 
@@ -247,17 +317,16 @@ def main(argv: list[str] | None = None) -> None:
                   f"**{ours / base:.2f}×** |", flush=True)
             notes += [f"{shape}: predicted labels agree with the pipeline's on {agree:.1%} of test examples"]
             if shape in args.qa_shapes.split(","):
-                base, ours, same = qa_row(ckpt, tok, 16 if args.quick else args.qa_questions, args.batch_size, repeat)
-                n_qa = 16 if args.quick else args.qa_questions
-                if base is None:
-                    import transformers
-
-                    print(f"| {shape} | CMRC 2018 answer {n_qa} | – (transformers {transformers.__version__} has "
-                          f"no question-answering pipeline) | – | {ours:,.1f} | – |", flush=True)
-                else:
-                    print(f"| {shape} | CMRC 2018 answer {n_qa} | pipeline | {base:,.1f} | {ours:,.1f} | "
-                          f"**{ours / base:.2f}×** |", flush=True)
-                    notes += [f"{shape}: the same answer text as the pipeline's for {same:.1%} of the questions"]
+                n_fit = 16 if args.quick else (args.qa_train if shape == "tiny" else args.base_qa_train)
+                qa_cfg = replace(cfg, seq_len=384, epochs=1 if args.quick or shape == "base" else args.qa_epochs)
+                base, ours = qa_fit_row(shape, ckpt, tok, n_fit, qa_cfg, repeat)
+                print(f"| {shape} | CMRC 2018 fine-tune {n_fit} (trial) × {qa_cfg.epochs} epochs | Trainer | "
+                      f"{base:,.1f} | {ours:,.1f} | **{ours / base:.2f}×** |", flush=True)
+                n_qa = 16 if args.quick else (args.qa_questions if shape == "tiny" else args.base_qa_questions)
+                base, ours, same = qa_row(ckpt, tok, n_qa, args.batch_size, repeat)
+                print(f"| {shape} | CMRC 2018 answer {n_qa} | Trainer.predict | {base:,.1f} | {ours:,.1f} | "
+                      f"**{ours / base:.2f}×** |", flush=True)
+                notes += [f"{shape}: the same answer text as the Trainer's for {same:.1%} of the CMRC questions"]
     print("\n" + "\n".join(notes))
 
 

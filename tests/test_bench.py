@@ -34,8 +34,11 @@ RESULT_LINES = {
     "demo_latency": [rf"^zh-bert fill, 1 blank .* median +{NUM} ms", rf"^ratio baseline/ours: {NUM}x"],
     "finetune_speed": [rf"^\| tiny \| fine-tune 32 × 1 epochs \| Trainer \| {NUM} \| {NUM} \| \*\*{NUM}×\*\* \|",
                        rf"^\| tiny \| predict 64 \| pipeline \| {NUM} \| {NUM} \| \*\*{NUM}×\*\* \|",
-                       rf"^\| tiny \| CMRC 2018 answer 16 \| .* \| {NUM} \| (?:–|\*\*{NUM}×\*\*) \|$",
-                       r"^tiny: predicted labels agree with the pipeline's on 100\.0% of test examples"],
+                       rf"^\| tiny \| CMRC 2018 fine-tune 16 \(trial\) × 1 epochs \| Trainer \| {NUM} \| {NUM} \| "
+                       rf"\*\*{NUM}×\*\* \|$",
+                       rf"^\| tiny \| CMRC 2018 answer 16 \| Trainer\.predict \| {NUM} \| {NUM} \| \*\*{NUM}×\*\* \|$",
+                       r"^tiny: predicted labels agree with the pipeline's on 100\.0% of test examples",
+                       r"^tiny: the same answer text as the Trainer's for 100\.0% of the CMRC questions"],
     "main_recipe_length": [rf"^4 steps .* {NUM} ± {NUM}", rf"^random init +- +{NUM} ± {NUM}"],
     "masking_throughput": [rf'"per_sequence_vs_row_at_a_time": {NUM}', rf'"correction_vs_wwm_per_sequence": {NUM}',
                            rf'"build_s": {NUM}'],
