@@ -95,17 +95,29 @@ def alternate(ours, theirs, repeat: int) -> tuple[float, float, object, object]:
     return statistics.median(walls["ours"]), statistics.median(walls["theirs"]), results["ours"], results["theirs"]
 
 
+def stock_trainer(model, tok, cfg, scratch: str, train=None, eval_strategy: str = "no", **kw):
+    """The transformers `Trainer` both baselines use: `DataCollatorWithPadding` (random batches padded to their
+    longest row), `cfg`'s batch size (prediction: twice it, as zh-bert's), epochs, lr, warmup and weight decay,
+    on the CPU, saving and logging nothing; `kw` goes to `Trainer` (eval_dataset, compute_metrics)."""
+    from transformers import DataCollatorWithPadding, Trainer, TrainingArguments
+    from transformers.trainer_callback import PrinterCallback
+
+    steps = -(-len(train or []) // cfg.batch_size) * cfg.epochs
+    args = TrainingArguments(output_dir=scratch, per_device_train_batch_size=cfg.batch_size,
+                             per_device_eval_batch_size=2 * cfg.batch_size, num_train_epochs=cfg.epochs,
+                             learning_rate=cfg.lr, warmup_steps=int(cfg.warmup * steps), weight_decay=cfg.weight_decay,
+                             eval_strategy=eval_strategy, save_strategy="no", logging_strategy="no", report_to=[],
+                             use_cpu=True, disable_tqdm=True, dataloader_num_workers=0, seed=0)
+    trainer = Trainer(model=model, args=args, train_dataset=train, data_collator=DataCollatorWithPadding(tok), **kw)
+    trainer.remove_callback(PrinterCallback)   # its per-evaluation prints; zh-bert's side logs nothing either
+    return trainer
+
+
 def trainer_fit(ckpt: Path, tok, task, cfg, scratch: str) -> int:
     """The stock recipe: Trainer + DataCollatorWithPadding, evaluating dev every epoch; returns its steps."""
     import numpy as np
     import torch
-    from transformers import (
-        AutoModelForSequenceClassification,
-        DataCollatorWithPadding,
-        Trainer,
-        TrainingArguments,
-    )
-    from transformers.trainer_callback import PrinterCallback
+    from transformers import AutoModelForSequenceClassification
 
     index = {l: i for i, l in enumerate(task.labels)}
 
@@ -116,16 +128,9 @@ def trainer_fit(ckpt: Path, tok, task, cfg, scratch: str) -> int:
 
     torch.manual_seed(0)
     model = AutoModelForSequenceClassification.from_pretrained(str(ckpt), num_labels=len(task.labels))
-    steps = -(-len(task.train) // cfg.batch_size) * cfg.epochs
-    args = TrainingArguments(output_dir=scratch, per_device_train_batch_size=cfg.batch_size,
-                             per_device_eval_batch_size=2 * cfg.batch_size, num_train_epochs=cfg.epochs,
-                             learning_rate=cfg.lr, warmup_steps=int(cfg.warmup * steps), weight_decay=cfg.weight_decay,
-                             eval_strategy="epoch", save_strategy="no", logging_strategy="no", report_to=[],
-                             use_cpu=True, disable_tqdm=True, dataloader_num_workers=0, seed=0)
-    trainer = Trainer(model=model, args=args, train_dataset=rows(task.train), eval_dataset=rows(task.dev),
-                      data_collator=DataCollatorWithPadding(tok),
-                      compute_metrics=lambda p: {"accuracy": float((np.argmax(p.predictions, -1) == p.label_ids).mean())})
-    trainer.remove_callback(PrinterCallback)   # its per-evaluation prints; zh-bert's side logs nothing either
+    trainer = stock_trainer(model, tok, cfg, scratch, rows(task.train), "epoch", eval_dataset=rows(task.dev),
+                            compute_metrics=lambda p: {"accuracy": float((np.argmax(p.predictions, -1) ==
+                                                                          p.label_ids).mean())})
     return trainer.train().global_step
 
 
@@ -176,29 +181,6 @@ def predict_row(shape: str, ckpt: Path, tok, task, cfg, repeat: int) -> tuple[fl
     return len(texts) / t_theirs, len(texts) / t_ours, agree
 
 
-def qa_trainer(ckpt: Path, tok, cfg, scratch: str, train_rows=None):
-    """run_qa's stock recipe on the CMRC windows: AutoModelForQuestionAnswering from `ckpt` (seed 0),
-    `Trainer` with `DataCollatorWithPadding` (random batches padded to their longest window), no evaluation or
-    checkpoints; `cfg`'s batch size, epochs, lr, warmup and weight decay; prediction batches of twice the
-    batch size, as zh-bert's."""
-    import torch
-    from transformers import AutoModelForQuestionAnswering, DataCollatorWithPadding, Trainer, TrainingArguments
-    from transformers.trainer_callback import PrinterCallback
-
-    torch.manual_seed(0)
-    model = AutoModelForQuestionAnswering.from_pretrained(str(ckpt))
-    steps = -(-len(train_rows or []) // cfg.batch_size) * cfg.epochs
-    args = TrainingArguments(output_dir=scratch, per_device_train_batch_size=cfg.batch_size,
-                             per_device_eval_batch_size=2 * cfg.batch_size, num_train_epochs=cfg.epochs,
-                             learning_rate=cfg.lr, warmup_steps=int(cfg.warmup * steps),
-                             weight_decay=cfg.weight_decay, eval_strategy="no", save_strategy="no",
-                             logging_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True,
-                             dataloader_num_workers=0, seed=0)
-    trainer = Trainer(model=model, args=args, train_dataset=train_rows, data_collator=DataCollatorWithPadding(tok))
-    trainer.remove_callback(PrinterCallback)
-    return trainer
-
-
 def window_rows(feats: dict, labels: bool) -> list[dict]:
     """The windows of `qa.qa_features` as the Trainer's dataset rows (the same tokens zh-bert trains on)."""
     rows = []
@@ -225,9 +207,14 @@ def qa_fit_row(shape: str, ckpt: Path, tok, n: int, cfg, repeat: int) -> tuple[f
 
     examples, qa = cmrc("trial", n), QAConfig()
 
-    def theirs(scratch):
+    def theirs(scratch):   # run_qa's recipe: AutoModelForQuestionAnswering and the stock Trainer
+        import torch
+        from transformers import AutoModelForQuestionAnswering
+
         feats = qa_features(tok, examples, cfg.seq_len, qa.doc_stride, labels=True)
-        return qa_trainer(ckpt, tok, cfg, scratch, window_rows(feats, True)).train().global_step
+        torch.manual_seed(0)
+        model = AutoModelForQuestionAnswering.from_pretrained(str(ckpt))
+        return stock_trainer(model, tok, cfg, scratch, window_rows(feats, True)).train().global_step
 
     with scratch_dir("zh-bert-bench-qa-trainer-") as scratch:
         ours, t_theirs, r_ours, r_theirs = alternate(
@@ -257,8 +244,7 @@ def qa_row(ckpt: Path, tok, n: int, batch_size: int, repeat: int) -> tuple[float
     torch.manual_seed(0)
     model = load_qa_model(ckpt, False, tok, cfg.seq_len).eval()
     with scratch_dir("zh-bert-bench-qa-predict-") as scratch:
-        trainer = qa_trainer(ckpt, tok, cfg, str(scratch))
-        trainer.model = trainer.model_wrapped = model
+        trainer = stock_trainer(model, tok, cfg, str(scratch))
 
         def theirs():
             feats = qa_features(tok, examples, cfg.seq_len, qa.doc_stride)
