@@ -37,7 +37,9 @@ from pathlib import Path
 from bench import REPO
 from bench.cli import parse
 from bench.timing import machine
-from zh_bert.core.config import option
+from zh_bert.core.config import at_least, option
+from zh_bert.core.errors import ZhBertError, suggest
+from zh_bert.train.arch.base import PRESETS
 
 VOCAB = REPO / "tests" / "data" / "bert_base_chinese_vocab" / "vocab.txt"
 TASK = "eprstmt"
@@ -65,6 +67,16 @@ class Options:
     repeat: int = option(2, help="timed runs per side (after one untimed warm-up run each)")
     threads: int = option(2, help="torch threads")
     quick: bool = option(False, help="tiny, 1 epoch, 64 test examples, 1 repeat: a smoke test")
+
+    def __post_init__(self):
+        at_least(self, 1, "epochs", "base_epochs", "batch_size", "seq_len", "qa_train", "qa_epochs",
+                 "qa_questions", "base_qa_train", "base_qa_questions", "repeat", "threads")
+        at_least(self, 0, "base_test", "large_train")
+        for flag, names in (("--shapes", self.shapes), ("--qa-shapes", self.qa_shapes)):
+            unknown = [n for n in names.split(",") if n and n not in PRESETS]
+            if unknown:
+                raise ZhBertError(f"{flag}: unknown shape {unknown[0]!r}{suggest(unknown[0], PRESETS)}; presets: "
+                                  f"{', '.join(PRESETS)}")
 
 
 def make_model_dir(shape: str, out: Path) -> Path:

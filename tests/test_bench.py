@@ -96,6 +96,21 @@ def test_python_m_bench_help_for_every_bench():
     assert r.returncode == 0 and r.stdout.startswith("ok"), r.stderr[-3000:]
 
 
+@pytest.mark.parametrize("argv, says", [
+    (["--qa-train", "0"], "--qa-train must be >= 1, got 0"),
+    (["--shapes", "tiyn"], "--shapes: unknown shape 'tiyn' (did you mean 'tiny'?)"),
+    (["--qa-shapes", "tiny,huge"], "--qa-shapes: unknown shape 'huge'"),
+])
+def test_finetune_speed_refuses_bad_options_before_any_work(argv, says, capsys):
+    """A count of 0 or a mistyped shape is one line and exit 2, not a traceback after the first rows ran."""
+    from bench import finetune_speed
+
+    with pytest.raises(SystemExit) as e:
+        finetune_speed.main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and says in err and len(err.strip().splitlines()) == 1
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [n for n in BENCHES if n not in OWN_TEST])
 def test_bench_quick_mode_runs_every_section(name, tmp_path):
