@@ -132,6 +132,22 @@ def tiny_modernbert_dir(tmp_path_factory, google_tokdir) -> Path:
     return out
 
 
+@pytest.fixture
+def optimizers_made(monkeypatch) -> list[tuple[float, float, str]]:
+    """(lr, Adam eps, kernel) of every optimizer `zh_bert.train.training.make_optimizer` makes in the test."""
+    from zh_bert.train import training
+
+    made, real = [], training.make_optimizer
+
+    def recording(model, recipe):
+        opt, kind = real(model, recipe)
+        made.append((recipe.lr, recipe.adam_eps, kind))
+        return opt, kind
+
+    monkeypatch.setattr(training, "make_optimizer", recording)
+    return made
+
+
 @pytest.fixture(scope="session")
 def build_shards(tmp_path_factory):
     """`build_shards(corpus, tokdir, *flags)`: `zh-bert shard` with these arguments, built once per distinct

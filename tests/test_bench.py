@@ -38,7 +38,9 @@ RESULT_LINES = {
                        rf"\*\*{NUM}×\*\* \|$",
                        rf"^\| tiny \| CMRC 2018 answer 16 \| Trainer\.predict \| {NUM} \| {NUM} \| \*\*{NUM}×\*\* \|$",
                        r"^tiny: predicted labels agree with the pipeline's on 100\.0% of test examples",
-                       r"^tiny: the same answer text as the Trainer's for 100\.0% of the CMRC questions"],
+                       r"^tiny: the same answer text as the Trainer's for 100\.0% of the CMRC questions",
+                       rf"^tiny: the Trainer's CMRC batches are {NUM}% real tokens in training, {NUM}% in answering: "
+                       rf"removing every pad token saves at most {NUM}× and {NUM}× in the per-token layers$"],
     "main_recipe_length": [rf"^4 steps .* {NUM} ± {NUM}", rf"^random init +- +{NUM} ± {NUM}"],
     "masking_throughput": [rf'"per_sequence_vs_row_at_a_time": {NUM}', rf'"correction_vs_wwm_per_sequence": {NUM}',
                            rf'"build_s": {NUM}'],
@@ -100,6 +102,7 @@ def test_python_m_bench_help_for_every_bench():
     (["--qa-train", "0"], "--qa-train must be >= 1, got 0"),
     (["--shapes", "tiyn"], "--shapes: unknown shape 'tiyn' (did you mean 'tiny'?)"),
     (["--qa-shapes", "tiny,huge"], "--qa-shapes: unknown shape 'huge'"),
+    (["--qa-only", "--shapes", "base", "--qa-shapes", "tiny"], "--qa-only: no shape of --shapes is in --qa-shapes"),
 ])
 def test_finetune_speed_refuses_bad_options_before_any_work(argv, says, capsys):
     """A count of 0 or a mistyped shape is one line and exit 2, not a traceback after the first rows ran."""

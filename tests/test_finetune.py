@@ -317,9 +317,10 @@ def test_a_step_by_length_groups_has_the_gradient_of_the_padded_batch(tiny_model
     assert torch.allclose(grads[0], grads[1], atol=1e-6, rtol=1e-4)
 
 
-def test_fine_tuning_is_deterministic_for_a_seed_and_tokenizes_once(tiny_model_dir, monkeypatch):
+def test_fine_tuning_is_deterministic_for_a_seed_and_tokenizes_once(tiny_model_dir, monkeypatch, optimizers_made):
     """Two runs with one seed: the same losses, dev figures and test figures; dev and test are tokenized by
-    the first only (encode_cached), and the tokenizer is loaded once per checkpoint folder."""
+    the first only (encode_cached), and the tokenizer is loaded once per checkpoint folder; each run steps with
+    pretrain's fused AdamW at fine-tuning's eps (`finetune.stepping`, as the span head and PET)."""
     import dataclasses
 
     import torch
@@ -340,4 +341,5 @@ def test_fine_tuning_is_deterministic_for_a_seed_and_tokenizes_once(tiny_model_d
     untimed = [[re.sub(r", [\d.]+ s\)$", ")", m) for m in log] for log in logs]
     assert runs[0] == runs[1] and untimed[0] == untimed[1] and len(untimed[0]) == 3   # 2 dev evals + summary
     assert sorted(calls) == [32, 32, 64]                                   # train, dev, test: once each
+    assert optimizers_made == [(1e-3, 1e-8, "fused")] * 2
     assert finetune.tokenizer_for(tiny_model_dir) is finetune.tokenizer_for(tiny_model_dir)

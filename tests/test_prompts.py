@@ -159,6 +159,12 @@ def test_pet_trains_and_chooses_on_dev_only(tiny_model_dir, monkeypatch):
     assert clean["chosen_on"] == "dev_0" and len(clean["test_predictions"]) == 16
 
 
+def test_pet_steps_like_every_fine_tuning_loop(tiny_model_dir, monkeypatch, optimizers_made):
+    """PET's optimizer is the classifier's (`finetune.stepping`: pretrain's fused AdamW at eps 1e-8)."""
+    _pet(tiny_model_dir, monkeypatch, corrupt_test=False)
+    assert optimizers_made == [(TINY.lr, 1e-8, "fused")]
+
+
 @pytest.mark.slow
 def test_pet_modernbert_and_chid(tiny_modernbert_dir, monkeypatch):
     """ModernBERT trains through the same blank (no token types, its own head); CHID's seven idioms too."""

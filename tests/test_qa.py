@@ -226,3 +226,11 @@ def test_training_fits_its_own_questions(tiny_model_dir, splits, tok):
     model, info = train_qa(tiny_model_dir, train, cfg, qa, seed=0, tok=tok, log=lambda m: None)
     assert info["n_train"] == 8 and info["windows"] == 14 and info["steps"] == 60
     assert evaluate_cmrc(train, predict_answers(model, tok, train, cfg, qa))["em"] >= 50
+
+
+def test_the_span_head_steps_like_every_fine_tuning_loop(tiny_model_dir, splits, tok, optimizers_made):
+    """Pretrain's AdamW (fused kernel, eps 1e-8, no decay on biases/LayerNorm) through `finetune.stepping`, as the
+    classifier and PET: the span head had its own, unfused AdamW."""
+    cfg = FinetuneConfig(epochs=1, seq_len=128, batch_size=16, lr=1e-4)
+    train_qa(tiny_model_dir, splits["trial"][:2], cfg, QAConfig(doc_stride=64), seed=0, tok=tok, log=lambda m: None)
+    assert optimizers_made == [(1e-4, 1e-8, "fused")]

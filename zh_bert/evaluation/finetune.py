@@ -330,6 +330,21 @@ def snapshot(model, into: dict | None) -> dict:
     return into
 
 
+def stepping(model, cfg: FinetuneConfig, total_steps: int):
+    """(optimizer, loss scaler, schedule, precision) of every fine-tuning loop (classifier, span, PET), so the
+    three step alike: pretrain's AdamW (no decay on biases/LayerNorm, fused kernel) at fine-tuning's eps, fp16
+    loss scaling at pretrain's defaults, linear warmup over `cfg.warmup` of the steps then linear decay."""
+    from transformers import get_linear_schedule_with_warmup
+
+    from zh_bert.train.training import make_optimizer, make_scaler  # torch: imported when training
+
+    recipe = Recipe(lr=cfg.lr, weight_decay=cfg.weight_decay, adam_eps=FINETUNE_ADAM_EPS)
+    opt = make_optimizer(model, recipe)[0]
+    precision = resolve_precision(cfg.precision, model.device)[0]
+    sched = get_linear_schedule_with_warmup(opt, int(cfg.warmup * total_steps), total_steps)
+    return opt, make_scaler(precision, model.device, recipe), sched, precision
+
+
 def optimizer_step(loss, model, opt, scaler, sched) -> None:
     """One fine-tuning step, the same for every head (classifier, span, PET): backward through the loss scaler,
     clip at 1.0, step (fp16: skipped when the gradients overflowed), schedule, clear."""
@@ -347,12 +362,6 @@ def optimizer_step(loss, model, opt, scaler, sched) -> None:
 def train_one(ckpt_dir: Path, task: TaskData, cfg: FinetuneConfig, seed: int, tok=None, log=print) -> dict:
     """Fine-tune once with `seed`; returns dev/test accuracy and macro-F1 of the best-on-dev state."""
     import torch
-    from transformers import get_linear_schedule_with_warmup
-
-    from zh_bert.train.training import (  # torch: imported when training, not --help
-        make_optimizer,
-        make_scaler,
-    )
 
     tok = tok or tokenizer_for(ckpt_dir)
     rng = np.random.default_rng(seed)
@@ -365,13 +374,9 @@ def train_one(ckpt_dir: Path, task: TaskData, cfg: FinetuneConfig, seed: int, to
         raise ZhBertError(f"{ckpt_dir}: tokenizer has {len(tok)} tokens but the model's vocab_size is "
                           f"{model.config.vocab_size}")
     model.to("cuda" if torch.cuda.is_available() else "cpu").train()
-    recipe = Recipe(lr=cfg.lr, weight_decay=cfg.weight_decay, adam_eps=FINETUNE_ADAM_EPS)
-    opt = make_optimizer(model, recipe)[0]   # pretrain's AdamW: no decay on biases/LayerNorm, fused kernel
-    precision = resolve_precision(cfg.precision, model.device)[0]
-    scaler = make_scaler(precision, model.device, recipe)   # fp16's loss scaling at pretrain's defaults
     steps_per_epoch = math.ceil(len(train["labels"]) / cfg.batch_size)
     total = steps_per_epoch * cfg.epochs
-    sched = get_linear_schedule_with_warmup(opt, int(cfg.warmup * total), total)
+    opt, scaler, sched, precision = stepping(model, cfg, total)
     eval_every = cfg.eval_every or steps_per_epoch
 
     lengths = lengths_of(train)

@@ -54,11 +54,11 @@ from zh_bert.evaluation.finetune import (
     macro_f1,
     optimizer_step,
     precision_autocast,
+    stepping,
     summarize,
     train_subset,
 )
 from zh_bert.evaluation.tasks import Example, TaskData, task_data_dir
-from zh_bert.train.recipe import Recipe
 from zh_bert.train.rundir import masked_lm_dir
 from zh_bert.train.weights import init_from_config, load_pretrained
 
@@ -328,22 +328,15 @@ def pet(ckpt_dir: Path, data: PromptData, cfg: FinetuneConfig, seed: int, log=pr
     """Fine-tune the whole MLM on train_k through the pattern (cross-entropy over the label words' scores),
     AdamW + linear warmup/decay as `finetune`; the state with the best dev_k accuracy is scored on test_public."""
     import torch
-    from transformers import get_linear_schedule_with_warmup
-
-    from zh_bert.train.model import decay_groups
-    from zh_bert.train.scaler import make_scaler
 
     rng = np.random.default_rng(seed)
     train = train_subset(TaskData("pet", data.train, data.dev, data.test, []), cfg, rng)
     torch.manual_seed(seed)
     model, tok = _model(ckpt_dir, cfg.random_init)
     model.train()
-    opt = torch.optim.AdamW(decay_groups(model, cfg.weight_decay), lr=cfg.lr)
-    precision = resolve_precision(cfg.precision, model.device)[0]
-    scaler = make_scaler(precision, model.device, Recipe())
     steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
     total = steps_per_epoch * cfg.epochs
-    sched = get_linear_schedule_with_warmup(opt, int(cfg.warmup * total), total)
+    opt, scaler, sched, precision = stepping(model, cfg, total)
     eval_every = cfg.eval_every or steps_per_epoch
     best, best_state, bad, step, t0 = {"dev_acc": -1.0}, None, 0, 0, time.perf_counter()
     stop = False

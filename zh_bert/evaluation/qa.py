@@ -30,9 +30,14 @@ from zh_bert.core.errors import ZhBertError
 from zh_bert.core.hardware import resolve_precision
 from zh_bert.corpus.tokenizer_files import load_tokenizer
 from zh_bert.evaluation.cmrc import SpanExample, evaluate_cmrc
-from zh_bert.evaluation.finetune import FinetuneConfig, mean_std, optimizer_step, precision_autocast
+from zh_bert.evaluation.finetune import (
+    FinetuneConfig,
+    mean_std,
+    optimizer_step,
+    precision_autocast,
+    stepping,
+)
 from zh_bert.train.arch import of_config
-from zh_bert.train.recipe import Recipe
 from zh_bert.train.rundir import model_dir
 from zh_bert.train.weights import init_from_config, load_pretrained
 
@@ -176,10 +181,6 @@ def train_qa(ckpt_dir, train_examples: list[SpanExample], cfg: FinetuneConfig, q
     last state is the model. `cfg.max_train` draws that many questions with the seed; patience, eval_every
     and pooling do not apply."""
     import torch
-    from transformers import get_linear_schedule_with_warmup
-
-    from zh_bert.train.model import decay_groups  # torch: imported when training
-    from zh_bert.train.scaler import make_scaler
 
     ckpt_dir = Path(ckpt_dir)
     tok = tok or load_tokenizer(ckpt_dir)
@@ -193,12 +194,9 @@ def train_qa(ckpt_dir, train_examples: list[SpanExample], cfg: FinetuneConfig, q
     model = load_qa_model(ckpt_dir, cfg.random_init, tok, cfg.seq_len)
     model.to("cuda" if torch.cuda.is_available() else "cpu").train()
     token_types = takes_token_types(model)
-    opt = torch.optim.AdamW(decay_groups(model, cfg.weight_decay), lr=cfg.lr)
-    precision = resolve_precision(cfg.precision, model.device)[0]
-    scaler = make_scaler(precision, model.device, Recipe())   # fp16's loss scaling at pretrain's defaults
     lengths = np.array([len(x) for x in feats["input_ids"]])
     total = math.ceil(len(lengths) / cfg.batch_size) * cfg.epochs
-    sched = get_linear_schedule_with_warmup(opt, int(cfg.warmup * total), total)
+    opt, scaler, sched, precision = stepping(model, cfg, total)
     starts, ends = torch.tensor(feats["start"]), torch.tensor(feats["end"])
     step, t0 = 0, time.perf_counter()
     for epoch in range(cfg.epochs):
