@@ -194,9 +194,11 @@ SMALL = {"epochs": 1, "seq_len": 256, "batch_size": 16, "lr": 1e-4}
 def test_run_cmrc_end_to_end(request, splits, which, random_init):
     ckpt = request.getfixturevalue(which)
     train, dev = (sorted(splits[name], key=lambda e: len(e.context))[:n] for name, n in (("trial", 4), ("dev", 3)))
+    ticks = []   # the suite's progress bar: (units done, units found)
     out = run_cmrc(ckpt, train, dev, FinetuneConfig(random_init=random_init, **SMALL), QAConfig(doc_stride=64),
-                   seeds=[0], log=lambda m: None)
+                   seeds=[0], log=lambda m: None, tick=lambda done=1, more=0: ticks.append((done, more)))
     assert 0 <= out["em"] <= 100 and 0 <= out["f1"] <= 100 and out["em_std"] == 0
+    assert ticks == [(0, 1), (1, 0), (0, 1), (1, 0)]   # 1 training step (8 windows), 1 prediction batch (6)
     assert set(out["predictions"]) == {e.id for e in dev}
     assert out["n_dev"] == 3 and out["n_train"] + out["n_train_skipped"] == 4
     assert out["windows_train"] == 8 and out["windows_dev"] == 6     # two windows per context

@@ -5,6 +5,7 @@ any training."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -36,6 +37,25 @@ def test_the_grid_is_chosen_on_dev_k_whatever_test_public_says(monkeypatch):
         monkeypatch.setattr(suite, "run", _fake_run(dev, test, calls))
         r = run_pair("unused", "eprstmt", 0, SuiteArgs(only=["eprstmt"]), FinetuneConfig(), log=lambda m: None)
         assert calls == list(LR_GRID) and r["lr"] == LR_GRID[1] and r["test_acc"] == test[LR_GRID[1]]
+
+
+def test_each_task_gets_a_progress_bar_on_a_terminal_and_none_elsewhere(monkeypatch, capsys):
+    """On a terminal, a bar per task counts its runs (pairs x rates x seeds) with the last dev figure, and the
+    log lines still arrive; in CI or a pipe nothing is drawn."""
+    dev = dict(zip(LR_GRID, (0.50, 0.70, 0.60)))
+    monkeypatch.setattr(suite, "run", _fake_run(dev, dev, []))
+    args = SuiteArgs(only=["eprstmt", "bustm"], splits=2, seeds=2)
+    for terminal in (True, False):
+        monkeypatch.setattr(suite, "bars_shown", lambda terminal=terminal: terminal)
+        lines = []
+        suite.run_suite("unused", args, FinetuneConfig(), log=lines.append)
+        err = capsys.readouterr().err
+        assert lines[0].startswith("eprstmt (pretrained, finetune): 2 pairs x 2 seed(s) x 3 learning rate(s)")
+        if terminal:
+            for name in ("eprstmt", "bustm"):
+                assert re.search(rf"{name} \(pretrained\): 100%.*\b12/12 .*run.*pair 1 dev 0\.700", err), err
+        else:
+            assert err == ""
 
 
 def test_zero_shot_trains_nothing_and_runs_once(monkeypatch):

@@ -330,6 +330,11 @@ def snapshot(model, into: dict | None) -> dict:
     return into
 
 
+def no_tick(done: int = 1, more: int = 0) -> None:
+    """The progress callback of a loop nobody watches (`suite.TaskBar.tick` otherwise): `done` units of work
+    finished, `more` units found."""
+
+
 def stepping(model, cfg: FinetuneConfig, total_steps: int):
     """(optimizer, loss scaler, schedule, precision) of every fine-tuning loop (classifier, span, PET), so the
     three step alike: pretrain's AdamW (no decay on biases/LayerNorm, fused kernel) at fine-tuning's eps, fp16

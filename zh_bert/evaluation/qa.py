@@ -33,6 +33,7 @@ from zh_bert.evaluation.cmrc import SpanExample, evaluate_cmrc
 from zh_bert.evaluation.finetune import (
     FinetuneConfig,
     mean_std,
+    no_tick,
     optimizer_step,
     precision_autocast,
     stepping,
@@ -176,7 +177,7 @@ def span_loss(model, batch: dict, starts, ends):
 
 
 def train_qa(ckpt_dir, train_examples: list[SpanExample], cfg: FinetuneConfig, qa: QAConfig, seed: int,
-             tok=None, log=print):
+             tok=None, log=print, tick=no_tick):
     """Fine-tune for `cfg.epochs` epochs with `seed`; returns (model in eval mode, info). No selection: the
     last state is the model. `cfg.max_train` draws that many questions with the seed; patience, eval_every
     and pooling do not apply."""
@@ -197,6 +198,7 @@ def train_qa(ckpt_dir, train_examples: list[SpanExample], cfg: FinetuneConfig, q
     lengths = np.array([len(x) for x in feats["input_ids"]])
     total = math.ceil(len(lengths) / cfg.batch_size) * cfg.epochs
     opt, scaler, sched, precision = stepping(model, cfg, total)
+    tick(0, total)
     starts, ends = torch.tensor(feats["start"]), torch.tensor(feats["end"])
     step, t0 = 0, time.perf_counter()
     for epoch in range(cfg.epochs):
@@ -209,6 +211,7 @@ def train_qa(ckpt_dir, train_examples: list[SpanExample], cfg: FinetuneConfig, q
             optimizer_step(loss, model, opt, scaler, sched)
             step += 1
             losses.append(loss.item())
+            tick()
         log(f"  seed {seed} epoch {epoch + 1}/{cfg.epochs} step {step}/{total} mean loss {np.mean(losses):.4f}")
     info = {"seed": seed, "steps": step, "n_train": len(feats["examples"]), "n_train_skipped": feats["skipped"],
             "windows": len(lengths), "last_epoch_loss": float(np.mean(losses)),
@@ -249,11 +252,13 @@ def pick_answers(feats: dict, start_logits: list, end_logits: list, qa: QAConfig
     return {ex.id: best[i][1] if i in best else "" for i, ex in enumerate(feats["examples"])}
 
 
-def window_logits(model, feats: dict, batch_size: int, pad_id: int, precision: str) -> tuple[list, list]:
+def window_logits(model, feats: dict, batch_size: int, pad_id: int, precision: str,
+                  tick=no_tick) -> tuple[list, list]:
     """Start and end logits of every window (fp32 numpy, unpadded), batched by length."""
     import torch
 
     lengths = np.array([len(x) for x in feats["input_ids"]])
+    tick(0, math.ceil(len(lengths) / batch_size))
     order = np.argsort(lengths, kind="stable")
     starts, ends = [None] * len(lengths), [None] * len(lengths)
     was_training = model.training
@@ -264,14 +269,16 @@ def window_logits(model, feats: dict, batch_size: int, pad_id: int, precision: s
             s, e = out.start_logits.float().cpu().numpy(), out.end_logits.float().cpu().numpy()
             for r, i in enumerate(idx):
                 starts[i], ends[i] = s[r, :lengths[i]], e[r, :lengths[i]]
+            tick()
     model.train(was_training)
     return starts, ends
 
 
-def predict_from_features(model, feats: dict, cfg: FinetuneConfig, qa: QAConfig, tok) -> dict[str, str]:
+def predict_from_features(model, feats: dict, cfg: FinetuneConfig, qa: QAConfig, tok,
+                          tick=no_tick) -> dict[str, str]:
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
     precision = resolve_precision(cfg.precision, model.device)[0]
-    starts, ends = window_logits(model, feats, cfg.batch_size * 2, pad_id, precision)
+    starts, ends = window_logits(model, feats, cfg.batch_size * 2, pad_id, precision, tick)
     return pick_answers(feats, starts, ends, qa)
 
 
@@ -284,9 +291,10 @@ def predict_answers(model, tok, examples: list[SpanExample], cfg: FinetuneConfig
 # --------------------------------------------------------------------------- the protocol
 
 def run_cmrc(ckpt, train_examples: list[SpanExample], dev_examples: list[SpanExample], cfg: FinetuneConfig,
-             qa: QAConfig, seeds: list[int], log=print) -> dict:
+             qa: QAConfig, seeds: list[int], log=print, tick=no_tick) -> dict:
     """Per seed: train on `train_examples`, predict dev, score with the official rules; mean ± sample std
-    (ddof=1) over the seeds, EM/F1 in percent, and the first seed's predictions."""
+    (ddof=1) over the seeds, EM/F1 in percent, and the first seed's predictions. `tick` counts training steps
+    and prediction batches."""
     if not seeds:
         raise ZhBertError("CMRC: no seeds to run")
     ckpt_dir = model_dir(ckpt)
@@ -296,9 +304,9 @@ def run_cmrc(ckpt, train_examples: list[SpanExample], dev_examples: list[SpanExa
     dev = qa_features(tok, dev_examples, cfg.seq_len, qa.doc_stride)
     runs, first, info = [], None, {}
     for seed in seeds:
-        model, info = train_qa(ckpt_dir, train_examples, cfg, qa, seed, tok=tok, log=log)
+        model, info = train_qa(ckpt_dir, train_examples, cfg, qa, seed, tok=tok, log=log, tick=tick)
         t0 = time.perf_counter()
-        preds = predict_from_features(model, dev, cfg, qa, tok)
+        preds = predict_from_features(model, dev, cfg, qa, tok, tick)
         predict_s = round(time.perf_counter() - t0, 1)
         score = evaluate_cmrc(dev_examples, preds)
         log(f"seed {seed}: dev EM {score['em']:.2f} F1 {score['f1']:.2f} "

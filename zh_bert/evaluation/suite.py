@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import sys
 import time
 from dataclasses import dataclass
 from importlib.metadata import version
@@ -30,7 +31,7 @@ from zh_bert.core.options import Shared
 from zh_bert.evaluation.cmrc import load_squad
 from zh_bert.evaluation.fewclue import (MULTIPLE_CHOICE, PAIRS, SCORE_TASKS, TEST, check_task_names,
                                         fewclue_score, load_fewclue, task_files)
-from zh_bert.evaluation.finetune import FinetuneConfig, FinetuneJob, mean_std, run
+from zh_bert.evaluation.finetune import FinetuneConfig, FinetuneJob, mean_std, no_tick, run
 from zh_bert.evaluation.prompts import run_prompt_task
 from zh_bert.evaluation.qa import QAConfig, run_cmrc
 from zh_bert.evaluation.tasks import task_data_dir
@@ -124,6 +125,51 @@ def sha256_of(paths: list[Path]) -> str:
 
 # --------------------------------------------------------------------------- FewCLUE
 
+def bars_shown() -> bool:
+    """Progress bars only on a terminal: in CI, a pipe or a log file the log lines alone say how far it got."""
+    return sys.stderr.isatty()
+
+
+class TaskBar:
+    """A progress bar for one task of the suite (tqdm, on stderr, only where `bars_shown`): the task's runs
+    (FewCLUE: pairs x learning rates x seeds) or CMRC 2018's training steps and prediction batches, with the
+    last dev figure beside it. The log lines still print, scrolling above the bar."""
+
+    def __init__(self, desc: str, total: int, unit: str, log=print):
+        from tqdm import tqdm
+
+        self._tqdm, self._log = tqdm, log
+        self.bar = tqdm(total=total, desc=desc, unit=unit, dynamic_ncols=True, disable=not bars_shown())
+
+    def log(self, message: str) -> None:
+        if self.bar.disable:
+            self._log(message)
+            return
+        with self._tqdm.external_write_mode():   # the bar is cleared, the line printed, the bar redrawn
+            self._log(message)
+
+    def tick(self, done: int = 1, more: int = 0) -> None:
+        """`done` units finished, `more` units of work found (CMRC learns its step count once it has windows)."""
+        if more:
+            self.bar.total = (self.bar.total or 0) + more
+            self.bar.refresh()
+        if done:
+            self.bar.update(done)
+
+    def note(self, text: str) -> None:
+        self.bar.set_postfix_str(text)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.bar.close()
+
+
+def _label(cfg: FinetuneConfig) -> str:
+    return "random init" if cfg.random_init else "pretrained"
+
+
 def _method_for(name: str, method: str) -> str:
     """CHID has no classifier form: under `finetune` its masked LM is trained over the candidates (PET)."""
     return "pet" if name in MULTIPLE_CHOICE and method == "finetune" else method
@@ -137,15 +183,19 @@ def _one_setting(ckpt, name: str, k: int, method: str, cfg: FinetuneConfig, seed
     return run_prompt_task(ckpt, name, k, method, cfg, seeds, log=log)
 
 
-def run_pair(ckpt, name: str, k: int, args: SuiteArgs, cfg: FinetuneConfig, log=print) -> dict:
+def _grid(name: str, args: SuiteArgs, cfg: FinetuneConfig) -> tuple[float, ...]:
+    return (cfg.lr,) if _method_for(name, args.method) == "zero-shot" else args.grid
+
+
+def run_pair(ckpt, name: str, k: int, args: SuiteArgs, cfg: FinetuneConfig, log=print, tick=no_tick) -> dict:
     """Pair k of task `name`: every rate of the grid trained on train_k; the one with the best dev_k accuracy
-    (mean over seeds) is kept, whatever its test_public figure."""
+    (mean over seeds) is kept, whatever its test_public figure. `tick` counts the runs (rates x seeds)."""
     method = _method_for(name, args.method)
-    grid = (cfg.lr,) if method == "zero-shot" else args.grid
     best, chosen = None, None
-    for lr in grid:
+    for lr in _grid(name, args, cfg):
         summary = _one_setting(ckpt, name, k, method, dataclasses.replace(cfg, lr=lr), args.seed_list(),
                                lambda m, lr=lr: log(f"  {name} pair {k} lr {lr:g}: {m}"))
+        tick(len(args.seed_list()))
         if best is None or summary["dev_acc"] > best["dev_acc"]:
             best, chosen = summary, lr
     return {**best, "lr": chosen, "method": method}
@@ -155,12 +205,15 @@ def run_task(ckpt, name: str, args: SuiteArgs, cfg: FinetuneConfig, log=print) -
     """One task over its pairs (zero-shot trains nothing: one pass, pair 0's dev beside it)."""
     pairs = 1 if _method_for(name, args.method) == "zero-shot" else args.splits
     tests, devs, per_pair = [], [], []
-    for k in range(pairs):
-        r = run_pair(ckpt, name, k, args, cfg, log)
-        tests += [s["test_acc"] for s in r["per_seed"]]
-        devs += [s["dev_acc"] for s in r["per_seed"]]
-        per_pair.append({"pair": k, "lr": r["lr"], "test_acc": r["test_acc"], "dev_acc": r["dev_acc"],
-                         "test_predictions": r.get("test_predictions")})
+    runs = pairs * len(_grid(name, args, cfg)) * args.seeds
+    with TaskBar(f"{name} ({_label(cfg)})", runs, "run", log) as bar:
+        for k in range(pairs):
+            r = run_pair(ckpt, name, k, args, cfg, bar.log, bar.tick)
+            bar.note(f"pair {k} dev {r['dev_acc']:.3f}")
+            tests += [s["test_acc"] for s in r["per_seed"]]
+            devs += [s["dev_acc"] for s in r["per_seed"]]
+            per_pair.append({"pair": k, "lr": r["lr"], "test_acc": r["test_acc"], "dev_acc": r["dev_acc"],
+                             "test_predictions": r.get("test_predictions")})
     test = load_fewclue(name, 0).test if name not in MULTIPLE_CHOICE else None
     gold = [e.label for e in test] if test else None
     test_mean, test_std = mean_std(tests)
@@ -188,9 +241,10 @@ def run_cmrc_suite(ckpt, args: SuiteArgs, cfg: FinetuneConfig, qa: QAConfig, dat
         log(f"cmrc2018: no official train file given (--cmrc-train): training on the trial set "
             f"({len(data['train'])} questions, not the 10k of train); dev figures are not comparable with "
             f"published ones")
-    res = run_cmrc(ckpt, data["train"], data["dev"], dataclasses.replace(
-        cfg, lr=args.cmrc_lr, seq_len=args.cmrc_seq_len, epochs=args.cmrc_epochs), qa, args.seed_list(),
-        log=lambda m: log(f"  cmrc2018: {m}"))
+    with TaskBar(f"cmrc2018 ({_label(cfg)})", 0, "batch", log) as bar:   # training steps + prediction batches
+        res = run_cmrc(ckpt, data["train"], data["dev"], dataclasses.replace(
+            cfg, lr=args.cmrc_lr, seq_len=args.cmrc_seq_len, epochs=args.cmrc_epochs), qa, args.seed_list(),
+            log=lambda m: bar.log(f"  cmrc2018: {m}"), tick=bar.tick)
     return {**res, **{k: data[k] for k in ("trained_on", "train_file", "data_sha256")}, "reported_split": "dev",
             "seeds": args.seed_list(), "lr": args.cmrc_lr, "seq_len": args.cmrc_seq_len, "epochs": args.cmrc_epochs}
 
@@ -211,7 +265,7 @@ def run_suite(ckpt, args: SuiteArgs, cfg: FinetuneConfig, qa: QAConfig | None = 
     out["wall_s_by_init"] = {}
     for key, c in inits:
         t_init = time.perf_counter()
-        label = "random init" if c.random_init else "pretrained"
+        label = _label(c)
         if "fewclue" in args.suites:
             for name in args.only:
                 log(f"{name} ({label}, {_method_for(name, args.method)}): {args.splits} pairs x {args.seeds} "
