@@ -320,7 +320,7 @@ def test_a_step_by_length_groups_has_the_gradient_of_the_padded_batch(tiny_model
 def test_fine_tuning_is_deterministic_for_a_seed_and_tokenizes_once(tiny_model_dir, monkeypatch, optimizers_made):
     """Two runs with one seed: the same losses, dev figures and test figures; dev and test are tokenized by
     the first only (encode_cached), and the tokenizer is loaded once per checkpoint folder; each run steps with
-    pretrain's fused AdamW at fine-tuning's eps (`finetune.stepping`, as the span head and PET)."""
+    pretrain's fused AdamW at fine-tuning's eps (`step.stepping`, as the span head and PET)."""
     import dataclasses
 
     import torch

@@ -160,7 +160,7 @@ def test_pet_trains_and_chooses_on_dev_only(tiny_model_dir, monkeypatch):
 
 
 def test_pet_steps_like_every_fine_tuning_loop(tiny_model_dir, monkeypatch, optimizers_made):
-    """PET's optimizer is the classifier's (`finetune.stepping`: pretrain's fused AdamW at eps 1e-8)."""
+    """PET's optimizer is the classifier's (`step.stepping`: pretrain's fused AdamW at eps 1e-8)."""
     _pet(tiny_model_dir, monkeypatch, corrupt_test=False)
     assert optimizers_made == [(TINY.lr, 1e-8, "fused")]
 

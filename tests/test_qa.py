@@ -231,7 +231,7 @@ def test_training_fits_its_own_questions(tiny_model_dir, splits, tok):
 
 
 def test_the_span_head_steps_like_every_fine_tuning_loop(tiny_model_dir, splits, tok, optimizers_made):
-    """Pretrain's AdamW (fused kernel, eps 1e-8, no decay on biases/LayerNorm) through `finetune.stepping`, as the
+    """Pretrain's AdamW (fused kernel, eps 1e-8, no decay on biases/LayerNorm) through `step.stepping`, as the
     classifier and PET: the span head had its own, unfused AdamW."""
     cfg = FinetuneConfig(epochs=1, seq_len=128, batch_size=16, lr=1e-4)
     train_qa(tiny_model_dir, splits["trial"][:2], cfg, QAConfig(doc_stride=64), seed=0, tok=tok, log=lambda m: None)

@@ -44,9 +44,10 @@ from zh_bert.corpus.shard.build import ShardConfig
 from zh_bert.corpus.tokenizer_files import load_tokenizer
 from zh_bert.evaluation.eval_results import CheckpointArgs, entry, record_for_checkpoint
 from zh_bert.evaluation.length_groups import TRAIN_GROUP_OVERHEAD_TOKENS, length_groups
+from zh_bert.evaluation.step import optimizer_step, precision_autocast, stepping
 from zh_bert.evaluation.tasks import DATASET_NAMES, TaskData, load_task
 from zh_bert.train.arch import of_config
-from zh_bert.train.recipe import Recipe, check_seed
+from zh_bert.train.recipe import check_seed
 from zh_bert.train.recipe_keys import OptimizerKeys, PrecisionKeys
 from zh_bert.train.rundir import model_dir
 from zh_bert.train.weights import init_from_config, load_pretrained
@@ -127,7 +128,6 @@ def mean_std(xs: list[float]) -> tuple[float, float]:
 
 BUCKET_BATCHES = 50    # training batches whose examples are sorted by length together (see train_batches)
 PREDICT_BATCHES = 2    # a prediction batch is this many training batches (no gradients: memory to spare)
-FINETUNE_ADAM_EPS = 1e-8   # torch's and the Trainer's AdamW default (pretraining uses 1e-6)
 ENCODED_KEPT = 8       # tokenized example lists kept for reuse (see encode_cached)
 
 
@@ -237,14 +237,6 @@ def logits(model, batch: dict, pooling: str):
     return model.classifier(model.dropout(pooled))
 
 
-def precision_autocast(device, precision: str):
-    """Autocast for a precision in effect (`resolve_precision`): fp16 or bf16 matmuls, or none for fp32."""
-    import torch
-
-    half = {"fp16": torch.float16, "bf16": torch.bfloat16}
-    return torch.autocast(device.type, dtype=half.get(precision, torch.bfloat16), enabled=precision in half)
-
-
 def predict(model, data: dict, batch_size: int, pad_id: int, precision: str, pooling: str = "cls") -> np.ndarray:
     """Class ids in the order of `data`. Groups of up to `2 * batch_size` examples of similar length
     (`length_groups`, then put back in order): padding costs next to nothing, and each prediction is the one it
@@ -328,40 +320,6 @@ def snapshot(model, into: dict | None) -> dict:
     for k, v in state.items():
         into[k].copy_(v)
     return into
-
-
-def no_tick(done: int = 1, more: int = 0) -> None:
-    """The progress callback of a loop nobody watches (`suite.TaskBar.tick` otherwise): `done` units of work
-    finished, `more` units found."""
-
-
-def stepping(model, cfg: FinetuneConfig, total_steps: int):
-    """(optimizer, loss scaler, schedule, precision) of every fine-tuning loop (classifier, span, PET), so the
-    three step alike: pretrain's AdamW (no decay on biases/LayerNorm, fused kernel) at fine-tuning's eps, fp16
-    loss scaling at pretrain's defaults, linear warmup over `cfg.warmup` of the steps then linear decay."""
-    from transformers import get_linear_schedule_with_warmup
-
-    from zh_bert.train.training import make_optimizer, make_scaler  # torch: imported when training
-
-    recipe = Recipe(lr=cfg.lr, weight_decay=cfg.weight_decay, adam_eps=FINETUNE_ADAM_EPS)
-    opt = make_optimizer(model, recipe)[0]
-    precision = resolve_precision(cfg.precision, model.device)[0]
-    sched = get_linear_schedule_with_warmup(opt, int(cfg.warmup * total_steps), total_steps)
-    return opt, make_scaler(precision, model.device, recipe), sched, precision
-
-
-def optimizer_step(loss, model, opt, scaler, sched) -> None:
-    """One fine-tuning step, the same for every head (classifier, span, PET): backward through the loss scaler,
-    clip at 1.0, step (fp16: skipped when the gradients overflowed), schedule, clear."""
-    import torch
-
-    scaler.scale(loss).backward()
-    scaler.unscale_(opt)
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    scaler.step(opt)
-    scaler.update()
-    sched.step()
-    opt.zero_grad(set_to_none=True)
 
 
 def train_one(ckpt_dir: Path, task: TaskData, cfg: FinetuneConfig, seed: int, tok=None, log=print) -> dict:

@@ -49,15 +49,8 @@ from zh_bert.evaluation.cloze import (  # _text_ids: the one tokenization of a b
     sparse_head,
 )
 from zh_bert.evaluation.fewclue import PAIRS, TEST, load_fewclue
-from zh_bert.evaluation.finetune import (
-    FinetuneConfig,
-    macro_f1,
-    optimizer_step,
-    precision_autocast,
-    stepping,
-    summarize,
-    train_subset,
-)
+from zh_bert.evaluation.finetune import FinetuneConfig, macro_f1, summarize, train_subset
+from zh_bert.evaluation.step import optimizer_step, precision_autocast, stepping
 from zh_bert.evaluation.tasks import Example, TaskData, task_data_dir
 from zh_bert.train.rundir import masked_lm_dir
 from zh_bert.train.weights import init_from_config, load_pretrained

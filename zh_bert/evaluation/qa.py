@@ -30,14 +30,8 @@ from zh_bert.core.errors import ZhBertError
 from zh_bert.core.hardware import resolve_precision
 from zh_bert.corpus.tokenizer_files import load_tokenizer
 from zh_bert.evaluation.cmrc import SpanExample, evaluate_cmrc
-from zh_bert.evaluation.finetune import (
-    FinetuneConfig,
-    mean_std,
-    no_tick,
-    optimizer_step,
-    precision_autocast,
-    stepping,
-)
+from zh_bert.evaluation.finetune import FinetuneConfig, mean_std
+from zh_bert.evaluation.step import no_tick, optimizer_step, precision_autocast, stepping
 from zh_bert.train.arch import of_config
 from zh_bert.train.rundir import model_dir
 from zh_bert.train.weights import init_from_config, load_pretrained

@@ -31,9 +31,10 @@ from zh_bert.core.options import Shared
 from zh_bert.evaluation.cmrc import load_squad
 from zh_bert.evaluation.fewclue import (MULTIPLE_CHOICE, PAIRS, SCORE_TASKS, TEST, check_task_names,
                                         fewclue_score, load_fewclue, task_files)
-from zh_bert.evaluation.finetune import FinetuneConfig, FinetuneJob, mean_std, no_tick, run
+from zh_bert.evaluation.finetune import FinetuneConfig, FinetuneJob, mean_std, run
 from zh_bert.evaluation.prompts import run_prompt_task
 from zh_bert.evaluation.qa import QAConfig, run_cmrc
+from zh_bert.evaluation.step import no_tick
 from zh_bert.evaluation.tasks import task_data_dir
 
 #: recorded with every figure: what "fine-tune on train_k, choose the rate and epoch on dev_k" means here
