@@ -118,6 +118,8 @@ def stock_trainer(model, tok, cfg, scratch: str, train=None, eval_strategy: str 
     from transformers import DataCollatorWithPadding, Trainer, TrainingArguments
     from transformers.trainer_callback import PrinterCallback
 
+    from zh_bert.evaluation.finetune import PREDICT_BATCHES
+
     class CountingCollator(DataCollatorWithPadding):
         real = padded = 0
 
@@ -129,7 +131,7 @@ def stock_trainer(model, tok, cfg, scratch: str, train=None, eval_strategy: str 
 
     steps = -(-len(train or []) // cfg.batch_size) * cfg.epochs
     args = TrainingArguments(output_dir=scratch, per_device_train_batch_size=cfg.batch_size,
-                             per_device_eval_batch_size=2 * cfg.batch_size, num_train_epochs=cfg.epochs,
+                             per_device_eval_batch_size=PREDICT_BATCHES * cfg.batch_size, num_train_epochs=cfg.epochs,
                              learning_rate=cfg.lr, warmup_steps=int(cfg.warmup * steps), weight_decay=cfg.weight_decay,
                              eval_strategy=eval_strategy, save_strategy="no", logging_strategy="no", report_to=[],
                              use_cpu=True, disable_tqdm=True, dataloader_num_workers=0, seed=0)
@@ -260,11 +262,10 @@ def qa_fit_row(shape: str, ckpt: Path, tok, n: int, cfg, repeat: int) -> tuple[f
 
 def qa_row(ckpt: Path, tok, n: int, batch_size: int, repeat: int) -> tuple[float, float, float, float]:
     """(Trainer questions/s, zh-bert questions/s, identical answers, real-token share of the Trainer's batches)
-    answering the first `n` CMRC 2018 dev
-    questions with a (random) span head: `qa.predict_answers` against run_qa's evaluation path,
-    `Trainer.predict` over the same windows (384 tokens, stride 128, in file order, padded per batch) with the
-    same answer picking (`qa.pick_answers`: n-best 20, longest answer 64). transformers 5 has no
-    question-answering pipeline; `Trainer.predict` is what its run_qa example calls."""
+    answering the first `n` CMRC 2018 dev questions with a (random) span head: `qa.predict_answers` against
+    run_qa's evaluation path, `Trainer.predict` over the same windows (384 tokens, stride 128, in file order,
+    padded per batch) with the same answer picking (`qa.pick_answers`: n-best 20, longest answer 64).
+    transformers 5 has no question-answering pipeline; `Trainer.predict` is what its run_qa example calls."""
     import numpy as np
     import torch
 

@@ -30,7 +30,7 @@ from zh_bert.core.errors import ZhBertError
 from zh_bert.core.hardware import resolve_precision
 from zh_bert.corpus.tokenizer_files import load_tokenizer
 from zh_bert.evaluation.cmrc import SpanExample, evaluate_cmrc
-from zh_bert.evaluation.finetune import FinetuneConfig, mean_std
+from zh_bert.evaluation.finetune import PREDICT_BATCHES, FinetuneConfig, mean_std
 from zh_bert.evaluation.step import no_tick, optimizer_step, precision_autocast, stepping
 from zh_bert.train.arch import of_config
 from zh_bert.train.rundir import model_dir
@@ -272,7 +272,7 @@ def predict_from_features(model, feats: dict, cfg: FinetuneConfig, qa: QAConfig,
                           tick=no_tick) -> dict[str, str]:
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
     precision = resolve_precision(cfg.precision, model.device)[0]
-    starts, ends = window_logits(model, feats, cfg.batch_size * 2, pad_id, precision, tick)
+    starts, ends = window_logits(model, feats, cfg.batch_size * PREDICT_BATCHES, pad_id, precision, tick)
     return pick_answers(feats, starts, ends, qa)
 
 
