@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Iterable, TypeVar
 
 from zh_bert.core.errors import ZhBertError
-from zh_bert.core.fileio import scratch_dir  # noqa: F401  (re-exported: download and publish stage in it)
+from zh_bert.core.fileio import name_problem, scratch_dir, shown_name  # noqa: F401  (scratch_dir re-exported: download and publish stage in it)
 
 T = TypeVar("T")
 
@@ -41,7 +41,6 @@ _HTTP_STATUS = {
 }
 
 
-_DRIVE = re.compile(r"^[A-Za-z]:")
 _REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
@@ -52,30 +51,12 @@ def check_repo_id(repo_id: str, what: str) -> str:
     return repo_id
 
 
-_JSON_KINDS = {bool: "a JSON boolean", int: "a JSON number", float: "a JSON number", type(None): "JSON null",
-               list: "a JSON array", dict: "a JSON object"}
-
-
 def remote_name(name: object, where: str) -> str:
-    """A file name from a remote listing, checked before it becomes a local path: relative, '/'-separated,
-    no '.', '..' or empty segments, no backslash, drive letter or control character. Every name a server
-    sends is untrusted: one bad name means the listing is refused as a whole."""
-    bad = None
-    if not isinstance(name, str):
-        bad = f"a name that is not a string but {_JSON_KINDS.get(type(name), type(name).__name__)}"
-    elif not name:
-        bad = "an empty name"
-    elif name.startswith("/") or _DRIVE.match(name):
-        bad = "an absolute path"
-    elif "\\" in name:
-        bad = "a backslash"
-    elif any(ord(c) < 32 or c == "\x7f" for c in name):
-        bad = "a control character"
-    elif any(seg in ("", ".", "..") for seg in name.split("/")):
-        bad = "a '.', '..' or empty path segment"
+    """A file name from a remote listing, checked by the reading layer before it becomes a local path
+    (`entry_name`). Every name a server sends is untrusted: one bad name means the listing is refused as a whole."""
+    bad = name_problem(name)
     if bad:
-        shown = repr(name[:80]) if isinstance(name, str) else repr(name)[:80]
-        raise ZhBertError(f"{where}: the file listing has {bad} ({shown}); refusing to download "
+        raise ZhBertError(f"{where}: the file listing has {bad} ({shown_name(name)}); refusing to download "
                           f"from it (a broken or hostile server)")
     return name
 

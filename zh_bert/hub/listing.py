@@ -39,6 +39,7 @@ from zh_bert.hub.endpoint import (
     quiet_progress_bars,
 )
 from zh_bert.train.arch import ARCHITECTURES, of_config
+from zh_bert.train.weights import remote_code
 
 #: the most bytes read of each file a row is described from (a real config or card is a few KiB)
 FILE_CAP = 256 * 1024
@@ -83,30 +84,10 @@ def _plain_id(value: object, what: str) -> str:
     return value
 
 
-def _shipped_tokenizer_classes() -> set[str]:
-    """Tokenizer class names this transformers ships (4.x maps to (slow, fast) pairs, 5.x to one name)."""
-    from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING_NAMES
-
-    names = {"PreTrainedTokenizer", "PreTrainedTokenizerFast", "TokenizersBackend"}
-    for value in TOKENIZER_MAPPING_NAMES.values():
-        names.update(n for n in (value if isinstance(value, tuple) else (value,)) if n)
-    return names | {f"{n}Fast" for n in names} | {n.removesuffix("Fast") for n in names}
-
-
 def load_safety(config: dict, tokenizer_config: dict | None) -> str:
     """"stock" when AutoModelForMaskedLM / AutoTokenizer load the repo without remote code, else
-    "needs trust_remote_code": an `auto_map` (the repo's own classes), a model_type transformers does not know
-    or a tokenizer class it does not ship. Decided from the JSON alone; nothing is imported from the repo. A
-    config without model_type (Google's bert_config.json) names no code either: zh-bert reads it as BERT."""
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
-
-    tokenizer_config = tokenizer_config or {}
-    kind = config.get("model_type")
-    cls = tokenizer_config.get("tokenizer_class")
-    remote = ("auto_map" in config or "auto_map" in tokenizer_config
-              or (kind is not None and kind not in CONFIG_MAPPING_NAMES)
-              or (cls is not None and cls not in _shipped_tokenizer_classes()))
-    return REMOTE_CODE if remote else "stock"
+    "needs trust_remote_code" (`weights.remote_code`, the rule every loading command applies)."""
+    return REMOTE_CODE if remote_code(config, tokenizer_config) else "stock"
 
 
 def vocab_kind(tokenizer_config: dict | None, files: list[str]) -> str:

@@ -37,9 +37,12 @@ from zh_bert.core.errors import ZhBertError
 from zh_bert.core.fileio import (
     check_dir_ours,
     fault_point,
+    entry_name,
     foreign_entries,
     fresh_staging_dir,
+    inside,
     read_json,
+    read_object,
     remove_owned,
     remove_scratch,
     rename_owned,
@@ -208,12 +211,21 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def manifest_entries(path: Path) -> list[tuple[str, int, str | None]]:
+    """(name, size, sha256 or None) of each file the checkpoint's `manifest.json` lists, every field checked: a
+    name is an entry of the checkpoint's own folder (a forged `../../x` makes the manifest unreadable, so nothing
+    outside the checkpoint is ever taken for one of its files), a size a whole number of bytes."""
+    manifest = read_object(Path(path) / CHECKPOINT_MANIFEST)
+    return [(entry_name(name, f"{manifest.where}: files"), e.integer("size", lo=0, hi=2**50), e.text("sha256", None))
+            for name, e in manifest.records_in("files")]
+
+
 def listed_files(path: Path) -> dict[str, int] | None:
     """What the checkpoint's `manifest.json` says zh-bert wrote in `path` (name -> size, the manifest itself
     included), or None for a checkpoint without a readable manifest."""
     try:
-        files = {str(k): int(v["size"]) for k, v in read_json(Path(path) / CHECKPOINT_MANIFEST)["files"].items()}
-    except (ZhBertError, ValueError, KeyError, TypeError, AttributeError):
+        files = {name: size for name, size, _ in manifest_entries(path)}
+    except ZhBertError:
         return None
     return {CHECKPOINT_MANIFEST: (Path(path) / CHECKPOINT_MANIFEST).stat().st_size, **files}   # the manifest goes first
 
@@ -253,14 +265,15 @@ def incomplete_reason(path: Path, deep: bool = False) -> str | None:
     if not (path / CHECKPOINT_MANIFEST).is_file():
         return _legacy_reason(path)
     try:
-        files = read_json(path / CHECKPOINT_MANIFEST)["files"]
-        entries = [(str(name), int(e["size"]), e.get("sha256")) for name, e in files.items()]
-    except (ZhBertError, ValueError, KeyError, TypeError, AttributeError):
-        return f"{CHECKPOINT_MANIFEST} is unreadable"
-    if STATE not in files:
+        entries = manifest_entries(path)
+    except ZhBertError as e:
+        return f"{CHECKPOINT_MANIFEST} is unreadable ({str(e).removeprefix(str(path / CHECKPOINT_MANIFEST) + ': ')})"
+    if STATE not in {name for name, _, _ in entries}:
         return f"{STATE} is not in {CHECKPOINT_MANIFEST}"
     for name, size, digest in entries:
-        f = path / name
+        f = inside(path, name)
+        if f is None:
+            return f"{name} in {CHECKPOINT_MANIFEST} leads out of the checkpoint"
         if not f.is_file():
             return f"{name} is missing"
         if f.stat().st_size != size:

@@ -1,19 +1,24 @@
-"""Loading a model folder with one-line errors.
+"""Loading a model folder with one-line errors, and never with the folder's own code.
 
 A user's folder can be broken in many ways that transformers reports as a deep traceback: a truncated or
-corrupt `model.safetensors` (a killed copy, a full disk), a `config.json` with a non-numeric size, missing
-weights. Every command that loads a model goes through `load_pretrained`, so each of these is one line naming
-the folder, and a real bug elsewhere still keeps its traceback.
+corrupt `model.safetensors` (a killed copy, a full disk), a `config.json` with a non-numeric size, weights whose
+shapes disagree with the config, missing weights. A downloaded repo may also name code of its own (`auto_map`),
+which transformers would load as a stock class by another name, or refuse with a traceback. Every command that
+loads a model goes through `load_pretrained` / `init_from_config`, so each of these is one line naming the folder,
+and a real bug elsewhere still keeps its traceback.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import re
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from zh_bert.core.errors import ZhBertError
+from zh_bert.core.fileio import read_json
 
 
 def _load_errors() -> tuple[type[BaseException], ...]:
@@ -22,21 +27,94 @@ def _load_errors() -> tuple[type[BaseException], ...]:
     return (OSError, ValueError, TypeError, KeyError, AttributeError, json.JSONDecodeError, SafetensorError)
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_MISMATCH_ROW = re.compile(r"^\s*(\S+)\s*\|\s*MISMATCH\s*\|.*?ckpt:\s*torch\.Size\((\[[^\]]*\])\)\s*vs\s*model:\s*"
+                           r"torch\.Size\((\[[^\]]*\])\)", re.MULTILINE)
+
+
 @contextmanager
 def _one_line(path: str | Path, what: str) -> Iterator[None]:
-    """Any of the ways a model folder can be broken, as a ZhBertError naming the folder."""
+    """Any of the ways a model folder can be broken, as a ZhBertError naming the folder. Weights whose shapes
+    disagree with config.json are a RuntimeError in transformers (5.x logs a table of them first, 4.x lists
+    them in the message): the first tensor is named, and 5.x's table is kept off the terminal."""
+    report: list[str] = []
+
+    def keep(record: logging.LogRecord) -> bool:
+        text = _ANSI.sub("", record.getMessage())
+        if "MISMATCH" in text:
+            report.append(text)
+            return False
+        return True
+
+    handlers = logging.getLogger("transformers").handlers
+    for h in handlers:
+        h.addFilter(keep)
     try:
         yield
     except _load_errors() as e:
         raise ZhBertError(f"{path}: cannot load {what}: {_reason(e)}") from None
+    except RuntimeError as e:
+        if not report and "size mismatch" not in str(e):
+            raise
+        row = _MISMATCH_ROW.search("\n".join(report))
+        detail = (f"{row[1]} is {row[2]} in the weights, {row[3]} by config.json" if row else
+                  next((line.strip() for line in str(e).splitlines() if "size mismatch" in line), _reason(e)))
+        raise ZhBertError(f"{path}: cannot load {what}: the weights disagree with config.json ({detail[:240]}); "
+                          f"a config.json edited or taken from another model?") from None
+    finally:
+        for h in handlers:
+            h.removeFilter(keep)
 
 
 def _reason(e: BaseException) -> str:
     return (str(e).strip().split("\n")[0] or type(e).__name__)[:300]
 
 
+def _shipped_tokenizer_classes() -> set[str]:
+    """Tokenizer class names this transformers ships (4.x maps to (slow, fast) pairs, 5.x to one name)."""
+    from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING_NAMES
+
+    names = {"PreTrainedTokenizer", "PreTrainedTokenizerFast", "TokenizersBackend"}
+    for value in TOKENIZER_MAPPING_NAMES.values():
+        names.update(n for n in (value if isinstance(value, tuple) else (value,)) if n)
+    return names | {f"{n}Fast" for n in names} | {n.removesuffix("Fast") for n in names}
+
+
+def remote_code(config: dict, tokenizer_config: dict | None) -> str | None:
+    """Why loading a repo would need its own code (`trust_remote_code`), or None for a stock one: an `auto_map`
+    (the repo's own classes), a model_type transformers does not know or a tokenizer class it does not ship.
+    Decided from the JSON alone; nothing is imported from the repo. A config without model_type (Google's
+    bert_config.json) names no code either: zh-bert reads it as BERT."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    tokenizer_config = tokenizer_config if isinstance(tokenizer_config, dict) else {}
+    kind, cls = config.get("model_type"), tokenizer_config.get("tokenizer_class")
+    if "auto_map" in config or "auto_map" in tokenizer_config:
+        where = "config.json" if "auto_map" in config else "tokenizer_config.json"
+        return f"its {where} has an auto_map (classes of the repo's own code)"
+    if kind is not None and kind not in CONFIG_MAPPING_NAMES:
+        return f"its model_type {str(kind)[:40]!r} is not one transformers ships"
+    if cls is not None and cls not in _shipped_tokenizer_classes():
+        return f"its tokenizer_class {str(cls)[:40]!r} is not one transformers ships"
+    return None
+
+
+def refuse_repo_code(path: str | Path) -> None:
+    """One line, before anything is loaded, when the folder's config names code of its own: zh-bert never runs
+    a repo's code, and loading it as a stock class would give a wrong model or a size-mismatch traceback."""
+    folder = Path(path)
+    config = read_json(folder / "config.json", default=None)
+    if not isinstance(config, dict):
+        return   # no config (or a broken one): transformers' own one-line error says so
+    reason = remote_code(config, read_json(folder / "tokenizer_config.json", default=None))
+    if reason:
+        raise ZhBertError(f"{folder}: needs trust_remote_code: {reason}; zh-bert never runs a repo's code "
+                          f"(use a stock checkpoint, see `zh-bert models --hub`)")
+
+
 def load_pretrained(cls: Any, path: str | Path, what: str = "a model", **kwargs: Any) -> Any:
     """`cls.from_pretrained(path, **kwargs)` (a model or config class); a broken folder is a ZhBertError."""
+    refuse_repo_code(path)
     with _one_line(path, what):
         return cls.from_pretrained(str(path), **kwargs)
 

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 from zh_bert.core.errors import ZhBertError
-from zh_bert.core.fileio.read import read_json
+from zh_bert.core.fileio.read import name_problem, read_json
 
 
 # Temp and old paths this process is using right now: a leftover carrying our own pid but not in here
@@ -70,12 +70,13 @@ def _check_replace_file(path: Path) -> None:
 
 
 def manifest_files(folder: str | os.PathLike) -> dict[str, None] | None:
-    """The files (relative paths) that `folder`'s manifest lists, or None without a readable one."""
+    """The files (relative paths) that `folder`'s manifest lists, or None without a readable one. A manifest
+    naming anything but an entry of its own folder (`..`, an absolute path) proves nothing: None."""
     obj = read_json(Path(folder) / MANIFEST, default=None)
     files = obj.get("files") if isinstance(obj, dict) and obj.get("written_by") == "zh-bert" else None
-    if not isinstance(files, list):
+    if not isinstance(files, list) or any(name_problem(f) for f in files):
         return None
-    return dict.fromkeys(str(f) for f in files if isinstance(f, str))
+    return dict.fromkeys(files)
 
 
 def foreign_entries(folder: str | os.PathLike, legacy=None, listed=None) -> list[str]:

@@ -28,6 +28,7 @@ from zh_bert.core.fileio.claims import (
     is_claimed,
     manifest_files,
 )
+from zh_bert.core.fileio.read import inside, name_problem
 
 # ---------------------------------------------------------------------------------------------------------
 # Ownership: zh-bert replaces or deletes only what a manifest of its own proves it wrote.
@@ -40,19 +41,6 @@ from zh_bert.core.fileio.claims import (
 # a folder's entries only when its own manifest lists them. `--force` lets a claim replace our own
 # finished output; it never widens what counts as ours.
 # ---------------------------------------------------------------------------------------------------------
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 def refuse_overlap(path: str | os.PathLike, inputs=(), flag: str = "-o", allow_inside=()) -> None:
@@ -81,16 +69,6 @@ def refuse_overlap(path: str | os.PathLike, inputs=(), flag: str = "-o", allow_i
         if _inside(real, p) and (p.is_dir() or not os.path.lexists(p)):   # a folder still to be made too
             raise ZhBertError(f"{where}: is inside the input directory {name} (output and input overlap: its "
                               f"walk would read the output back as input); give an output outside it")
-
-
-
-
-
-
-
-
-
-
 
 
 def claim_file(path: str | os.PathLike, *, inputs=(), ours=None, force: bool = False, need_force: bool = False,
@@ -155,8 +133,8 @@ def remove_owned(folder: str | os.PathLike, listed=None, legacy=None) -> list[st
                 _remove(p)
     else:
         for rel in listed:
-            p = folder / rel
-            if p.is_file() and not p.is_symlink():
+            p = inside(folder, rel) if not name_problem(rel) else None   # resolved again: a manifest is only read
+            if p is not None and p.is_file() and not p.is_symlink():
                 p.unlink()
         with contextlib.suppress(FileNotFoundError):
             (folder / MANIFEST).unlink()

@@ -1,0 +1,116 @@
+"""Trust nothing read, by construction: everything zh-bert (package and bench/) reads that it did not just write
+goes through `zh_bert.core.fileio.read` (bounded, typed, one line naming the file and the field). This test reads
+the code (AST) and fails on any parse outside that layer: `json.load`/`json.loads`, `yaml.*load*`, the recipe
+loader's `safe_load_unique`, an HTTP response's `.json()`, `pickle.load*`/`marshal.load*`, and `torch.load` without
+`weights_only=True` (only tensors are ever unpickled). The exceptions below are the few left, each with its reason.
+
+Run as a script to list the calls: `python tests/test_read_layer.py`.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LAYER = ROOT / "zh_bert" / "core" / "fileio"
+SCANNED = (ROOT / "zh_bert", ROOT / "bench")
+#: (module, function) pairs that parse what they are given
+PARSERS = {("json", "load"), ("json", "loads"), ("yaml", "load"), ("yaml", "safe_load"), ("yaml", "full_load"),
+           ("yaml", "unsafe_load"), ("yaml", "load_all"), ("yaml", "safe_load_all"), ("pickle", "load"),
+           ("pickle", "loads"), ("marshal", "load"), ("marshal", "loads"), ("tomllib", "load"), ("tomllib", "loads")}
+#: parsers called by bare name (imported with `from X import name`)
+BARE = {"safe_load_unique"}
+
+# (file, function, call) -> why it may parse outside the layer
+EXCEPTIONS = {
+    ("zh_bert/core/config.py", "safe_load_unique", "yaml.load"):
+        "the recipe schema's YAML loader (a SafeLoader subclass that refuses duplicate keys); every recipe, "
+        "ablation spec and --set value it returns is then checked key by key by `from_dict`",
+    ("zh_bert/core/config.py", "parse_set", "safe_load_unique"):
+        "a `--set key=value` typed by the user on this command line, parsed as a YAML scalar and checked by "
+        "`from_dict` like a recipe key",
+    ("zh_bert/core/config.py", "load_yaml", "safe_load_unique"):
+        "the recipe file reader itself: its mapping goes through `from_dict` (unknown key -> the nearest valid one)",
+}
+
+
+def _call_name(call: ast.Call) -> str | None:
+    """`json.loads`, `resp.json`, `torch.load`, `safe_load_unique`, ... for a call, or None."""
+    f = call.func
+    if isinstance(f, ast.Name):
+        return f.id if f.id in BARE else None
+    if not isinstance(f, ast.Attribute):
+        return None
+    owner = f.value.id if isinstance(f.value, ast.Name) else None
+    if (owner, f.attr) in PARSERS:
+        return f"{owner}.{f.attr}"
+    if f.attr == "json" and not call.args and not call.keywords:
+        return ".json()"   # an HTTP response (requests, httpx, urllib3) parsed as it came
+    if (owner, f.attr) == ("torch", "load"):
+        safe = any(k.arg == "weights_only" and isinstance(k.value, ast.Constant) and k.value.value is True
+                   for k in call.keywords)
+        return None if safe else "torch.load without weights_only=True"
+    return None
+
+
+def unchecked_reads() -> list[tuple[str, str, str, int]]:
+    """(file, function, call, line) for every parse of read data outside zh_bert/core/fileio/."""
+    found = []
+    for base in SCANNED:
+        for path in sorted(base.rglob("*.py")):
+            if LAYER in path.parents:
+                continue
+            rel = path.relative_to(ROOT).as_posix()
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            funcs = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+            owner = {}
+            for fn in funcs:   # innermost function wins: walk outer first, inner later overwrite
+                for node in ast.walk(fn):
+                    owner[id(node)] = fn.name
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Call):
+                    name = _call_name(node)
+                    if name:
+                        found.append((rel, owner.get(id(node), "<module>"), name, node.lineno))
+    return found
+
+
+def test_everything_read_goes_through_the_reading_layer():
+    bad = [f"{f}:{line} {fn}: {call}" for f, fn, call, line in unchecked_reads() if (f, fn, call) not in EXCEPTIONS]
+    assert not bad, ("parses outside zh_bert/core/fileio/read.py (use read_json / read_object / Record / parse_json / "
+                     f"parse_yaml / api_answer, or add a reasoned exception): {bad}")
+
+
+def test_every_exception_is_still_needed():
+    used = {(f, fn, call) for f, fn, call, _ in unchecked_reads()}
+    stale = sorted(set(EXCEPTIONS) - used)
+    assert not stale, f"exceptions that no longer match a call (remove them): {stale}"
+
+
+def test_the_scan_sees_each_kind_of_parse(tmp_path, monkeypatch):
+    """The AST scan finds each form it bans (so a rename in the scan cannot silently pass everything)."""
+    pkg = tmp_path / "zh_bert"
+    pkg.mkdir()
+    (pkg / "m.py").write_text(
+        "import json, yaml, pickle, torch\n"
+        "def a(p):\n    return json.loads(p)\n"
+        "def b(p):\n    return yaml.safe_load(p)\n"
+        "def c(r):\n    return r.json()\n"
+        "def d(p):\n    return torch.load(p)\n"
+        "def e(p):\n    return torch.load(p, weights_only=True)\n"
+        "def f(p):\n    return pickle.loads(p)\n"
+        "def g(p):\n    return safe_load_unique(p)\n", encoding="utf-8")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    monkeypatch.setattr(sys.modules[__name__], "SCANNED", (pkg,))
+    found = {(fn, call) for _, fn, call, _ in unchecked_reads()}
+    assert found == {("a", "json.loads"), ("b", "yaml.safe_load"), ("c", ".json()"),
+                     ("d", "torch.load without weights_only=True"), ("f", "pickle.loads"),
+                     ("g", "safe_load_unique")}, found
+
+
+if __name__ == "__main__":
+    for f, fn, call, line in unchecked_reads():
+        mark = "  (exception)" if (f, fn, call) in EXCEPTIONS else ""
+        print(f"{f}:{line} {fn}: {call}{mark}")
