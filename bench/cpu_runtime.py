@@ -13,7 +13,6 @@ ACTIVE). The arithmetic is the same in every variant: the printed final losses m
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import subprocess
@@ -26,7 +25,7 @@ from bench import REPO
 from bench.cli import parse
 from bench.timing import machine
 from zh_bert.core.config import option
-from zh_bert.core.fileio import scratch_dir, write_text
+from zh_bert.core.fileio import parse_json, scratch_dir, write_text
 
 
 @dataclass
@@ -67,7 +66,7 @@ def run_one(mode: str, policy: str, recipe: str, sets: list[str], tmp: Path) -> 
                        capture_output=True, text=True)
     if p.returncode:
         sys.exit(p.stderr[-2000:])
-    return json.loads(next(l for l in p.stdout.splitlines() if l.startswith("RESULT"))[7:])
+    return parse_json(next(l for l in p.stdout.splitlines() if l.startswith("RESULT"))[7:], "the run's RESULT line")
 
 
 def quick_corpus(tmp: Path, lines: int) -> str:

@@ -17,7 +17,6 @@ goes back to the OS when freed); then peak RSS tracks peak live tensor bytes. Th
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -28,6 +27,7 @@ from typing import Literal
 from bench import REPO
 from bench.cli import parse
 from zh_bert.core.config import option
+from zh_bert.core.fileio import parse_json
 
 CASES = [("mini", 8), ("mini", 32), ("small", 8), ("small", 32)]
 QUICK_CASES = [("mini", 4)]
@@ -93,7 +93,7 @@ def measure_all(cases: list[dict], timeout: float | None = None) -> list[float]:
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout)
     if out.returncode:
         raise RuntimeError(f"memory child exited {out.returncode}: {out.stderr.strip().splitlines()[-1:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return parse_json(out.stdout.strip().splitlines()[-1], "the memory child's output")
 
 
 def measure(model: str, micro_batch: int, seq_len: int = 128, precision: str = "fp32",

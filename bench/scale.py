@@ -151,7 +151,7 @@ def text_bytes(out: Path) -> int:
 
 def clean_report(out: Path) -> dict:
     path = out / "report.json" if out.is_dir() else out.with_name(out.name[:-len(".jsonl")] + ".report.json")
-    return json.loads(path.read_text(encoding="utf-8"))
+    return read_json(path)
 
 
 def run_path(name: str, cmd: list[str], in_mb: float, args, logdir: Path, corpus: Path | None = None,

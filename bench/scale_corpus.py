@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from bench import REPO
-from zh_bert.core.fileio import atomic_dir, atomic_write, write_text
+from zh_bert.core.fileio import atomic_dir, atomic_write, parse_json, read_json, write_text
 
 SAMPLE = REPO / "corpora" / "sample"
 POOL_FILES = ("CLUECorpusSmall_sampled.txt", "zhwiki_sampled.txt", "CLUECorpusSmall_5000_lines_bert.txt")
@@ -262,7 +262,7 @@ def generate(spec: CorpusSpec, outdir: Path, workers: int = 2, pool: Pool | None
     corpus of the same spec already at `outdir` is reused as it is."""
     outdir = Path(outdir)
     if (outdir / "truth.json").is_file():
-        truth = json.loads((outdir / "truth.json").read_text(encoding="utf-8"))
+        truth = read_json(outdir / "truth.json")
         if truth.get("spec") == asdict(spec) and truth.get("generator") == GENERATOR:
             return truth
     t0 = time.perf_counter()
@@ -322,7 +322,7 @@ def output_hashes(out: Path) -> tuple[dict[bytes, int], int]:
         with (gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")) as f:
             for line in f:
                 if line.strip():
-                    h = hashlib.blake2b(json.loads(line)["text"].encode("utf-8"), digest_size=16).digest()
+                    h = hashlib.blake2b(parse_json(line, str(path))["text"].encode("utf-8"), digest_size=16).digest()
                     seen[h] = seen.get(h, 0) + 1
                     n += 1
     return seen, n
@@ -334,7 +334,7 @@ def dedup_quality(corpus: Path, out: Path, report: dict) -> dict:
     caught / documents removed as duplicates (removed = input docs - output docs - docs the filters dropped,
     cross-checked with the report's `duplicates`). Output documents whose hash matches no input document
     (`unknown_out`, should be 0) would mean cleaning changed a text and the matching is off."""
-    truth = json.loads((Path(corpus) / "truth.json").read_text(encoding="utf-8"))
+    truth = read_json(Path(corpus) / "truth.json")
     counts, docs_out = output_hashes(out)
     kept = set(counts)
     raw = np.fromfile(Path(corpus) / "hashes.bin", dtype="V16")

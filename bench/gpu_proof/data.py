@@ -25,7 +25,8 @@ from datetime import date
 from pathlib import Path
 
 from bench import REPO
-from zh_bert.core.fileio import atomic_write, copy_file, remove_scratch, write_bytes, write_text
+from zh_bert.core.errors import ZhBertError
+from zh_bert.core.fileio import atomic_write, copy_file, read_json, remove_scratch, write_bytes, write_text
 
 SCIENCE_CORPUS = REPO.parent / "shared" / "data" / "zh_real_text"
 SAMPLE = [REPO / "corpora" / "sample" / n for n in ("zhwiki_sampled.txt", "CLUECorpusSmall_sampled.txt")]
@@ -49,8 +50,8 @@ def read_manifest(data: Path) -> dict:
         raise ProofError(f"--data {data}: not a prepared gpu_proof dir (no {MANIFEST}); build it on a CPU machine "
                          f"with: python -m bench.gpu_proof --prepare {data}")
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
+        manifest = read_json(path)
+    except ZhBertError as e:
         raise ProofError(f"--data {data}: unreadable {MANIFEST} ({e})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
         raise ProofError(f"--data {data}: {MANIFEST} is not a gpu_proof data manifest of version {VERSION}; "

@@ -7,7 +7,6 @@ ablation machinery) rather than re-implementing a loop: what is proven is what a
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import signal
@@ -18,7 +17,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from bench import REPO
-from zh_bert.core.fileio import open_append, open_for_write, write_text
+from zh_bert.core.fileio import open_append, open_for_write, read_json, write_text
 
 BASE_RECIPE = REPO / "recipes" / "tiny-cpu.yaml"
 SPEC = REPO / "recipes" / "ablations" / "objective-compute.yaml"
@@ -128,7 +127,7 @@ def _resume_pair(ctx, deterministic: bool) -> dict:
     got = {r["step"]: r["loss"] for r in _loss_rows(root / "resumed")}
     diffs = {s: abs(got[s] - ref[s]) for s in sorted(ref) if s in got}
     after = [d for s, d in diffs.items() if s > every]
-    hw = json.loads((root / "resumed" / "run.json").read_text(encoding="utf-8"))
+    hw = read_json(root / "resumed" / "run.json")
     out = {"model": over["model"], "steps": steps, "checkpoint_every": every, "precision": hw["hardware"]["precision"],
            "deterministic": hw["hardware"].get("deterministic", recipe.to_dict().get("deterministic")),
            "killed_after_step": killed_at, "resumed_from_step": (hw.get("resumes") or [{}])[-1].get("step"),
@@ -228,7 +227,7 @@ def science_section(ctx) -> dict:
             t0 = time.time()
             ablate.main(argv + ["--set", "random_init_baseline=false", "--only", label])
             took.append(time.time() - t0)
-            rows[label] = json.loads((out / "results.json").read_text(encoding="utf-8"))["rows"][0]
+            rows[label] = read_json(out / "results.json")["rows"][0]
             done.append(label)
             ctx.log(f"[science] {label}: {took[-1]:.0f} s")
             ctx.save_partial("science", {**res, "rows": list(rows.values()),
@@ -236,7 +235,7 @@ def science_section(ctx) -> dict:
         res["complete"] = len(done) == len(GRID) and ctx.has_time(0.5 * max(took))
         if res["complete"]:
             ablate.main(argv)
-    final = json.loads((out / "results.json").read_text(encoding="utf-8"))["rows"] if res["complete"] else list(rows.values())
+    final = read_json(out / "results.json")["rows"] if res["complete"] else list(rows.values())
     res.update(rows=final, missing=[g for g in GRID if g not in done] + ([] if res["complete"] else ["random init"]),
                results_md=(out / "results.md").read_text(encoding="utf-8") if res["complete"] else None,
                electra=_electra_prior(out / "runs" / "objective=electra"), answers=_answers(final))
@@ -262,7 +261,7 @@ def _electra_prior(run: Path) -> dict | None:
     replaced fraction of the last training rows (what calling every token original scores)."""
     if not (run / "run.json").is_file():
         return None
-    val = json.loads((run / "run.json").read_text(encoding="utf-8")).get("final_validation") or {}
+    val = read_json(run / "run.json").get("final_validation") or {}
     rows = [r for r in _loss_rows(run) if "replaced_frac" in r]
     tail = rows[-max(1, len(rows) // 10):]
     prior = 1 - sum(r["replaced_frac"] for r in tail) / len(tail) if tail else None

@@ -3,13 +3,12 @@ sees them, and the training copies of every corpus fraction."""
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 from zh_bert.corpus.corpus_io import iter_lines
 from zh_bert.core.errors import ZhBertError
-from zh_bert.core.fileio import atomic_write, read_json, read_text, write_json
+from zh_bert.core.fileio import atomic_write, json_copy, read_json, read_text, write_json
 
 def _docs(path: Path, doc_sep: str) -> list[str]:
     if path.name.endswith(".gz"):   # a part of a `zh-bert clean --executor` OUTDIR: one document per line
@@ -43,7 +42,7 @@ def check_carved(files: list[Path], corpus: Path, heldout_docs: int, doc_sep: st
     if not path.is_file():
         return
     old = read_json(path, default=None)   # a broken carve.json is another carve too
-    if old != json.loads(json.dumps(_carve_key(files, heldout_docs, doc_sep))):
+    if old != json_copy(_carve_key(files, heldout_docs, doc_sep)):
         raise ZhBertError(f"{corpus} was carved from other corpus files or another heldout_docs; delete "
                           f"{corpus.parent} or use --out-dir")
 

@@ -13,7 +13,7 @@ from zh_bert.train.curves import cjk_text
 from zh_bert.core.errors import ZhBertError
 from zh_bert.evaluation.eval_results import entry, record
 from zh_bert.evaluation.evaluate import MlmEvalConfig, eval_mlm, load_mlm
-from zh_bert.core.fileio import atomic_write, read_json, write_json
+from zh_bert.core.fileio import Record, atomic_write, read_json, read_object, write_json
 from zh_bert.evaluation.finetune import eval_entries, percent
 from zh_bert.evaluation.finetune import run as run_finetune
 from zh_bert.train.masking import MaskingConfig
@@ -28,7 +28,7 @@ def run_one(spec: AblationSpec, run: AblationRun, base: dict, out: Path, data_fi
     run_dir = out / "runs" / slug(run.label)
     recipe = run_recipe(spec, run, base, out, data_files, cli_set)
     summary_path = run_dir / "run.json"
-    summary = read_json(summary_path) if summary_path.is_file() else {}
+    summary = read_object(summary_path).data if summary_path.is_file() else {}
     check_same_recipe(run_dir, recipe)
     if summary.get("status") == "finished" and is_model_dir(run_dir / FINAL):
         log(f"[{run.label}] reusing finished run {run_dir}")
@@ -40,13 +40,14 @@ def run_one(spec: AblationSpec, run: AblationRun, base: dict, out: Path, data_fi
         summary = train(recipe, resume=resume, log=lambda m: log(f"[{run.label}] {m}"))
         if summary.get("status") != "finished":
             raise ZhBertError(f"[{run.label}] pretraining ended with status {summary.get('status')!r}")
-    row = {"label": run.label, "value": run.value, "run_dir": str(run_dir), "tokens": summary.get("tokens_seen"),
-           "steps": summary.get("steps"), "train_s": summary.get("train_seconds"),
-           "wall_clock_s": summary.get("wall_clock_s"),
-           "params": summary.get("parameters"), "val_mlm_acc": (summary.get("final_validation") or {}).get("mlm_acc"),
-           "vocab_size": (summary.get("vocab") or {}).get("vocab_size")}
+    s = Record(summary, str(summary_path))   # a run.json of an earlier run: its figures checked, not trusted
+    row = {"label": run.label, "value": run.value, "run_dir": str(run_dir), "tokens": s.integer("tokens_seen", None, lo=0),
+           "steps": s.integer("steps", None, lo=0), "train_s": s.number("train_seconds", None, lo=0),
+           "wall_clock_s": s.number("wall_clock_s", None, lo=0), "params": s.integer("parameters", None, lo=0),
+           "val_mlm_acc": s.record("final_validation", Record({}, "")).number("mlm_acc", None, lo=0, hi=1),
+           "vocab_size": s.record("vocab", Record({}, "")).integer("vocab_size", None, lo=0)}
     evals_path = run_dir / "ablate_evals.json"
-    evals = read_json(evals_path) if evals_path.is_file() else {}
+    evals = read_object(evals_path).data if evals_path.is_file() else {}
     want = eval_settings(spec, heldout)
     if evals.get("settings") != want:   # the held-out eval changed: its figures are stale, the tasks' are not
         evals = {"settings": want, "finetune": evals.get("finetune", {}), **run_evals(spec, run, run_dir, heldout, log)}
@@ -114,7 +115,8 @@ def random_init_rows(spec: AblationSpec, rows: list[dict], out: Path, log=print)
     `rows`: each architecture beside what its own pretraining has to beat."""
     firsts: dict[str, dict] = {}
     for row in rows:
-        kind = read_json(Path(row["run_dir"]) / FINAL / "config.json", default={}).get("model_type", "bert")
+        config = read_json(Path(row["run_dir"]) / FINAL / "config.json", default={})
+        kind = str(config.get("model_type", "bert")) if isinstance(config, dict) else "bert"
         firsts.setdefault(kind, row)
     names = ["random_init_baseline.json"] + [f"random_init_{kind}.json" for kind in list(firsts)[1:]]
     return [random_init_row(spec, row, out, log=log, name=name) for row, name in zip(firsts.values(), names)]
@@ -124,7 +126,7 @@ def random_init_row(spec: AblationSpec, first: dict, out: Path, log=print,
                     name: str = "random_init_baseline.json") -> dict:
     """The run's architecture fine-tuned from random weights on every task: what pretraining has to beat."""
     path = out / name
-    cached = read_json(path) if path.is_file() else {}
+    cached = read_object(path).data if path.is_file() else {}
     results = cached.get("finetune") if isinstance(cached.get("finetune"), dict) else {}
     finetune_tasks(spec, Path(first["run_dir"]) / FINAL, results, lambda: write_json(path, {"finetune": results}),
                    f"random init, {first['label']}'s architecture", log, key={"run_dir": first["run_dir"]},

@@ -3,7 +3,6 @@ evals; the runs the grid makes and the recipe each run pretrains with."""
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Any, Literal, Optional
 
 from zh_bert.core.config import from_dict, load_yaml
 from zh_bert.core.errors import ZhBertError, unknown_key_error
+from zh_bert.core.fileio import json_copy
 from zh_bert.evaluation.finetune import FinetuneConfig
 from zh_bert.plan.memory_model import model_config, shape_and_flops
 from zh_bert.train.masking import STRATEGIES
@@ -225,7 +225,7 @@ def check_same_recipe(run_dir: Path, recipe) -> None:
     path = run_dir / "recipe.yaml"
     if not path.is_file():
         return
-    old, new = load_yaml(path), json.loads(json.dumps(recipe.to_dict()))
+    old, new = load_yaml(path), json_copy(recipe.to_dict())
     diff = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
     if diff:
         raise ZhBertError(f"{run_dir} holds a run with other settings ({'; '.join(diff[:4])}); delete it or "
