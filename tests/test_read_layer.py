@@ -114,3 +114,103 @@ if __name__ == "__main__":
     for f, fn, call, line in unchecked_reads():
         mark = "  (exception)" if (f, fn, call) in EXCEPTIONS else ""
         print(f"{f}:{line} {fn}: {call}{mark}")
+
+
+# ------------------------------------------------------------------------------------------------ the layer itself
+
+def test_record_names_the_file_and_the_field_of_every_wrong_value():
+    import pytest
+
+    from zh_bert.core.errors import ZhBertError
+    from zh_bert.core.fileio import Record
+
+    r = Record.of({"entries": [{"metric_value": "abc"}, {"metric_value": float("nan")}, {"metric_value": -5}],
+                   "files": {"a/b": {"size": 1.5}}, "model": {"source": 3}}, "RUN/eval_results.json")
+    e0, e1, e2 = r.records("entries")
+    for rec, got in ((e0, "text 'abc'"), (e1, "nan"), (e2, "-5")):
+        with pytest.raises(ZhBertError) as err:
+            rec.number("metric_value", lo=0, hi=100)
+        assert str(err.value).startswith("RUN/eval_results.json: entries[") and got in str(err.value), err.value
+    with pytest.raises(ZhBertError, match=r"files\['a/b'\]\.size: expected an integer"):
+        [e.integer("size") for _, e in r.records_in("files")]
+    with pytest.raises(ZhBertError, match=r"^RUN/eval_results.json: model.source: expected text, got a number 3$"):
+        r.record("model").text("source")
+    with pytest.raises(ZhBertError, match=r"missing"):
+        r.text("nothing")
+    assert r.text("nothing", None) is None and r.number("nothing", 7) == 7
+    with pytest.raises(ZhBertError, match=r"^f: entrys: unknown key \(did you mean 'entries'\?\)"):
+        Record.of({"entrys": []}, "f").known(("entries", "model"))
+    with pytest.raises(ZhBertError, match="^f: expected a JSON object, got a list$"):
+        Record.of([], "f")
+
+
+def test_names_read_from_files_are_entries_of_their_folder(tmp_path):
+    import pytest
+
+    from zh_bert.core.errors import ZhBertError
+    from zh_bert.core.fileio import entry_name, inside
+
+    for good in ("model.safetensors", "generator/config.json", "中文.txt", "x..y"):
+        assert entry_name(good, "m") == good
+    for bad in ("../../victim/thesis.txt", "/etc/passwd", "a/../../b", "C:x", "a\\b", "", ".", "a//b", 3, None,
+                "x\x00y"):
+        with pytest.raises(ZhBertError, match="^m: .*never a path outside its folder"):
+            entry_name(bad, "m")
+    with pytest.raises(ZhBertError, match="a path, not a name"):
+        entry_name("a/b", "m", nested=False)
+    (tmp_path / "run" / "ckpt").mkdir(parents=True)
+    (tmp_path / "victim").mkdir()
+    (tmp_path / "run" / "ckpt" / "out").symlink_to(tmp_path / "victim")
+    assert inside(tmp_path / "run" / "ckpt", "model.safetensors") is not None
+    assert inside(tmp_path / "run" / "ckpt", "out/thesis.txt") is None      # a symlinked folder leads out
+    assert inside(tmp_path / "run" / "ckpt", "../x") is None
+
+
+def test_json_and_api_answers_are_one_line():
+    import pytest
+
+    from zh_bert.core.errors import ZhBertError
+    from zh_bert.core.fileio import api_answer, number, parse_json, parse_yaml
+
+    with pytest.raises(ZhBertError, match=r"^r.json:1: not valid JSON"):
+        parse_json('{"a": ', "r.json")
+    with pytest.raises(ZhBertError, match="NaN is not a JSON number"):
+        parse_json('{"a": NaN}', "r.json")
+    with pytest.raises(ZhBertError, match=r"^http://127.0.0.1:9/api answered text/html, not the Hub API \('<html>maint"):
+        api_answer(b"<html>maintenance</html>", "text/html; charset=utf-8", "http://127.0.0.1:9/api")
+    with pytest.raises(ZhBertError, match="answered text that is not JSON"):
+        api_answer("oops", None, "E")
+    assert api_answer(b'{"Data": 1}', "application/json", "E") == {"Data": 1}
+    with pytest.raises(ZhBertError, match="given twice"):
+        parse_yaml("a: 1\na: 2\n", "README.md")
+    with pytest.raises(ZhBertError, match="^README.md: not valid YAML"):
+        parse_yaml("a: [1, 2\n", "README.md")
+    for bad in (True, "1", float("inf"), -1, 1e9):
+        with pytest.raises(ZhBertError, match=r"^x: expected a number in \[0, 100\]"):
+            number(bad, "x", 0, 100)
+    assert number(3.0, "x", 0, 10, integer=True) == 3
+
+
+def test_a_forged_shard_meta_is_one_line_before_any_array_is_opened(char_shards, tmp_path):
+    """SHARDDIR/meta.json names the part folders the loader opens and the sizes it maps arrays by: a part named
+    `../x`, a size that is text or negative, a special id outside the vocabulary is one line naming the field."""
+    import shutil
+
+    import pytest
+
+    from zh_bert.core.errors import ZhBertError
+    from zh_bert.core.fileio import read_json
+    from zh_bert.train.data import ShardDataset
+
+    _, shards = char_shards
+    for field, value, message in (("parts", [{"name": "../../victim", "counts": {}}], r"parts\[0\]\.name"),
+                                  ("seq_len", "64", r"seq_len: expected an integer"),
+                                  ("vocab_size", -3, r"vocab_size: expected an integer in"),
+                                  ("mask_id", 10**9, r"mask_id: expected an integer in")):
+        forged = tmp_path / field
+        shutil.copytree(shards, forged)
+        meta = read_json(forged / "meta.json")
+        meta[field] = value
+        (forged / "meta.json").write_text(__import__("json").dumps(meta), encoding="utf-8")
+        with pytest.raises(ZhBertError, match=rf"^{forged}/meta.json: {message}"):
+            ShardDataset(forged)

@@ -22,19 +22,21 @@ unigram_counts.npy.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
 
 from zh_bert.corpus.corpus_io import JOB_MARKER
 from zh_bert.core.errors import ZhBertError
-from zh_bert.core.fileio import read_json, write_json
+from zh_bert.core.fileio import Record, number, read_json, write_json
 
 FORMAT_VERSION = 1
 SPLITS = ("train", "valid")
 META = "meta.json"
 PART_META = "part.json"
 UNIGRAM_COUNTS = "unigram_counts.npy"
+_PART = re.compile(r"part-\d{5,}")
 SPLIT_FILES = ("ids.bin", "word_start.bin", "lengths.npy", "doc_starts.npy", "b_start.npy", "nsp.npy")
 
 
@@ -67,10 +69,36 @@ def read_meta(sharddir: str | Path) -> dict:
         meta = read_json(path)
     except ZhBertError as e:
         raise ZhBertError(f"{path}: unreadable meta.json ({e})") from None
-    if meta.get("format_version") != FORMAT_VERSION:
-        raise ZhBertError(f"{path}: shard format_version {meta.get('format_version')!r} is not "
-                          f"{FORMAT_VERSION}; re-run `zh-bert shard`")
+    if not isinstance(meta, dict) or meta.get("format_version") != FORMAT_VERSION:
+        version = meta.get("format_version") if isinstance(meta, dict) else None
+        raise ZhBertError(f"{path}: shard format_version {version!r} is not {FORMAT_VERSION}; re-run `zh-bert shard`")
+    check_meta(Record(meta, str(path)))
     return meta
+
+
+def check_meta(meta: Record) -> None:
+    """Every field the loader sizes arrays or opens files by, checked before it does: sizes are whole numbers in
+    range, special ids inside the vocabulary, part names entries of the SHARDDIR (never a path out of it)."""
+    vocab = meta.integer("vocab_size", lo=1, hi=2**32 - 1)
+    meta.integer("seq_len", lo=4, hi=1 << 20)
+    if meta.text("ids_dtype") != ids_dtype(vocab).name:
+        raise meta.error("ids_dtype", f"expected {ids_dtype(vocab).name} for vocab_size {vocab}")
+    for key in ("pad_id", "cls_id", "sep_id", "mask_id", "unk_id"):
+        meta.integer(key, lo=0, hi=vocab - 1)
+    for i, v in enumerate(meta.list("special_ids")):
+        number(v, f"{meta.where}: special_ids[{i}]", 0, vocab - 1, integer=True)
+    _check_counts(meta.record("counts"))
+    for part in meta.records("parts", []):
+        if not _PART.fullmatch(part.name("name")):
+            raise part.error("name", f"expected part-NNNNN, got {part.raw('name')!r}")
+        _check_counts(part.record("counts"))
+
+
+def _check_counts(counts: Record) -> None:
+    for split in SPLITS:
+        c = counts.record(split)
+        c.integer("sequences", lo=0, hi=2**40)
+        c.integer("documents", lo=0, hi=2**40)
 
 
 def write_meta(folder: Path, meta: dict) -> None:

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from zh_bert.core.errors import ZhBertError
-from zh_bert.core.fileio import read_json, read_vocab_txt
+from zh_bert.core.fileio import read_object, read_vocab_txt
 from zh_bert.corpus.tokenizer_files import load_tokenizer
 from zh_bert.train.arch import Architecture, of_config
 from zh_bert.train.arch.bert import encoder_macs
@@ -96,12 +96,14 @@ def load_init(init_from: str | Path, tokenizer, objective: str, seq_len: int, ar
     ckpt = Path(init_from)
     if not (ckpt / "config.json").is_file():
         raise ZhBertError(f"init_from: {ckpt} is not a checkpoint dir (no config.json)")
-    try:
-        cfg = read_json(ckpt / "config.json")
-        old_n, max_pos = int(cfg.get("vocab_size", 0)), int(cfg.get("max_position_embeddings", 512))
-    except (ZhBertError, ValueError, TypeError, AttributeError) as e:   # not JSON, not a mapping, a size not a number
+    try:   # not JSON, not a mapping, a size not a whole number in range
+        config = read_object(ckpt / "config.json", what="a model config")
+        old_n = config.integer("vocab_size", 0, lo=0, hi=2**32 - 1)
+        max_pos = config.integer("max_position_embeddings", 512, lo=1, hi=1 << 20)
+    except ZhBertError as e:
         raise ZhBertError(f"init_from: {ckpt / 'config.json'} is not a model config: "
-                          f"{str(e).splitlines()[0][:200]}") from None
+                          f"{str(e).removeprefix(str(ckpt / 'config.json') + ': ')[:200]}") from None
+    cfg = config.data
     new_n = len(tokenizer)
     if seq_len > max_pos:
         raise ZhBertError(f"seq_len {seq_len} exceeds the checkpoint's max_position_embeddings "

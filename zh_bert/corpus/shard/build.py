@@ -25,6 +25,7 @@ from zh_bert.core.fileio import (
     claim_dir,
     open_for_write,
     read_json,
+    read_object,
     recover,
 )
 from zh_bert.core.options import Shared
@@ -316,7 +317,7 @@ def tokenizer_info(tokdir: str):
         raise ZhBertError(f"{tokdir}: tokenizer has no {', '.join(m + '_token' for m in missing)}")
     kind_file = Path(tokdir) / "zh_bert_vocab.json"
     info = {"tokenizer": str(Path(tokdir).resolve()), "tokenizer_fingerprint": tokenizer_fingerprint(tok),
-            "tokenizer_kind": read_json(kind_file).get("kind") if kind_file.is_file() else None,
+            "tokenizer_kind": read_object(kind_file).text("kind", None, max_len=64) if kind_file.is_file() else None,
             "vocab_size": len(tok), "ids_dtype": ids_dtype(len(tok)).name,
             "pad_id": sp_ids["pad"], "cls_id": sp_ids["cls"], "sep_id": sp_ids["sep"], "mask_id": sp_ids["mask"],
             "unk_id": sp_ids["unk"], "special_ids": sorted(int(i) for i in tok.all_special_ids)}

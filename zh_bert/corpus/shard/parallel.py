@@ -23,7 +23,7 @@ from datatrove.pipeline.base import PipelineStep
 from zh_bert.corpus.corpus_io import corpus_files, iter_lines, line_number, plan_shares, segment_raw_lines
 from zh_bert.core.errors import ZhBertError
 from zh_bert.corpus.executors import ExecutorOptions, JobMarker, Stage, run_stages
-from zh_bert.core.fileio import atomic_dir, atomic_write, read_json, refuse_overlap, remove_scratch, write_json
+from zh_bert.core.fileio import atomic_dir, atomic_write, read_json, read_object, refuse_overlap, remove_scratch, write_json
 from zh_bert.corpus.segment import Segmenter
 from zh_bert.corpus.shard.build import (COMMAND, Lines, ShardConfig, check_files, check_not_empty, owned_by_shard_job,
                                  chunk_lines, file_sha256, make_encoder, sample_texts, save_npy, shard_inputs,
@@ -130,7 +130,7 @@ def merge_parts(job: dict) -> None:
     totals = {"chars": 0, "bytes": 0, "docs": 0, "valid_docs": 0}
     for rank in range(len(job["shares"])):
         name = part_name(rank)
-        part = read_json(out / name / PART_META)
+        part = read_object(out / name / PART_META).data
         parts.append({"name": name, "counts": part["counts"], "text": part["text"]})
         for s in counts:
             for k in counts[s]:
@@ -190,8 +190,8 @@ def _shard_stages(job: dict) -> list[Stage]:
 def _task_error(out: Path) -> str | None:
     for p in sorted((out / ".zh-bert" / "errors").glob("*.json")):
         try:
-            return f"{read_json(p)['error']} (task {p.stem})"
-        except (ZhBertError, KeyError):
+            return f"{read_object(p).text('error')} (task {p.stem})"
+        except ZhBertError:
             continue
     return None
 

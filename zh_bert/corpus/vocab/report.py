@@ -10,7 +10,7 @@ from typing import Optional
 
 from zh_bert.core.config import option, option_of
 from zh_bert.core.errors import ZhBertError
-from zh_bert.core.fileio import read_json
+from zh_bert.core.fileio import read_json, read_object
 from zh_bert.core.options import Shared
 from zh_bert.corpus.corpus_io import read_documents
 from zh_bert.corpus.tokenizer_files import load_tokenizer
@@ -57,7 +57,7 @@ def vocab_report(tokdir: str | Path, texts: list[str], top_unk: int = 10) -> dic
     tokdir = Path(tokdir)
     tok = load_tokenizer(tokdir)
     meta_path = tokdir / "zh_bert_vocab.json"
-    meta = read_json(meta_path) if meta_path.is_file() else {}
+    meta = read_object(meta_path).data if meta_path.is_file() else {}
     unk_id = tok.unk_token_id
     n_tokens = n_unk = n_chars = n_unk_chars = 0
     chars: collections.Counter = collections.Counter()
