@@ -78,6 +78,21 @@ def _no_constant(name: str):
     raise ValueError(f"{name} is not a JSON number")
 
 
+#: built once: `json.loads` with a hook builds a decoder at every call (+1.4 µs a line, ~70% of parsing a corpus line)
+_LINE_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+
+
+def parse_json_line(line: str, path: str | os.PathLike, lineno: int) -> Any:
+    """One line of a JSON-lines corpus (millions of them: as fast as `json.loads`), NaN/Infinity refused like
+    `parse_json`; one line `path:lineno: not JSON (what at column N)` when it is not JSON."""
+    try:
+        return _LINE_DECODER.decode(line)
+    except json.JSONDecodeError as e:
+        raise ZhBertError(f"{path}:{lineno}: not JSON ({e.msg} at column {e.colno})") from None
+    except ValueError as e:
+        raise ZhBertError(f"{path}:{lineno}: not JSON ({e})") from None
+
+
 def json_copy(obj: Any) -> Any:
     """`obj` as a JSON reader would give it back (tuples as lists, keys as strings): what a saved copy compares
     equal to."""
