@@ -140,26 +140,32 @@ def _doc(*qas, context="北京举行"):
     return {"version": "v1.0", "data": [{"paragraphs": good}, {"paragraphs": [{"context": context, "qas": list(qas)}]}]}
 
 
+Q = r"data\[1\]\.paragraphs\[0\]\.qas"        # the paragraph that `_doc` fills, 3rd in the file
 BAD = [
     ("{not json", r"bad\.json:1: not valid JSON"),
-    ([1, 2], r"bad\.json: no 'data' list"),
-    ({"version": "v1.0"}, r"bad\.json: no 'data' list"),
-    ({"data": [{"title": "x"}]}, r"bad\.json: article 1: missing 'paragraphs'"),
-    ({"data": [{"paragraphs": [{"qas": []}]}]}, r"bad\.json: paragraph 1: missing 'context'"),
-    (_doc(_qa(), context="  "), r"bad\.json: paragraph 3: empty context"),
-    (_doc({"question": "哪里", "answers": []}), r"bad\.json: paragraph 3, question 1: missing 'id'"),
-    (_doc(_qa(), {"id": "Q2", "answers": []}), r"bad\.json: paragraph 3, question 2 \(id Q2\): missing 'question'"),
-    (_doc({"id": "Q1", "question": "哪里"}), r"paragraph 3, question 1 \(id Q1\): missing 'answers'"),
-    (_doc(_qa(answers=[])), r"paragraph 3, question 1 \(id Q1\): no answers"),
+    ([1, 2], r"bad\.json: expected a SQuAD-style object with a 'data' list, got a list"),
+    ({"version": "v1.0"}, r"bad\.json: data: missing \(expected a list\)"),
+    ({"data": [{"title": "x"}]}, r"bad\.json: data\[0\]\.paragraphs: missing"),
+    ({"data": [{"paragraphs": [{"qas": []}]}]}, r"bad\.json: data\[0\]\.paragraphs\[0\]\.context: missing"),
+    ({"data": ["x"]}, r"bad\.json: data: \[0\]: expected an object, got text"),
+    (_doc(_qa(), context="  "), r"bad\.json: data\[1\]\.paragraphs\[0\]\.context: empty context"),
+    (_doc(_qa(), context=7), r"data\[1\]\.paragraphs\[0\]\.context: expected text, got a number 7"),
+    (_doc({"question": "哪里", "answers": []}), rf"bad\.json: {Q}\[0\]\.id: missing"),
+    (_doc({"id": 12, "question": "哪里", "answers": []}), rf"{Q}\[0\]\.id: expected text, got a number 12"),
+    (_doc(_qa(), {"id": "Q2", "answers": []}), rf"bad\.json: {Q}\[1\]\.question: missing"),
+    (_doc({"id": "Q1", "question": "哪里"}), rf"{Q}\[0\]\.answers: missing"),
+    (_doc(_qa(answers=[])), rf"{Q}\[0\]\.answers: no answers"),
     (_doc(_qa(answers=[{"text": "北京", "answer_start": 4}])),
-     r"paragraph 3, question 1 \(id Q1\), answer 1: answer_start 4 beyond the context \(4 characters\)"),
-    (_doc(_qa(answers=[{"text": "北京", "answer_start": -2}])), r"answer 1: answer_start -2 is negative"),
-    (_doc(_qa(answers=[{"text": "北京", "answer_start": "0"}])), r"answer 1: 'answer_start' is str, expected int"),
-    (_doc(_qa(answers=[{"answer_start": 0}])), r"answer 1: missing 'text'"),
-    (_doc(_qa(answers=[{"text": " ", "answer_start": 0}])), r"answer 1: empty answer text"),
-    (_doc(_qa("G1")), r"paragraph 3, question 1 \(id G1\): id repeated from .*paragraph 1, question 1"),
+     rf"{Q}\[0\]\.answers\[0\]\.answer_start: 4 beyond the context \(4 characters\)"),
+    (_doc(_qa(answers=[{"text": "北京", "answer_start": -2}])),
+     r"answers\[0\]\.answer_start: expected an integer ≥ -1, got -2"),
+    (_doc(_qa(answers=[{"text": "北京", "answer_start": "0"}])),
+     r"answers\[0\]\.answer_start: expected an integer ≥ -1, got text '0'"),
+    (_doc(_qa(answers=[{"text": "北京", "answer_start": 1.5}])), r"answer_start: expected an integer ≥ -1, got a number"),
+    (_doc(_qa(answers=[{"answer_start": 0}])), r"answers\[0\]\.text: missing"),
+    (_doc(_qa(answers=[{"text": " ", "answer_start": 0}])), r"answers\[0\]\.text: empty answer text"),
+    (_doc(_qa("G1")), rf"{Q}\[0\]\.id: 'G1' repeated from data\[0\]\.paragraphs\[0\]\.qas\[0\]"),
 ]
-
 
 @pytest.mark.parametrize("doc, message", BAD, ids=[m for _, m in BAD])
 def test_bad_files_give_one_line(tmp_path, doc, message):

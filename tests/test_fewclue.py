@@ -7,6 +7,7 @@ import pytest
 
 from zh_bert import cli
 from zh_bert.core.errors import ZhBertError
+from zh_bert.core.fileio import Record
 from zh_bert.evaluation.fewclue import (FEWCLUE_TASKS, PUBLISHED, SCORE_TASKS, PAIRS, _wsc_text, check_task_names,
                                         fewclue_score, load_fewclue)
 
@@ -44,9 +45,9 @@ def test_the_score_is_the_published_formula():
 def test_cluewsc_marks_both_spans():
     row = {"text": "小明对小红说他饿了。", "target": {"span1_index": 0, "span1_text": "小明", "span2_index": 6,
                                                    "span2_text": "他"}}
-    assert _wsc_text(row) == "_小明_对小红说[他]饿了。"
-    with pytest.raises(ZhBertError, match="is not at index"):
-        _wsc_text({**row, "target": {**row["target"], "span2_index": 5}})
+    assert _wsc_text(Record.of(row, "wsc.json:1")) == "_小明_对小红说[他]饿了。"
+    with pytest.raises(ZhBertError, match=r"wsc.json:1: target.span2_index: span '他' is not at index 5"):
+        _wsc_text(Record.of({**row, "target": {**row["target"], "span2_index": 5}}, "wsc.json:1"))
 
 
 def test_bad_task_names_are_one_line():

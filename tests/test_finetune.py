@@ -96,14 +96,19 @@ def test_tsv_pairs_and_explicit_columns(tmp_path):
         read_tsv(path, "label,txt")
 
 
-def test_chnsenticorp_duplicates_dropped_from_train():
+def test_chnsenticorp_duplicates_dropped_from_train_and_test_texts_from_dev():
+    """Test stays as published; dev loses the 39 reviews test holds (nothing chosen on the reported split),
+    train its repeats and every review of dev or test (nothing trained on a held-out one)."""
     task = load_task("chnsenticorp")
     held = {e.text_a for e in task.dev + task.test}
-    assert len(task.dev) == 1200 and len(task.test) == 1200 and task.labels == ["0", "1"]
+    assert len(task.dev) == 1161 and len(task.test) == 1200 and task.labels == ["0", "1"]
+    assert not {e.text_a for e in task.dev} & {e.text_a for e in task.test}
     assert not any(e.text_a in held for e in task.train)
-    assert len({e.text_a for e in task.train}) == len(task.train)
-    assert 7000 < len(task.train) < 9600
-    assert any("dropped" in n for n in task.notes) and any("dev and test share" in n for n in task.notes)
+    assert len({e.text_a for e in task.train}) == len(task.train) == 7589
+    assert task.notes[0].startswith("dev: dropped 39 examples whose text is also in test (1,161 left)")
+    assert task.notes[1] == "train: dropped 1324 repeated examples and 687 whose text is also in dev/test (7589 left)"
+    assert task.roles == {"trains": str(CHNSENTI / "train.tsv"), "chooses": str(CHNSENTI / "dev.tsv"),
+                          "reports": str(CHNSENTI / "test.tsv")}
 
 
 def test_tnews_and_unknown_task():

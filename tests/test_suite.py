@@ -83,10 +83,10 @@ def test_chid_is_pet_under_finetune(monkeypatch):
 def test_official_prediction_formats_round_trip():
     """FewCLUE submissions hold the official label field (TNEWS: the code, not the name); gold in, gold out."""
     for name, field in (("tnews", "label_desc"), ("cluewsc", "label"), ("eprstmt", "label")):
-        rows = public_records(name)
+        rows, key = public_records(name)
         lines = official_predictions(name, [r[field] for r in rows])
         assert [x["label"] for x in lines] == [r["label"] for r in rows]
-        assert [x["id"] for x in lines] == [r.get("id", r.get("idx")) for r in rows]
+        assert [x["id"] for x in lines] == [r[key] for r in rows] and key == ("idx" if name == "cluewsc" else "id")
     with pytest.raises(ZhBertError, match="3 predictions for 610 test records"):
         official_predictions("eprstmt", ["Positive"] * 3)
 
@@ -238,4 +238,4 @@ def test_every_fewclue_task_trains_and_scores_on_its_real_files(tiny_model_dir, 
     r = suite.run_task(tiny_model_dir, name, SuiteArgs(only=[name], splits=1, lrs=[1e-3]), cfg, log=lambda m: None)
     assert 0 <= r["test_acc"] <= 1 and 0 <= r["dev_acc"] <= 1 and r["runs"] == 1
     preds = r["per_pair"][0]["test_predictions"]
-    assert len(official_predictions(name, preds)) == len(public_records(name))
+    assert len(official_predictions(name, preds)) == len(public_records(name)[0])

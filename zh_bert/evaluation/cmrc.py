@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zh_bert.core.errors import ZhBertError
-from zh_bert.core.fileio import read_json
+from zh_bert.core.fileio import Record, read_object
 
 # The official list, in its order. '……' is two characters, so the char-by-char test never matches it and a
 # lone '…' is kept, as in the official script.
@@ -50,74 +50,53 @@ class SpanExample:
 
 # --------------------------------------------------------------------------- loading
 
-def _squad_field(obj: object, key: str, kind: type, where: str) -> object:
-    """obj[key] of type `kind`, or a one-line error naming the place."""
-    if not isinstance(obj, dict) or key not in obj:
-        raise ZhBertError(f"{where}: missing '{key}'")
-    value = obj[key]
-    if not isinstance(value, kind) or isinstance(value, bool):
-        raise ZhBertError(f"{where}: '{key}' is {type(value).__name__}, expected {kind.__name__}")
-    return value
+MAX_CONTEXT = 1_000_000     # characters of one context (CMRC's longest is under 1,000; DRCD's under 2,000)
 
 
-def _answers(qa: dict, context: str, where: str) -> list[tuple[str, int]]:
-    answers = _squad_field(qa, "answers", list, where)
+def _answers(qa: Record, context: str) -> list[tuple[str, int]]:
+    answers = qa.records("answers")
     if not answers:
-        raise ZhBertError(f"{where}: no answers (nothing to score against)")
+        raise qa.error("answers", "no answers (nothing to score against)")
     out = []
-    for k, ans in enumerate(answers, 1):
-        at = f"{where}, answer {k}"
-        text, start = _squad_field(ans, "text", str, at), _squad_field(ans, "answer_start", int, at)
+    for ans in answers:
+        text, start = ans.text("text", max_len=MAX_CONTEXT), ans.integer("answer_start", lo=-1)
         if not text.strip():
-            raise ZhBertError(f"{at}: empty answer text")
-        if start < -1:
-            raise ZhBertError(f"{at}: answer_start {start} is negative (-1 alone marks a non-span answer)")
+            raise ans.error("text", "empty answer text")
         if start >= len(context):
-            raise ZhBertError(f"{at}: answer_start {start} beyond the context ({len(context)} characters)")
+            raise ans.error("answer_start", f"{start} beyond the context ({len(context)} characters)")
         out.append((text, start))
     return out
 
 
-def _paragraph(para: object, where: str, seen: dict[str, str]) -> list[SpanExample]:
-    context = _squad_field(para, "context", str, where)
+def _paragraph(para: Record, seen: dict[str, str]) -> list[SpanExample]:
+    context = para.text("context", max_len=MAX_CONTEXT)
     if not context.strip():
-        raise ZhBertError(f"{where}: empty context")
-    qas = _squad_field(para, "qas", list, where)
+        raise para.error("context", "empty context")
     out = []
-    for q, qa in enumerate(qas, 1):
-        at = f"{where}, question {q}"
-        qid = _squad_field(qa, "id", str, at).strip()     # the official script strips ids before matching
+    for qa in para.records("qas"):
+        qid = qa.text("id").strip()     # the official script strips ids before matching
         if not qid:
-            raise ZhBertError(f"{at}: empty id")
-        at = f"{at} (id {qid})"
+            raise qa.error("id", "empty id")
         if qid in seen:
-            raise ZhBertError(f"{at}: id repeated from {seen[qid]}")
-        seen[qid] = at
-        question = _squad_field(qa, "question", str, at)     # may be empty, as two official trial ones are
-        out.append(SpanExample(qid, context, question, _answers(qa, context, at)))
+            raise qa.error("id", f"{qid!r} repeated from {seen[qid]}")
+        seen[qid] = qa.path
+        question = qa.text("question", max_len=MAX_CONTEXT)    # may be empty, as two official trial ones are
+        out.append(SpanExample(qid, context, question, _answers(qa, context)))
     return out
 
 
 def load_squad(path: str | Path) -> list[SpanExample]:
-    """The questions of a SQuAD-v1-style file (CMRC 2018, DRCD...), in file order.
-
-    Anything that makes a question unusable is a one-line error naming the file and the 1-based paragraph
-    (counted through the whole file) and question; an answer_start that misses its text, and an empty
-    question, are kept (see `quirk_counts`).
-    """
+    """The questions of a SQuAD-v1-style file (CMRC 2018, DRCD...), in file order, read through the reading
+    layer: anything that makes a question unusable is one line naming the file and the field's path
+    (`data[1].paragraphs[0].qas[2].answers[0].answer_start: expected an integer ≥ -1, got text '0'`); an
+    answer_start that misses its text, and an empty question, are kept (see `quirk_counts`)."""
     path = Path(path)
-    doc = read_json(path)
-    data = doc.get("data") if isinstance(doc, dict) else None
-    if not isinstance(data, list):
-        raise ZhBertError(f"{path}: no 'data' list at the top (not a SQuAD-style file)")
+    doc = read_object(path, what="a SQuAD-style object with a 'data' list")
     out: list[SpanExample] = []
     seen: dict[str, str] = {}
-    n_para = 0
-    for a, article in enumerate(data, 1):
-        paragraphs = _squad_field(article, "paragraphs", list, f"{path}: article {a}")
-        for para in paragraphs:
-            n_para += 1
-            out += _paragraph(para, f"{path}: paragraph {n_para}", seen)
+    for article in doc.records("data"):
+        for para in article.records("paragraphs"):
+            out += _paragraph(para, seen)
     if not out:
         raise ZhBertError(f"{path}: no questions")
     return out

@@ -43,7 +43,7 @@ from zh_bert.evaluation.contamination_report import ContaminationArgs, main_cont
 from zh_bert.evaluation.eval_results import CheckpointArgs, entry, record_for_checkpoint
 from zh_bert.evaluation.finetune import FinetuneConfig
 from zh_bert.evaluation.qa import QAConfig
-from zh_bert.evaluation.suite import SuiteArgs, run_suite
+from zh_bert.evaluation.suite import SuiteArgs, check_suite_data, run_suite
 from zh_bert.evaluation.suite_report import (
     claim_outputs,
     report_lines,
@@ -239,13 +239,14 @@ def _main_suite(ckpt: str, args: argparse.Namespace) -> tuple[dict, list[dict]]:
     suite, cfg, qa = (config_from_args(c, args) for c in (SuiteArgs, FinetuneConfig, QAConfig))
     if not suite.lrs and cfg.lr != FinetuneConfig.lr:     # `--lr X` alone: a grid of one rate
         suite = dataclasses.replace(suite, lrs=[cfg.lr])
+    data = check_suite_data(suite)      # every file read and its roles kept apart before a model is resolved
     model = local_model(ckpt, log=lambda m: print(m, flush=True))
     run_dir = find_run_dir(model)
     report = suite.report or (str(Path(run_dir) / "suite") if run_dir else None)
     claim_outputs(suite.predictions, report)          # before any training: never a user's folder
     hf_logging.set_verbosity_error()  # "newly initialised classifier" warnings are expected here
     hf_logging.disable_progress_bar()
-    res = run_suite(model, suite, cfg, qa, log=lambda m: print(m, flush=True))
+    res = run_suite(model, suite, cfg, qa, log=lambda m: print(m, flush=True), data=data)
     print("\n".join(report_lines(res)), flush=True)
     if suite.predictions:
         files = write_predictions(res, suite.predictions)

@@ -89,7 +89,8 @@ class FinetuneConfig:
 @dataclass
 class FinetuneJob:
     """What to fine-tune on, and with which seeds."""
-    task: str = option(help="chnsenticorp | tnews | tsv:TRAIN,DEV[,TEST]")
+    task: str = option(help="chnsenticorp | tnews | tsv:TRAIN,DEV[,TEST] (TRAIN trains, DEV chooses the best state, "
+                            "TEST reports; no text of a later one is trained or chosen on)")
     columns: Optional[str] = option(None, help="TSV columns, e.g. label,text or text,label or label,text_a,text_b "
                                                "(default: detected from the header or the values)")
     seed: int = option_of(Shared, "seed", help="first seed")
@@ -414,7 +415,7 @@ def run(ckpt: str | Path, task: TaskData, cfg: FinetuneConfig, seeds: list[int],
     return {"task": task.name, "checkpoint": str(ckpt_dir), "init": "random" if cfg.random_init else "pretrained",
             "seeds": seeds, **summarize(runs), "majority_dev_acc": gold.count(majority) / len(gold),
             "n_train": min(len(task.train), cfg.max_train or len(task.train)), "n_dev": len(task.dev),
-            "n_test": len(task.test) if task.test else 0, "config": asdict(cfg),
+            "n_test": len(task.test) if task.test else 0, "splits": task.roles, "config": asdict(cfg),
             "per_seed": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()} for r in runs]}
 
 

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from zh_bert.core.errors import ZhBertError, suggest
-from zh_bert.core.fileio import read_json
+from zh_bert.core.fileio import read_object
 from zh_bert.core.hardware import resolve_precision
 from zh_bert.corpus.tokenizer_files import load_tokenizer
 from zh_bert.evaluation.cloze import (  # _text_ids: the one tokenization of a blank's context
@@ -48,8 +48,9 @@ from zh_bert.evaluation.cloze import (  # _text_ids: the one tokenization of a b
     read_cloze,
     sparse_head,
 )
-from zh_bert.evaluation.fewclue import PAIRS, TEST, load_fewclue
+from zh_bert.evaluation.fewclue import load_fewclue, split_names
 from zh_bert.evaluation.finetune import FinetuneConfig, macro_f1, summarize, train_subset
+from zh_bert.evaluation.splits import keep_apart
 from zh_bert.evaluation.step import optimizer_step, precision_autocast, stepping
 from zh_bert.evaluation.tasks import Example, TaskData, task_data_dir
 from zh_bert.train.rundir import masked_lm_dir
@@ -155,11 +156,12 @@ def pattern_items(name: str, examples: list[Example], labels: list[str]) -> list
 
 def load_chid(k: int) -> tuple[list[ClozeItem], list[ClozeItem], list[ClozeItem]]:
     """CHID's (train_k, dev_k, test_public) as cloze items: the content with its #idiom# blank, the seven
-    candidate idioms, the answer."""
-    if not 0 <= k < PAIRS:
-        raise ZhBertError(f"FewCLUE split {k}: the pairs are 0..{PAIRS - 1}")
+    candidate idioms, the answer; kept apart as every FewCLUE task is (`splits.keep_apart`, on the passage)."""
     folder = task_data_dir("fewclue/chid")
-    train, dev, test = (read_cloze(folder / f"{s}.json") for s in (f"train_{k}", f"dev_{k}", TEST))
+    files = [folder / f"{s}.json" for s in split_names(k)]
+    train, dev, test = (read_cloze(f) for f in files)
+    train, dev, _ = keep_apart("fewclue-chid", (train, dev, test), files, lambda it: (it.prefix, it.suffix),
+                               drop_repeats=False)
     return train, dev, test
 
 
@@ -203,7 +205,8 @@ def check_mlm_head(ckpt) -> Path:
     from transformers import AutoModelForMaskedLM
 
     ckpt_dir = masked_lm_dir(ckpt)
-    archs = read_json(Path(ckpt_dir) / "config.json", default={}).get("architectures") or []
+    config = read_object(Path(ckpt_dir) / "config.json", default=None)
+    archs = config.texts("architectures", default=[]) if config is not None else []
     if archs and not any(a.endswith(MLM_ARCHITECTURES) for a in archs):
         raise ZhBertError(f"{ckpt_dir}: a {archs[0]} has no masked-LM head; prompt scoring needs a pretrained "
                           f"masked LM (a pretrain run or its final/), not a fine-tuned model")

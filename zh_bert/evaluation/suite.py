@@ -30,10 +30,11 @@ from zh_bert.core.errors import ZhBertError
 from zh_bert.core.options import Shared
 from zh_bert.evaluation.cmrc import load_squad
 from zh_bert.evaluation.fewclue import (MULTIPLE_CHOICE, PAIRS, SCORE_TASKS, TEST, check_task_names,
-                                        fewclue_score, load_fewclue, task_files)
+                                        fewclue_score, load_fewclue, public_records, task_files)
 from zh_bert.evaluation.finetune import FinetuneConfig, FinetuneJob, mean_std, run
-from zh_bert.evaluation.prompts import run_prompt_task
+from zh_bert.evaluation.prompts import prompt_data, run_prompt_task
 from zh_bert.evaluation.qa import QAConfig, run_cmrc
+from zh_bert.evaluation.splits import refuse_shared_spans
 from zh_bert.evaluation.step import no_tick
 from zh_bert.evaluation.tasks import task_data_dir
 
@@ -228,12 +229,36 @@ def run_task(ckpt, name: str, args: SuiteArgs, cfg: FinetuneConfig, log=print) -
 # --------------------------------------------------------------------------- CMRC 2018
 
 def cmrc_data(args: SuiteArgs) -> dict:
-    """The CMRC 2018 files the suite trains and scores on, read (and checked) once, before any training."""
+    """The CMRC 2018 files the suite trains and scores on, read (and checked) once, before any training: the
+    train file (or trial) shares no question id and no context with dev, the split it is reported on."""
     root = task_data_dir("cmrc2018")
     train_path = cmrc_train_file(args.cmrc_train) if args.cmrc_train else root / "cmrc2018_trial.json"
     dev_path = root / "cmrc2018_dev.json"
-    return {"train": load_squad(train_path), "dev": load_squad(dev_path), "train_file": train_path.name,
+    train, dev = load_squad(train_path), load_squad(dev_path)
+    refuse_shared_spans(train, f"--cmrc-train {train_path}" if args.cmrc_train else f"the trial file {train_path}",
+                        dev, str(dev_path))
+    return {"train": train, "dev": dev, "train_file": train_path.name,
             "trained_on": "train" if args.cmrc_train else "trial", "data_sha256": sha256_of([train_path, dev_path])}
+
+
+def check_fewclue(args: SuiteArgs) -> None:
+    """Every FewCLUE file the suite will read, read and checked before any model is loaded: each pair's
+    splits in the form its method reads them (fields, label words, roles kept apart) and every test_public
+    record's id and official label (what the prediction files write after all training)."""
+    for name in args.only:
+        method = _method_for(name, args.method)
+        read = load_fewclue if method == "finetune" else prompt_data
+        for k in range(1 if method == "zero-shot" else args.splits):
+            read(name, k)
+        public_records(name)
+
+
+def check_suite_data(args: SuiteArgs) -> dict:
+    """What `run_suite` reads, checked in one pass before any model is loaded: {"cmrc2018": cmrc_data} when
+    CMRC 2018 is asked for."""
+    if "fewclue" in args.suites:
+        check_fewclue(args)
+    return {"cmrc2018": cmrc_data(args)} if "cmrc2018" in args.suites else {}
 
 
 def run_cmrc_suite(ckpt, args: SuiteArgs, cfg: FinetuneConfig, qa: QAConfig, data: dict, log=print) -> dict:
@@ -252,9 +277,12 @@ def run_cmrc_suite(ckpt, args: SuiteArgs, cfg: FinetuneConfig, qa: QAConfig, dat
 
 # --------------------------------------------------------------------------- the suite
 
-def run_suite(ckpt, args: SuiteArgs, cfg: FinetuneConfig, qa: QAConfig | None = None, log=print) -> dict:
-    """Every asked suite, pretrained and (with --baselines) from random weights."""
+def run_suite(ckpt, args: SuiteArgs, cfg: FinetuneConfig, qa: QAConfig | None = None, log=print,
+              data: dict | None = None) -> dict:
+    """Every asked suite, pretrained and (with --baselines) from random weights; `data`: what
+    `check_suite_data` returned, when the caller checked the files before resolving the model."""
     qa = qa or QAConfig()
+    data = check_suite_data(args) if data is None else data     # a bad file is one line before any training
     t0 = time.perf_counter()
     out = {"suites": list(args.suites), "protocols": {s: PROTOCOLS[s] for s in args.suites},
            "method": args.method, "reported_split": {"fewclue": TEST, "cmrc2018": "dev"}, "checkpoint": str(ckpt),
@@ -262,7 +290,7 @@ def run_suite(ckpt, args: SuiteArgs, cfg: FinetuneConfig, qa: QAConfig | None = 
            "qa_config": dataclasses.asdict(qa), "pretrained": {}, "random_init": {}}
     inits = [("pretrained", cfg)] + ([("random_init", dataclasses.replace(cfg, random_init=True))]
                                      if args.baselines else [])
-    cmrc = cmrc_data(args) if "cmrc2018" in args.suites else None   # a bad file is one line before any training
+    cmrc = data.get("cmrc2018")
     out["wall_s_by_init"] = {}
     for key, c in inits:
         t_init = time.perf_counter()

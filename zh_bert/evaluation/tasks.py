@@ -5,9 +5,11 @@ wheel: ChnSentiCorp is research-use only and TNEWS has no published licence, so 
 inside the package. `ZH_BERT_TASK_DATA=DIR` (a folder holding `chnsenticorp/`, `tnews/`) points elsewhere.
 
 ChnSentiCorp's ERNIE/HFL split has exact duplicate reviews inside train (1,351) and across splits
-(335 train∩dev, 330 train∩test, 39 dev∩test). We keep dev and test as published (so figures stay comparable
-with papers), and drop from train its internal repeats and every text that also occurs in dev or test, so
-that no test sentence is trained on. The counts are reported in `TaskData.notes`.
+(335 train∩dev, 330 train∩test, 39 dev∩test). We keep test as published (so figures stay comparable with
+papers), drop from dev the 39 texts of test (nothing is chosen on the split it is reported on) and from train
+its internal repeats and every text that also occurs in dev or test, so that no held-out sentence is trained
+on (`splits.keep_apart`: the same rule for a user's TSV files). The counts are reported in `TaskData.notes`, and
+`TaskData.roles` names the file that trains, chooses and reports.
 """
 
 from __future__ import annotations
@@ -16,14 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from zh_bert.core.errors import ZhBertError, suggest
-from zh_bert.core.fileio import read_text
+from zh_bert.core.fileio import Record, read_text
 from zh_bert.corpus.benchmark_text import task_data_dir
 from zh_bert.corpus.corpus_io import read_jsonl
+from zh_bert.evaluation.splits import keep_apart, roles_of
 
 TASKS = ("chnsenticorp", "tnews")
 LABEL_NAMES = ("label", "labels", "y", "class", "category", "sentiment", "target")
 TEXT_NAMES = ("text", "text_a", "sentence", "sentence1", "review", "content", "query", "title", "text1")
 TEXT_B_NAMES = ("text_b", "sentence2", "text2", "pair")
+MAX_TEXT = 100_000      # characters of one text field read from a task file
 
 
 @dataclass
@@ -42,6 +46,7 @@ class TaskData:
     labels: list[str]                      # sorted label names; the class index is the position here
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)   # legal but probably not what the user meant
+    roles: dict[str, str] = field(default_factory=dict)  # the file that trains, chooses, reports (splits.ROLES)
 
     @property
     def pair(self) -> bool:
@@ -143,54 +148,44 @@ def read_tsv(path: str | Path, columns: str | None = None) -> list[Example]:
 def _read_examples(path: Path, text_key: str, label_key: str) -> list[Example]:
     out = []
     for where, obj in read_jsonl(path):
-        try:
-            out.append(Example(str(obj[text_key]).strip(), str(obj[label_key])))
-        except (KeyError, TypeError) as e:
-            raise ZhBertError(f"{where}: bad record ({type(e).__name__}: {e})") from None
+        rec = Record.of(obj, where)
+        out.append(Example(rec.text(text_key, max_len=MAX_TEXT).strip(), label_of(rec, label_key)))
     return out
 
 
-def drop_leaked_duplicates(train: list[Example], *held_out: list[Example]) -> tuple[list[Example], int, int]:
-    """Train without repeats and without texts that occur in any held-out split: (train, n_repeat, n_leaked)."""
-    held = {(e.text_a, e.text_b) for split in held_out for e in split}
-    seen, out, n_rep, n_leak = set(), [], 0, 0
-    for e in train:
-        key = (e.text_a, e.text_b)
-        if key in held:
-            n_leak += 1
-        elif key in seen:
-            n_rep += 1
-        else:
-            seen.add(key)
-            out.append(e)
-    return out, n_rep, n_leak
+def label_of(rec: Record, key: str) -> str:
+    """A label field read from a task file: text or an integer code (TNEWS's `label`), as text."""
+    value = rec.raw(key)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(rec.integer(key))
+    label = rec.text(key, max_len=1000)
+    if not label.strip():
+        raise rec.error(key, "an empty label")
+    return label
+
+
+def _pair_key(e: Example) -> tuple[str, str | None]:
+    return (e.text_a, e.text_b)
 
 
 def _finish(name, train, dev, test, sources) -> TaskData:
-    """The task with train cleaned of leaks; `sources` names the file of each split for error lines.
+    """The task with its roles kept apart (`splits.keep_apart`); `sources` names the file of each split.
 
     Errors (the figures would mean nothing): an empty split, or a train split with fewer than two classes
     (a constant predictor scores the majority share on dev and reports it as learned). A warning (legal,
     e.g. a few-shot split): dev/test labels never seen in train, which the model can only get wrong."""
-    notes: list[str] = []
     for split, examples, where in zip(("train", "dev", "test"), (train, dev, test), sources):
         if examples is not None and not examples:
             raise ZhBertError(f"{where}: the {split} split of task {name} has no examples")
-    train, n_rep, n_leak = drop_leaked_duplicates(train, dev, *([test] if test else []))
-    if n_rep or n_leak:
-        notes.append(f"train: dropped {n_rep} repeated examples and {n_leak} whose text is also in dev/test "
-                     f"({len(train)} left)")
+    files = list(sources) + [None] * (3 - len(sources))
+    train, dev, notes = keep_apart(name, (train, dev, test), files, _pair_key)
+    if test is None:
+        notes.append("no test file: the dev figure is reported on the split the best state was chosen on "
+                     "(optimistic); give tsv:TRAIN,DEV,TEST for a held-out figure")
     classes = sorted({e.label for e in train})
-    if not train:
-        raise ZhBertError(f"{sources[0]}: the train split of task {name} has no examples left after dropping "
-                          f"{n_rep} repeated and {n_leak} also in dev/test")
     if len(classes) < 2:
         raise ZhBertError(f"{sources[0]}: the train split of task {name} holds only one class ({classes[0]!r}); "
                           f"a classifier needs at least two")
-    if test:
-        overlap = len({e.text_a for e in dev} & {e.text_a for e in test})
-        if overlap:
-            notes.append(f"dev and test share {overlap} texts (kept: both splits are used as published)")
     labels = sorted({e.label for split in (train, dev, test or []) for e in split},
                     key=lambda s: (not s.lstrip("-").isdigit(), int(s) if s.lstrip("-").isdigit() else 0, s))
     warnings = []
@@ -200,7 +195,7 @@ def _finish(name, train, dev, test, sources) -> TaskData:
             n = sum(e.label in unseen for e in examples)
             warnings.append(f"{split} labels never seen in train: {sorted(unseen)} ({n} of {len(examples)} "
                             f"{split} examples, which the model can only get wrong)")
-    return TaskData(name, train, dev, test, labels, notes, warnings)
+    return TaskData(name, train, dev, test, labels, notes, warnings, roles_of(files))
 
 
 def load_task(spec: str, columns: str | None = None) -> TaskData:
