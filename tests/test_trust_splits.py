@@ -149,7 +149,7 @@ FEWCLUE_BAD = {
                             "train_1.json:4: label: expected text"),
     "cluewsc span index": ("cluewsc", "dev_0.json", 2, lambda r: r["target"].update(span1_index="3"), [],
                            "dev_0.json:2: target.span1_index: expected an integer ≥ 0, got text '3'"),
-    "chid answer": ("chid", "train_0.json", 6, lambda r: r.update(answer=9), [], "train_0.json:6: answer index 9"),
+    "chid answer": ("chid", "train_0.json", 6, lambda r: r.update(answer=9), [], "train_0.json:6: answer: index 9 is out of range for 7 candidates"),
 }
 
 

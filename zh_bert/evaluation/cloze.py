@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zh_bert.core.errors import ZhBertError
+from zh_bert.core.fileio import Record
 from zh_bert.corpus.corpus_io import read_jsonl
 from zh_bert.corpus.tokenizer_files import load_tokenizer
 from zh_bert.train.arch import of_config
@@ -74,6 +75,7 @@ def model_batch(model, input_ids, attention_mask) -> dict:
 # --------------------------------------------------------------------------- eval cloze
 
 BLANK = re.compile(r"#idiom\d*#")
+MAX_ITEM_TEXT = 100_000     # characters of one cloze item's passage (CHID's are under 200)
 
 
 @dataclass
@@ -86,42 +88,47 @@ class ClozeItem:
 
 
 def _item(obj, where: str, mask_token: str) -> ClozeItem:
-    if not isinstance(obj, dict):
-        raise ZhBertError(f"{where}: expected a JSON object")
-    cands = obj.get("candidates")
-    if cands is not None and (not isinstance(cands, list) or not cands or not all(isinstance(c, str) and c for c in cands)):
-        raise ZhBertError(f"{where}: 'candidates' must be a non-empty list of strings")
-    if "content" in obj:                      # ChID style: "...#idiom#..." + candidates + answer
-        text = obj["content"]
-        if not isinstance(text, str):
-            raise ZhBertError(f"{where}: 'content' must be a string with one #idiom# blank")
+    """One cloze line, its fields asked for by type through `Record`: a wrong one is `file:line: field: ...`."""
+    rec = Record.of(obj, where)
+    cands = rec.texts("candidates", default=None)
+    if cands is not None and (not cands or not all(cands)):
+        raise rec.error("candidates", "must be a non-empty list of non-empty strings")
+    if "content" in rec:                      # ChID style: "...#idiom#..." + candidates + answer
+        text = rec.text("content", max_len=MAX_ITEM_TEXT)
         blanks = BLANK.findall(text)
         if len(blanks) != 1:
-            raise ZhBertError(f"{where}: 'content' must contain exactly one #idiom# blank, found {len(blanks)}")
+            raise rec.error("content", f"must contain exactly one #idiom# blank, found {len(blanks)}")
         if not cands:
-            raise ZhBertError(f"{where}: a #idiom# item needs 'candidates'")
+            raise rec.error("candidates", "missing: a #idiom# item needs them")
         prefix, suffix = BLANK.split(text)
-    elif "text" in obj:                       # plain: "...[MASK]..." + answer (+ candidates)
-        text = obj["text"]
-        runs = list(re.finditer(rf"(?:{re.escape(mask_token)})+", text if isinstance(text, str) else ""))
+    elif "text" in rec:                       # plain: "...[MASK]..." + answer (+ candidates)
+        text = rec.text("text", max_len=MAX_ITEM_TEXT)
+        runs = list(re.finditer(rf"(?:{re.escape(mask_token)})+", text))
         if len(runs) != 1:
-            raise ZhBertError(f"{where}: 'text' must contain exactly one {mask_token} blank (a run of "
-                              f"{mask_token}), found {len(runs)}")
+            raise rec.error("text", f"must contain exactly one {mask_token} blank (a run of {mask_token}), "
+                                    f"found {len(runs)}")
         prefix, suffix = text[:runs[0].start()], text[runs[0].end():]
     else:
         raise ZhBertError(f"{where}: expected 'content' (with #idiom#) or 'text' (with [MASK])")
-    ans = obj.get("answer")
+    return ClozeItem(where, prefix, suffix, cands, _answer(rec, cands))
+
+
+def _answer(rec: Record, cands: list[str] | None) -> str:
+    """The answer's text: a candidate index (checked in range) or the text itself (among the candidates)."""
+    ans = rec.raw("answer")
     if isinstance(ans, bool) or ans is None:
-        raise ZhBertError(f"{where}: missing 'answer' (a candidate index or the answer text)")
-    if isinstance(ans, int):
-        if not cands or not 0 <= ans < len(cands):
-            raise ZhBertError(f"{where}: answer index {ans} is out of range for {len(cands or [])} candidates")
-        ans = cands[ans]
-    elif not isinstance(ans, str) or not ans:
-        raise ZhBertError(f"{where}: 'answer' must be a candidate index or a non-empty string")
-    elif cands and ans not in cands:
-        raise ZhBertError(f"{where}: answer '{ans}' is not among the candidates")
-    return ClozeItem(where, prefix, suffix, cands, ans)
+        raise rec.error("answer", "missing (a candidate index or the answer text)")
+    if isinstance(ans, (int, float)):
+        index = rec.integer("answer")
+        if not cands or not 0 <= index < len(cands):
+            raise rec.error("answer", f"index {index} is out of range for {len(cands or [])} candidates")
+        return cands[index]
+    ans = rec.text("answer", max_len=MAX_ITEM_TEXT)
+    if not ans:
+        raise rec.error("answer", "must be a candidate index or a non-empty string")
+    if cands and ans not in cands:
+        raise rec.error("answer", f"{ans!r} is not among the candidates")
+    return ans
 
 
 def read_cloze(path: str | Path, mask_token: str = "[MASK]") -> list[ClozeItem]:
