@@ -1,8 +1,17 @@
-"""A planted board.json dict (schema zh-bert-board/1) for the page and server tests: one verified row, one
-self-reported, one mismatch and one whose name and licence are markup (a script tag, an attribute break-out)
-that must show as text."""
+"""Board test helpers: runs and verification records planted with chosen figures (`planted_run`, `record_for`,
+`suite_claims`), `build` (the CLI, its exit code and output), and a planted board.json dict (schema
+zh-bert-board/1) for the page and server tests: one verified row, one self-reported, one mismatch and one whose
+name and licence are markup (a script tag, an attribute break-out) that must show as text."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from _hub_helpers import make_run_dir
+from zh_bert.cli import main
+from zh_bert.evaluation.eval_results import entry
+from zh_bert.evaluation.fewclue import FEWCLUE_TASKS, MULTIPLE_CHOICE
 
 SCRIPT_NAME = "<script>alert(1)</script>"
 BAD_LICENCE = '"><img src=x onerror=alert(1)>'
@@ -59,3 +68,40 @@ def planted_board() -> dict:
             "protocols": {"fewclue": "fewclue-v2", "cmrc2018": "cmrc2018-v1"}, "tolerance": 0.5,
             "reference_text": {"name": "corpora/sample/zhwiki_sampled.txt", "sha256": "0" * 64, "chars": 20000},
             "columns": columns, "rows": rows}
+
+
+# ------------------------------------------------------------------------------------ planted runs
+
+TASKS = (*FEWCLUE_TASKS, *MULTIPLE_CHOICE)
+
+
+def suite_claims(accuracy: dict[str, float], em_f1=(10.0, 20.0)) -> list[dict]:
+    """eval_results entries shaped as `eval suite` writes them."""
+    details = {"protocol": "fewclue-v2", "split": "test_public", "method": "finetune", "seeds": [42], "pairs": 5}
+    out = [entry("text-classification", f"FewCLUE {t} (fewclue-v2, finetune, 5 pairs x 1 seeds)", f"fewclue-{t}",
+                 f"FewCLUE {t}", "accuracy", "test_public accuracy", a, **details) for t, a in accuracy.items()]
+    cmrc = {"protocol": "cmrc2018-v1", "split": "dev", "seeds": [42], "trained_on": "trial"}
+    out += [entry("question-answering", "CMRC 2018", "cmrc2018", "CMRC 2018", m, f"dev {m}", v, **cmrc)
+            for m, v in zip(("exact_match", "f1"), em_f1)]
+    return out
+
+
+def record_for(model_id: str, entries: list[dict], weights: str | None = None) -> dict:
+    return {"schema": "zh-bert-verification/1", "model": {"id": model_id, "source": model_id,
+                                                          "weights_sha256": weights},
+            "zh_bert_version": "0.1.0", "protocols": {"fewclue": "fewclue-v2"}, "seeds": [42],
+            "hardware": "test machine", "wall_s": 1.0, "date": "2026-12-02", "entries": entries}
+
+
+def planted_run(root: Path, tiny_model_dir: Path, name: str, claims: list[dict]) -> Path:
+    run = make_run_dir(root / f"_{name}", tiny_model_dir).rename(root / name)
+    (run / "eval_results.json").write_text(json.dumps(claims))
+    (run / ".env").unlink()
+    (run / "wandb_key.txt").unlink()
+    return run
+
+
+def build(capsys, *args) -> tuple[int, str, str]:
+    rc = main(["leaderboard", "build", *map(str, args)])
+    out = capsys.readouterr()
+    return rc, out.out, out.err

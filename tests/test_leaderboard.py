@@ -11,45 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from _board_helpers import TASKS, build, planted_run, record_for, suite_claims
 from _hub_helpers import TOKEN, make_run_dir
 from zh_bert.cli import main
-from zh_bert.evaluation.eval_results import entry
-from zh_bert.evaluation.fewclue import FEWCLUE_TASKS, MULTIPLE_CHOICE
+from zh_bert.evaluation.fewclue import FEWCLUE_TASKS
 
-TASKS = (*FEWCLUE_TASKS, *MULTIPLE_CHOICE)
 SMALL_SUITE = ["--only", "eprstmt", "--splits", "1", "--epochs", "1", "--lr", "2e-3", "--seq-len", "64"]
-
-
-def suite_claims(accuracy: dict[str, float], em_f1=(10.0, 20.0)) -> list[dict]:
-    """eval_results entries shaped as `eval suite` writes them."""
-    details = {"protocol": "fewclue-v2", "split": "test_public", "method": "finetune", "seeds": [42], "pairs": 5}
-    out = [entry("text-classification", f"FewCLUE {t} (fewclue-v2, finetune, 5 pairs x 1 seeds)", f"fewclue-{t}",
-                 f"FewCLUE {t}", "accuracy", "test_public accuracy", a, **details) for t, a in accuracy.items()]
-    cmrc = {"protocol": "cmrc2018-v1", "split": "dev", "seeds": [42], "trained_on": "trial"}
-    out += [entry("question-answering", "CMRC 2018", "cmrc2018", "CMRC 2018", m, f"dev {m}", v, **cmrc)
-            for m, v in zip(("exact_match", "f1"), em_f1)]
-    return out
-
-
-def record_for(model_id: str, entries: list[dict], weights: str | None = None) -> dict:
-    return {"schema": "zh-bert-verification/1", "model": {"id": model_id, "source": model_id,
-                                                          "weights_sha256": weights},
-            "zh_bert_version": "0.1.0", "protocols": {"fewclue": "fewclue-v2"}, "seeds": [42],
-            "hardware": "test machine", "wall_s": 1.0, "date": "2026-12-02", "entries": entries}
-
-
-def planted_run(root: Path, tiny_model_dir: Path, name: str, claims: list[dict]) -> Path:
-    run = make_run_dir(root / f"_{name}", tiny_model_dir).rename(root / name)
-    (run / "eval_results.json").write_text(json.dumps(claims))
-    (run / ".env").unlink()
-    (run / "wandb_key.txt").unlink()
-    return run
-
-
-def build(capsys, *args) -> tuple[int, str, str]:
-    rc = main(["leaderboard", "build", *map(str, args)])
-    out = capsys.readouterr()
-    return rc, out.out, out.err
 
 
 ACC = {t: 0.40 + i / 100 for i, t in enumerate(TASKS)}
@@ -153,22 +120,23 @@ def test_build_refuses_bad_input_in_one_line(runs, tmp_path, capsys):
     assert json.loads((tmp_path / "ok" / "board.json").read_text())["rows"][0]["model"] == "agree"
 
 
-def test_a_malformed_model_index_is_named_by_its_yaml_path(tiny_model_dir, tmp_path, capsys):
+def test_a_malformed_model_index_value_is_a_note_naming_its_yaml_path(tiny_model_dir, tmp_path, capsys):
+    """A card is a stranger's: a value that is not a number is noted on the row with its YAML path, and the
+    card's other claims are still read (a local eval_results.json with such a value is refused instead:
+    tests/test_trust_board.py)."""
     folder = tmp_path / "m"
     shutil.copytree(tiny_model_dir, folder)
     (folder / "README.md").write_text(
         "---\nlicense: mit\nmodel-index:\n- name: m\n  results:\n  - task: {type: text-classification}\n"
         "    dataset: {type: fewclue-eprstmt, name: e, split: test_public}\n"
         "    metrics:\n    - {type: accuracy, value: 0.5}\n    - {type: accuracy, value: n/a}\n---\n# m\n")
-    rc, _, err = build(capsys, folder, "-o", tmp_path / "b")
-    assert rc == 2 and "model-index[0].results[0].metrics[1].value: expected a number" in err
-    (folder / "README.md").write_text("---\nlicense: mit\nmodel-index:\n- name: m\n  results:\n  - task: {}\n"
-                                      "    dataset: {type: fewclue-eprstmt, name: e, split: test_public}\n"
-                                      "    metrics:\n    - {type: accuracy, value: 0.5}\n---\n")
     rc, _, err = build(capsys, folder, "-o", tmp_path / "b", "--no-contamination")
     assert rc == 0, err
     row = json.loads((tmp_path / "b" / "board.json").read_text())["rows"][0]
     assert row["scores"]["fewclue-eprstmt"]["claimed"] == 50.0 and row["licence"] == "mit"
+    assert [n["reason"] for n in row["notes"]] == [
+        "model-index[0].results[0].metrics[1].value: expected a finite number, got str 'n/a'"]
+    assert row["notes"][0]["source"] == "README.md" and row["notes"][0]["claims"] == ["e (test_public): accuracy n/a"]
 
 
 # ------------------------------------------------------------------------------------------------ verify

@@ -3,6 +3,9 @@
 A JSON list of objects with exactly the keys of huggingface_hub's `EvalResult` that the card needs
 (`task_type`, `task_name`, `dataset_type`, `dataset_name`, `metric_type`, `metric_name`, `metric_value`),
 so `EvalResult(**entry)` works. The newest entry per (task, dataset, metric) wins: re-evaluating replaces.
+
+Read back through `checked_entries`: the file may have been copied from elsewhere or edited by hand, and its
+figures go onto cards and boards, so every entry is typed and every figure finite and in its metric's range.
 """
 
 from __future__ import annotations
@@ -12,12 +15,18 @@ from pathlib import Path
 
 from zh_bert.core.config import option
 from zh_bert.core.errors import ZhBertError
-from zh_bert.core.fileio import claim_file, read_json, write_json
+from zh_bert.core.fileio import Record, claim_file, read_json, write_json
 from zh_bert.train.rundir import find_run_dir
 
 FILENAME = "eval_results.json"
 ENTRY_KEYS = ("task_type", "task_name", "dataset_type", "dataset_name", "metric_type", "metric_name", "metric_value")
 _IDENTITY = ENTRY_KEYS[:-1]
+#: the range a figure of a metric may take: accuracy as a fraction [0, 1] or a percent [0, 100]; CMRC's EM and
+#: F1 in percent (the official scorer's scale), a macro-F1 as a fraction; a perplexity is at least 1. A metric
+#: not named here only has to be finite.
+METRIC_RANGE = {"accuracy": (0, 100), "exact_match": (0, 100), "f1": (0, 100), "perplexity": (1, None)}
+#: text details an entry may carry beside the card's keys, checked when present (the board reads them)
+TEXT_DETAILS = ("split", "method", "protocol", "zh_bert_version", "trained_on")
 
 
 def entry(task_type: str, task_name: str, dataset_type: str, dataset_name: str, metric_type: str,
@@ -28,14 +37,42 @@ def entry(task_type: str, task_name: str, dataset_type: str, dataset_name: str, 
                                     round(float(metric_value), 6)))), **details}
 
 
+def metric_range(metric_type: str) -> tuple[float | None, float | None]:
+    return METRIC_RANGE.get(metric_type, (None, None))
+
+
+def checked_entry(rec: Record) -> dict:
+    """One entry read from a file: its card keys text, its figure finite and within its metric's range; a
+    wrong field is one line naming the file and the field (`eval_results.json: [2].metric_value: ...`)."""
+    for key in ENTRY_KEYS[:-1]:
+        rec.text(key, max_len=1000)
+    for key in TEXT_DETAILS:
+        rec.text(key, None, max_len=1000)
+    lo, hi = metric_range(rec.data["metric_type"])
+    rec.number("metric_value", lo=lo, hi=hi)
+    return rec.data
+
+
+def checked_entries(data: object, where: str, key: str = "") -> list[dict]:
+    """A list of eval_results entries (the file itself, or a record's `entries` field), each checked."""
+    if not isinstance(data, list):
+        kind = "an object (the Trainer's eval_results.json is a summary, not zh-bert's entries)" \
+            if isinstance(data, dict) else type(data).__name__
+        raise ZhBertError(f"{where}: {key + ': ' if key else ''}expected a JSON list of eval_results entries, "
+                          f"got {kind}")
+    out = []
+    for i, item in enumerate(data):
+        if not isinstance(item, dict):
+            raise ZhBertError(f"{where}: {key}[{i}]: expected an object, got {type(item).__name__}")
+        out.append(checked_entry(Record(item, where, f"{key}[{i}]")))
+    return out
+
+
 def load(run_dir: str | Path) -> list[dict]:
     path = Path(run_dir) / FILENAME
     if not path.is_file():
         return []
-    data = read_json(path)
-    if not isinstance(data, list) or not all(isinstance(d, dict) for d in data):
-        raise ZhBertError(f"{path}: expected a JSON list of objects")
-    return data
+    return checked_entries(read_json(path), str(path))
 
 
 def latest(entries: list[dict]) -> list[dict]:

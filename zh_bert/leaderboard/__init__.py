@@ -51,9 +51,10 @@ def main_build(args) -> int:
                         with_contamination=not cfg.no_contamination, log=lambda m: print(m, flush=True))
     out = write_board(board, cfg.output)
     marks = [s["status"] for r in board["rows"] for s in r["scores"].values()]
+    notes = sum(len(n["claims"]) + n["more"] or 1 for r in board["rows"] for n in r["notes"])
     print(f"{len(board['rows'])} models, {len(marks)} figures: {marks.count('verified')} verified, "
-          f"{marks.count('self-reported')} self-reported, {marks.count('mismatch')} mismatch -> "
-          f"{Path(out) / 'index.html'}", flush=True)
+          f"{marks.count('self-reported')} self-reported, {marks.count('mismatch')} mismatch; {notes} not shown "
+          f"(see the notes) -> {Path(out) / 'index.html'}", flush=True)
     return 0
 
 

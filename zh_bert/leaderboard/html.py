@@ -59,6 +59,9 @@ svg.scatter circle.dot.verified { fill: #137333; }
 svg.scatter circle.dot.self-reported { fill: #9aa0a6; }
 svg.scatter circle.dot.mismatch { fill: #b3261e; }
 .unplotted { color: #555; }
+.notes li { margin: .2rem 0; }
+.notes .why { color: #555; }
+td.noted { color: #8a5a00; }
 """
 
 BOARD_JS = """
@@ -212,6 +215,38 @@ def _contamination(row: dict) -> tuple[str, Any]:
     return esc(" · ".join(f"{k} {v * 100:.2f}%" for k, v in shares.items())), max(shares.values())
 
 
+def note_count(row: dict) -> int:
+    """How many claims (or unread parts) the row's notes are about."""
+    return sum(len(n.get("claims") or []) + (n.get("more") or 0) or 1 for n in row.get("notes") or [])
+
+
+def _notes_cell(row: dict, i: int) -> str:
+    n = note_count(row)
+    if not n:
+        return _td("—", numeric=True)
+    first = (row.get("notes") or [{}])[0].get("reason", "")
+    return _td(f'<button class="name" type="button" data-row="{i}">{n} not shown</button>', n, cls="noted",
+               title=f"first: {first}", numeric=True)
+
+
+def render_notes(row: dict) -> str:
+    """A row's notes as a list: where each came from, why it is not on the board, and what it claimed."""
+    items = []
+    for n in row.get("notes") or []:
+        claims = list(n.get("claims") or []) + ([f"and {n['more']} more"] if n.get("more") else [])
+        items.append(f'<li><b>{esc(n.get("source"))}</b>: <span class="why">{esc(n.get("reason"))}</span>'
+                     + (f"<br>{esc('; '.join(map(str, claims)))}" if claims else "") + "</li>")
+    return f'<ul class="notes">{"".join(items)}</ul>' if items else ""
+
+
+def render_all_notes(board: dict) -> str:
+    """Every row's notes under the table, so nothing the models claim is hidden behind a click."""
+    parts = [f"<h3>{esc(r.get('model'))}</h3>{render_notes(r)}" for r in board.get("rows", []) if r.get("notes")]
+    if not parts:
+        return ""
+    return ('<section id="notes"><h2>Notes: what no column shows, and why</h2>' + "".join(parts) + "</section>")
+
+
 #: one table column: (data-key, header text, numeric?, cell(row, index) -> <td> HTML)
 Column = tuple[str, str, bool, Callable[[dict, int], str]]
 
@@ -242,7 +277,8 @@ def table_columns(board: dict) -> list[Column]:
             ("contamination", "Contamination", True, num(_contamination)),
             ("licence", "Licence", False, text("licence")),
             ("load_safety", "Load safety", False,
-             text("load_safety", lambda v: "unsafe" if v and v != "stock" else ""))]
+             text("load_safety", lambda v: "unsafe" if v and v != "stock" else "")),
+            ("notes", "Notes", True, _notes_cell)]
 
 
 def render_table(board: dict) -> str:
@@ -286,7 +322,10 @@ def render_details(row: dict, i: int, demo_url: str | None) -> str:
         verification = f"<table>{ver}</table>"
     else:
         verification = "<p>Not re-run here: the figures are the model's own.</p>"
-    fields = _field_rows(flat_fields({k: x for k, x in row.items() if k not in ("model", "verification", "try")}))
+    fields = _field_rows(flat_fields({k: x for k, x in row.items()
+                                      if k not in ("model", "verification", "try", "notes")}))
+    notes = render_notes(row)
+    verification += f"<h4>Notes</h4>{notes}" if notes else ""
     return (f'<article class="detail" id="detail-{i}" data-model="{esc(row.get("model"))}" hidden>'
             f'<h3>{esc(row.get("model"))}</h3>{try_line}'
             f"<h4>Verification</h4>{verification}<h4>Fields</h4><table>{fields}</table>"
@@ -391,6 +430,7 @@ def render_html(board: dict, *, demo_url: str | None = None) -> str:
             f"<title>zh-bert leaderboard</title><style>{BOARD_CSS}</style></head>\n<body>\n"
             f"{render_header(board)}\n{render_table(board)}\n"
             f'<p class="hint">Click a column to sort (again to reverse); click a model for its details.</p>\n'
+            f"{render_all_notes(board)}\n"
             f'<section id="details">\n{details}\n</section>\n'
             f'<h2>Score against training compute</h2>\n{render_scatter(board)}\n'
             f'<script type="application/json" id="board-data">{json_island(board)}</script>\n'

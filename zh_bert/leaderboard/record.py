@@ -1,21 +1,26 @@
-"""What the board reads: the figures of a model (its `eval_results.json` or its card's `model-index`) mapped onto
-the board's columns, and the verification record `zh-bert leaderboard verify` writes.
+"""What the board reads: the figures of a model (its `eval_results.json` or its card's `model-index`) placed in
+the board's columns, the notes on what could not be placed, and the verification record `leaderboard verify`
+writes.
 
 A claim and a re-run are the same kind of thing here, a list of eval_results entries; only where they came
-from differs. So one mapping, `scores_of`, turns either into `{column: percent}`, and a cell compares the two.
+from differs. So one placement, `sort_entries`, turns either into `{column: percent}` plus notes, and a cell
+compares the two. A claim is never dropped silently: one that fits no column (another split than the column's,
+a task without a column, a metric the board does not show, a figure out of range, another protocol) becomes a
+note with the reason, and the notes travel with the row into board.json, board.md and the page.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from zh_bert.core.errors import ZhBertError
 from zh_bert.core.fileio import read_json
-from zh_bert.evaluation.eval_results import ENTRY_KEYS
+from zh_bert.core.fileio import Record
+from zh_bert.evaluation.eval_results import checked_entries
 from zh_bert.evaluation.fewclue import FEWCLUE_TASKS, MULTIPLE_CHOICE, fewclue_score
 from zh_bert.evaluation.suite import PROTOCOLS
+from zh_bert.leaderboard.cards import FEWCLUE, card_split, claim_text, identity, metric_of, percent_of
 
 #: written by `leaderboard verify` beside a run (RUN/verification.json) and uploaded by `publish --with-verification`
 VERIFICATION_FILE = "verification.json"
@@ -44,9 +49,13 @@ COLUMNS: tuple[Column, ...] = (
 COLUMN_KEYS = tuple(c.key for c in COLUMNS)
 
 
-def _split_of(e: dict) -> str:
-    """An entry's split: its `split` detail, else the first word of its metric name ("test_public accuracy")."""
-    return str(e.get("split") or str(e.get("metric_name", "")).split(" ")[0])
+#: a task (`cards.identity`) -> {metric: the column it fills}
+TASK_COLUMNS = {**{f"fewclue-{t}": {"accuracy": f"fewclue-{t}"} for t in FEWCLUE},
+                "cmrc2018": {"exact_match": "cmrc2018-em", "f1": "cmrc2018-f1"},
+                "chnsenticorp": {"accuracy": "chnsenticorp"}, "tnews": {"accuracy": "tnews"}}
+_BY_KEY = {c.key: c for c in COLUMNS}
+#: the most claims one note lists in board.json (the rest are counted); an MTEB card holds a few hundred
+NOTE_CLAIMS = 1000
 
 
 def _method_of(e: dict) -> str:
@@ -58,40 +67,83 @@ def _method_of(e: dict) -> str:
     return inner[1] if len(inner) > 1 and inner[0] in PROTOCOLS.values() else BOARD_METHOD
 
 
-def column_of(e: dict) -> str | None:
-    """The board column an eval_results entry fills, or None (other metrics, splits or methods)."""
-    dtype, metric, split = str(e.get("dataset_type", "")), str(e.get("metric_type", "")), _split_of(e)
-    if dtype.startswith("fewclue-") and metric == "accuracy" and split == "test_public":
-        key = dtype
-        return key if key in COLUMN_KEYS and _method_of(e) == BOARD_METHOD else None
-    if dtype == "cmrc2018" and split == "dev" and metric in ("exact_match", "f1"):
-        return "cmrc2018-em" if metric == "exact_match" else "cmrc2018-f1"
-    if metric == "accuracy" and split == "test":
-        if dtype == "seamew/ChnSentiCorp":
-            return "chnsenticorp"
-        if dtype == "fewclue" and "TNEWS" in str(e.get("dataset_name", "")):
-            return "tnews"
-    return None
+def _no_column(task: str | None) -> str:
+    """Why a task has no column on the board."""
+    if task == "mteb":
+        return ("an MTEB embedding evaluation (a classifier or a similarity on frozen sentence embeddings), not the "
+                "fine-tuning the columns compare")
+    if task and task.startswith("clue-"):
+        name = task[5:]
+        if f"fewclue-{name.removesuffix('2020')}" in TASK_COLUMNS or name == "tnews":
+            return (f"CLUE's full-data {name.upper()} (its own train and test sets): the board's {name.upper()} "
+                    f"columns hold FewCLUE's {name.upper()}, another training set and test set")
+        return f"CLUE's {name.upper()}: the board has no column for it"
+    return "the board has no column for this task (FewCLUE, CMRC 2018, ChnSentiCorp and FewCLUE TNEWS only)"
 
 
-def as_percent(e: dict) -> float:
-    """Accuracies are stored as fractions, CMRC's EM/F1 as percents (its official script's scale)."""
-    v = float(e["metric_value"])
-    return v * 100 if e.get("metric_type") == "accuracy" and v <= 1 else v
+def _out_of_range(metric: str, value: float) -> str:
+    scale = "a fraction in [0, 1] or a percent in [0, 100]" if metric == "accuracy" else "a percent in [0, 100]"
+    return f"{metric} {value!r} is out of range ({scale})"
 
 
-def scores_of(entries: list[dict]) -> dict[str, float]:
+def placement(e: dict) -> tuple[str | None, float | None, str]:
+    """(column, percent, "") for a claim the board shows, else (None, None, the reason it is not shown)."""
+    task, metric, split = identity(e), metric_of(e), card_split(e)
+    columns = TASK_COLUMNS.get(task or "")
+    if columns is None:
+        return None, None, _no_column(task)
+    key = columns.get(metric)
+    if key is None:
+        labels = " and ".join(_BY_KEY[k].label for k in columns.values())
+        return None, None, f"metric {metric or '(none)'}: the {labels} column{'s' * (len(columns) > 1)} " \
+                           f"show{'s' * (len(columns) == 1)} {' and '.join(columns)}"
+    column = _BY_KEY[key]
+    if split != column.split:
+        given = "no split given" if split is None else f"split {split}"
+        return None, None, f"{given}: the {column.label} column holds {column.split} figures"
+    method = _method_of(e)
+    if method != BOARD_METHOD:
+        return None, None, f"method {method}: the columns hold fine-tuned figures"
+    value = percent_of(metric, float(e["metric_value"]))
+    if value is None:
+        return None, None, _out_of_range(metric, e["metric_value"])
+    return key, round(value, 2), ""
+
+
+def sort_entries(entries: list[dict], source: str) -> tuple[dict[str, float], list[dict]]:
     """{column: percent} of a list of entries (the last one of a column wins, as in eval_results.json), with
-    the FewCLUE score when all eight of its tasks are there."""
+    the FewCLUE score when all eight of its tasks are there; and a note for each entry not placed."""
     out: dict[str, float] = {}
+    notes = []
     for e in entries:
-        key = column_of(e)
-        if key is not None:
-            out[key] = round(as_percent(e), 2)
+        key, value, why = placement(e)
+        if key is None:
+            notes.append({"source": source, "reason": why, "claim": claim_text(e)})
+        else:
+            out[key] = value
     tasks = {k.removeprefix("fewclue-"): v for k, v in out.items() if k.startswith("fewclue-")}
     if all(t in tasks for t in FEWCLUE_TASKS):
         out["fewclue"] = round(fewclue_score(tasks), 2)
-    return out
+    return out, notes
+
+
+def scores_of(entries: list[dict]) -> dict[str, float]:
+    return sort_entries(entries, "")[0]
+
+
+def group_notes(notes: list[dict]) -> list[dict]:
+    """Notes with the same source and reason as one: {source, reason, claims, more} (`more`: claims past
+    NOTE_CLAIMS, counted, not listed), in the order they first came."""
+    grouped: dict[tuple, dict] = {}
+    for n in notes:
+        g = grouped.setdefault((n["source"], n["reason"]), {"source": n["source"], "reason": n["reason"],
+                                                            "claims": [], "more": 0})
+        if n.get("claim") and n["claim"] != "?":
+            if len(g["claims"]) < NOTE_CLAIMS:
+                g["claims"].append(n["claim"])
+            else:
+                g["more"] += 1
+    return list(grouped.values())
 
 
 def cell(claimed: float | None, verified: float | None, split: str, tolerance: float) -> dict:
@@ -107,67 +159,45 @@ def cell(claimed: float | None, verified: float | None, split: str, tolerance: f
     return {"status": status, "value": value, "claimed": claimed, "verified": verified, "split": split}
 
 
-# --------------------------------------------------------------------------------------- model-index
-
-def _at(obj, path: str, kind: type | tuple, where: str, what: str):
-    if not isinstance(obj, kind):
-        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise ZhBertError(f"{where}: {path}: expected {what or names}, got {type(obj).__name__} {str(obj)[:40]!r}")
-    return obj
-
-
-def model_index_entries(meta: dict, where: str) -> list[dict]:
-    """The card's `model-index` as eval_results entries; a malformed one is one line naming its YAML path
-    (`README.md: model-index[0].results[2].metrics[0].value: expected a number, got str 'n/a'`)."""
-    index = meta.get("model-index")
-    if index is None:
-        return []
-    out = []
-    for i, model in enumerate(_at(index, "model-index", list, where, "a list")):
-        base = f"model-index[{i}]"
-        results = _at(model, base, dict, where, "a mapping").get("results", [])
-        for j, r in enumerate(_at(results, f"{base}.results", list, where, "a list")):
-            rp = f"{base}.results[{j}]"
-            r = _at(r, rp, dict, where, "a mapping")
-            task = _at(r.get("task", {}), f"{rp}.task", dict, where, "a mapping")
-            data = _at(r.get("dataset", {}), f"{rp}.dataset", dict, where, "a mapping")
-            for k, m in enumerate(_at(r.get("metrics", []), f"{rp}.metrics", list, where, "a list")):
-                mp = f"{rp}.metrics[{k}]"
-                m = _at(m, mp, dict, where, "a mapping")
-                value = m.get("value")
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                    raise ZhBertError(f"{where}: {mp}.value: expected a number, got {type(value).__name__} "
-                                      f"{str(value)[:40]!r}")
-                e = {"task_type": task.get("type"), "task_name": task.get("name"),
-                     "dataset_type": data.get("type"), "dataset_name": data.get("name"),
-                     "metric_type": m.get("type"), "metric_name": m.get("name") or "", "metric_value": value}
-                if data.get("split"):
-                    e["split"] = data["split"]
-                out.append(e)
-    return out
-
-
 # --------------------------------------------------------------------------------------- records
 
+def _check_record_fields(rec: Record) -> None:
+    """The fields the board shows and `publish` compares, typed: one line naming the record and the field."""
+    model = rec.record("model")
+    model.text("id", max_len=1000)
+    for key in ("source", "revision", "weights_sha256"):
+        model.text(key, None, max_len=4096)
+    for key in ("zh_bert_version", "date", "command", "hardware", "method"):
+        rec.text(key, None, max_len=10_000)
+    rec.number("wall_s", None, lo=0)
+    rec.number("tolerance", None, lo=0, hi=100)
+    for i, seed in enumerate(rec.list("seeds", None, max_len=10_000) or []):
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise rec.error("seeds", f"[{i}]: expected an integer seed, got {type(seed).__name__}")
+    protocols = rec.record("protocols", None)
+    for key, _ in (protocols.items() if protocols is not None else ()):
+        protocols.text(key, max_len=100)
+
+
 def read_record(path: str | Path) -> dict:
-    """A verification record, checked: its schema, and entries shaped as eval_results entries."""
+    """A verification record, checked: its schema, entries that are eval_results entries (typed, each figure
+    in its metric's range), and every field the board shows typed."""
     path = Path(path)
-    rec = read_json(path)
-    if not isinstance(rec, dict) or rec.get("schema") != RECORD_SCHEMA:
+    data = read_json(path)
+    if not isinstance(data, dict) or data.get("schema") != RECORD_SCHEMA:
         raise ZhBertError(f"{path}: not a zh-bert verification record (no \"schema\": \"{RECORD_SCHEMA}\")")
-    entries = rec.get("entries")
-    if not isinstance(entries, list) or not all(isinstance(e, dict) and set(ENTRY_KEYS) <= e.keys()
-                                                for e in entries):
-        raise ZhBertError(f"{path}: \"entries\" must be a list of eval_results entries ({', '.join(ENTRY_KEYS)})")
-    model = rec.get("model")
-    if not isinstance(model, dict) or not isinstance(model.get("id"), str):
-        raise ZhBertError(f"{path}: \"model\" must name the model it verified ({{\"id\": ...}})")
-    return rec
+    rec = Record(data, str(path))
+    checked_entries(rec.raw("entries"), str(path), "entries")
+    _check_record_fields(rec)
+    return data
 
 
 def is_record(path: Path) -> bool:
     """A JSON file that says it is a verification record (cheap: the schema string in its first bytes)."""
     if not path.is_file() or path.suffix != ".json":
         return False
-    with open(path, "rb") as f:
-        return RECORD_SCHEMA.encode() in f.read(4096)
+    try:
+        with open(path, "rb") as f:
+            return RECORD_SCHEMA.encode() in f.read(4096)
+    except OSError as e:
+        raise ZhBertError(f"{path}: cannot read ({e.strerror or e})") from None

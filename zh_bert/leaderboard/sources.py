@@ -1,23 +1,30 @@
 """A SOURCE of `leaderboard build`, resolved to one `Model`: a run, a model folder, a Hub id or catalog alias, or a
 verification record. Everything is read as data (JSON, YAML, the tokenizer's own files): no source's code runs.
+
+Two kinds of files, two rules. The files zh-bert's own commands wrote into a local run or model folder
+(`eval_results.json`, a verification record, `suite/suite.json`, `run.json`) are read strictly: a wrong field
+is one line naming the file and the field, before the board is written (they are the user's to fix). What a
+model's author wrote (its card, its config) and anything fetched from the Hub is a stranger's: a part the board
+cannot read becomes a note on the row, with the reason, and the rest of the row is built.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from zh_bert.core.errors import ZhBertError
-from zh_bert.core.fileio import copy_file, read_text, scratch_dir
+from zh_bert.core.fileio import Record, copy_file, read_json, read_text, scratch_dir
 from zh_bert.evaluation import eval_results
 from zh_bert.evaluation.suite_report import suite_entries
 from zh_bert.hub.catalog import BY_ALIAS, resolve
 from zh_bert.hub.endpoint import endpoint_and_host, hub_errors
 from zh_bert.hub.listing import card_metadata, facts_of_files, repo_facts
-from zh_bert.leaderboard.record import VERIFICATION_FILE, is_record, model_index_entries, read_record
+from zh_bert.leaderboard.cards import FEWCLUE, model_index_entries
+from zh_bert.leaderboard.record import VERIFICATION_FILE, is_record, read_record
 from zh_bert.train.rundir import FINAL, is_model_dir, is_run_dir
 
 CARD = "README.md"
@@ -36,14 +43,21 @@ class Model:
     id: str                        # what records match on: the Hub repo id, or the local path as given
     name: str
     source: str
-    kind: str                      # run | folder | hub
+    kind: str                      # run | folder | hub | baseline
     folder: Path | None = None     # config + tokenizer files (a scratch copy for a Hub model)
     run_dir: Path | None = None
     facts: dict = field(default_factory=dict)
     claims: list[dict] = field(default_factory=list)
+    claims_from: str = ""          # the file the claims were read from (README.md, eval_results.json, ...)
     run: dict | None = None
+    run_where: str = "run.json"
     weights_sha256: str | None = None
     records: list[tuple[str, dict]] = field(default_factory=list)   # (where, record)
+    notes: list[dict] = field(default_factory=list)                  # {source, reason, claim}: what was not read
+
+
+def note(source: str, reason: str, claim: str = "") -> dict:
+    return {"source": source, "reason": reason, "claim": claim}
 
 
 def weights_sha256(folder: Path) -> str | None:
@@ -58,22 +72,45 @@ def weights_sha256(folder: Path) -> str | None:
     return h.hexdigest()
 
 
-def _json_or_none(path: Path) -> dict | None:
-    if not path.is_file() or path.stat().st_size > MAX_SMALL_FILE:
+def _object(path: Path) -> Record:
+    """A small JSON file that must hold one object, as a Record (one line naming the file otherwise)."""
+    return Record.of(read_json(path, max_bytes=MAX_SMALL_FILE), str(path))
+
+
+def _json_or_none(path: Path, notes: list[dict]) -> dict | None:
+    """A stranger's small JSON object (a config, a Hub repo's run.json), or None: missing; or unreadable,
+    oversized or not an object, which is noted on the row with the reason."""
+    if not path.is_file():
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        return _object(path).data
+    except ZhBertError as e:
+        notes.append(note(path.name, f"not read: {str(e).removeprefix(str(path) + ': ')}"))
         return None
-    return data if isinstance(data, dict) else None
 
 
-def _card_claims(card: Path) -> tuple[list[dict], str | None]:
-    """The card's model-index as entries, and its text (for the licence); a malformed index is one line."""
-    if not card.is_file() or card.stat().st_size > MAX_SMALL_FILE:
+def _card_claims(card: Path, notes: list[dict]) -> tuple[list[dict], str | None]:
+    """The card's model-index as entries, and its text (for the licence); what cannot be read of it is noted."""
+    if not card.is_file():
         return [], None
-    text = read_text(card)
-    return model_index_entries(card_metadata(text, str(card)), str(card)), text
+    try:
+        text = read_text(card, max_bytes=MAX_SMALL_FILE)
+        meta = card_metadata(text, CARD)
+    except ZhBertError as e:
+        notes.append(note(CARD, f"not read: {str(e).removeprefix(str(card) + ': ')}"))
+        return [], None
+    entries, unread = model_index_entries(meta, CARD)
+    notes += unread
+    return entries, text
+
+
+def _folder_facts(folder: Path, card_text: str | None, notes: list[dict]) -> dict:
+    facts = facts_of_files(_json_or_none(folder / "config.json", notes),
+                           _json_or_none(folder / "tokenizer_config.json", notes), card_text,
+                           sorted(p.name for p in folder.iterdir()))
+    if facts.get("error"):
+        notes.append(note("config.json", facts["error"]))
+    return facts
 
 
 def folder_model(source: str) -> Model:
@@ -82,17 +119,21 @@ def folder_model(source: str) -> Model:
     path = Path(source)
     run_dir = path if is_run_dir(path) and (path / FINAL).is_dir() else None   # a staged repo has run.json too
     folder = path / FINAL if run_dir else path
+    notes: list[dict] = []
     claims = eval_results.load(run_dir or folder)
-    card_claims, card_text = _card_claims(folder / CARD)
+    card_claims, card_text = _card_claims(folder / CARD, notes)
+    if claims and card_claims:
+        notes.append(note(CARD, f"the card's model-index ({len(card_claims)} claims) is not read: "
+                                f"{eval_results.FILENAME} holds this model's figures"))
+    claims_from = eval_results.FILENAME if claims else CARD
     claims = claims or card_claims
-    config = _json_or_none(folder / "config.json")
-    facts = facts_of_files(config, _json_or_none(folder / "tokenizer_config.json"), card_text,
-                           sorted(p.name for p in folder.iterdir()))
+    facts = _folder_facts(folder, card_text, notes)
     name = run_dir.name if run_dir else (path.resolve().name if path.name in ("", ".", FINAL) else path.name)
-    run = _json_or_none((run_dir or folder) / "run.json")
+    run_path = (run_dir or folder) / "run.json"
+    run = _object(run_path).data if run_path.is_file() else None
     return Model(id=source.rstrip("/"), name=name, source=source, kind="run" if run_dir else "folder",
-                 folder=folder, run_dir=run_dir, facts=facts, claims=claims, run=run,
-                 weights_sha256=weights_sha256(folder))
+                 folder=folder, run_dir=run_dir, facts=facts, claims=claims, claims_from=claims_from, run=run,
+                 run_where=str(run_path), weights_sha256=weights_sha256(folder), notes=notes)
 
 
 def _fetch(repo_id: str, names: tuple[str, ...], dest: Path, endpoint: str | None, revision: str | None) -> None:
@@ -116,26 +157,62 @@ def hub_model(source: str, scratch: Path, endpoint: str | None = None, revision:
     folder = scratch / repo_id.replace("/", "--")
     folder.mkdir(parents=True)
     _fetch(repo_id, HUB_FILES, folder, endpoint, revision)
-    claims, _ = _card_claims(folder / CARD)
+    notes: list[dict] = []
+    claims, _ = _card_claims(folder / CARD, notes)
+    if facts.get("error"):
+        notes.append(note("config.json", facts["error"]))
     return Model(id=repo_id, name=repo_id, source=f"hub:{repo_id}", kind="hub", folder=folder, facts=facts,
-                 claims=claims, run=_json_or_none(folder / "run.json"))
+                 claims=claims, claims_from=CARD, run=_json_or_none(folder / "run.json", notes), notes=notes)
+
+
+def _suite_result(name: str, r: Record) -> None:
+    """One task of a suite report's random-init run, typed as `suite_entries` reads it."""
+    if name not in (*FEWCLUE, "cmrc2018"):
+        raise ZhBertError(f"{r.where}: {r.path}: not a task of the suite ({', '.join(FEWCLUE)}, cmrc2018)")
+    seeds = r.list("seeds", max_len=10_000)
+    if not seeds or any(isinstance(s, bool) or not isinstance(s, int) for s in seeds):
+        raise r.error("seeds", f"expected a list of integer seeds, got {str(seeds)[:40]!r}")
+    r.raw("data_sha256")
+    if name == "cmrc2018":
+        r.text("trained_on", max_len=100)
+        for key in ("em", "f1"):
+            r.number(key, lo=0, hi=100)
+    else:
+        r.integer("pairs", lo=1, hi=1000)
+        r.number("test_acc", lo=0, hi=1)
 
 
 def baseline_of(m: Model) -> Model | None:
     """The same architecture from random weights, as the run's own suite report measured it (`eval suite
-    --baselines`): the row every score stands beside. No pretraining, so no compute and no weights of its own."""
-    report = m.run_dir / SUITE_REPORT if m.run_dir else None
-    res = _json_or_none(report) if report else None
-    if not res or not res.get("random_init"):
+    --baselines`): the row every score stands beside. No pretraining, so no compute and no weights of its own.
+    The report is zh-bert's own file, so a wrong field in it is one line naming it."""
+    path = m.run_dir / SUITE_REPORT if m.run_dir else None
+    if path is None or not path.is_file():
         return None
-    claims = suite_entries({**res, "pretrained": res["random_init"]})
+    rec = _object(path)
+    if not rec.raw("random_init"):
+        return None
+    for key in ("zh_bert_version", "method"):
+        rec.text(key, max_len=100)
+    protocols = rec.record("protocols")
+    for key in ("fewclue", "cmrc2018"):
+        protocols.text(key, max_len=100)
+    runs = dict(rec.records_in("random_init"))
+    for name, r in runs.items():
+        _suite_result(name, r)
+    claims = eval_results.checked_entries(suite_entries({**rec.data, "pretrained": rec.data["random_init"]}),
+                                          str(path))
     return Model(id=f"{m.id}#random-init", name=f"{m.name} (random init)", source=m.source, kind="baseline",
-                 folder=m.folder, facts=m.facts, claims=claims)
+                 folder=m.folder, facts=m.facts, claims=claims, claims_from=str(SUITE_REPORT))
 
 
 def kind_of(source: str) -> str:
     """run | folder | record | hub, or one line saying what SOURCE may be."""
+    if not isinstance(source, str) or not source or "\0" in source:
+        raise ZhBertError(f"SOURCE {source!r}: not a path, a catalog alias or an ORG/NAME Hub id")
     path = Path(source)
+    if os.path.islink(source) and not path.exists():
+        raise ZhBertError(f"SOURCE {source}: a symbolic link that leads nowhere (or to itself)")
     if path.exists():
         if is_record(path):
             return "record"
@@ -155,6 +232,24 @@ def records_of(model: Model) -> list[tuple[str, dict]]:
     """The records beside a local model (RUN/verification.json)."""
     where = (model.run_dir or model.folder or Path("/nonexistent")) / VERIFICATION_FILE
     return [(str(where), read_record(where))] if model.kind != "hub" and where.is_file() else []
+
+
+def _model_of_record(where: str, rec: dict, scratch: Path, endpoint: str | None) -> Model:
+    """The model a record names when no SOURCE does: its `model.source` (else its id), which must be a run, a
+    model folder or a Hub id, never a record (a record naming a record, or itself, would loop)."""
+    src = rec["model"].get("source") or rec["model"]["id"]
+    try:
+        kind = kind_of(src)
+    except ZhBertError as e:
+        raise ZhBertError(f"{where}: model.source: {str(e).removeprefix('SOURCE ')}") from None
+    if kind == "record":
+        raise ZhBertError(f"{where}: model.source: {src} is a verification record, not a model (a record "
+                          f"names the run, model folder or Hub id it verified)")
+    return folder_model(src) if kind != "hub" else hub_model(src, scratch, endpoint)
+
+
+def _same_file(a: str, b: str) -> bool:
+    return os.path.realpath(a) == os.path.realpath(b)
 
 
 @contextlib.contextmanager
@@ -178,11 +273,10 @@ def gather(sources: list[str], endpoint: str | None = None, log=print):
         for where, rec in records:
             target = _match(models, rec)
             if target is None:
-                src = rec["model"].get("source") or rec["model"]["id"]
-                k = kind_of(src)
-                target = folder_model(src) if k != "hub" else hub_model(src, scratch, endpoint)
+                target = _model_of_record(where, rec, scratch, endpoint)
+                target.records += [r for r in records_of(target) if not _same_file(r[0], where)]
                 models.append(target)
-            if all(w != where for w, _ in target.records):
+            if all(not _same_file(w, where) for w, _ in target.records):
                 target.records.append((where, rec))
         yield models
 

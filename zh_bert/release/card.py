@@ -6,22 +6,23 @@ anywhere in it (`_find`) and a missing value is left out of the card rather than
 
 from __future__ import annotations
 
-import json
 import math
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from zh_bert.core.config import safe_load_unique
-from zh_bert.core.fileio import read_json
+from zh_bert.core.errors import ZhBertError
+from zh_bert.core.fileio import Record, parse_json, parse_yaml, read_json, read_text
 from zh_bert.evaluation import eval_results
 from zh_bert.train.arch import of_config
 from zh_bert.train.rundir import GENERATOR
 
 WIDGET_TEXT = "北京是中国的{mask}都。"
+#: the safetensors format caps its JSON header at 100 MB; a longer one is not a safetensors file
+MAX_SAFETENSORS_HEADER = 100_000_000
+#: a resolved recipe is a few KiB; a larger recipe.yaml is not read
+MAX_RECIPE_BYTES = 1 << 20
 
 
 def _find(d: Any, *names: str) -> Any:
@@ -38,17 +39,35 @@ def _find(d: Any, *names: str) -> Any:
 
 
 def count_parameters(model_dir: Path) -> int | None:
-    """Parameter count from the safetensors headers (no torch import, no weight loading)."""
+    """Parameter count from the safetensors headers (no torch import, no weight loading). The header is read
+    as data: its length bounded, its JSON parsed by the reading layer, each tensor's shape a list of counts;
+    anything else is one line naming the file and the tensor."""
     total, found = 0, False
     for f in sorted(model_dir.glob("*.safetensors")):
-        with open(f, "rb") as fh:
-            (n,) = struct.unpack("<Q", fh.read(8))
-            header = json.loads(fh.read(n))
-        for k, v in header.items():
-            if k != "__metadata__":
-                total += math.prod(v["shape"])
-                found = True
+        for _, shape in _tensor_shapes(f):
+            total += math.prod(shape)
+            found = True
     return total if found else None
+
+
+def _tensor_shapes(path: Path) -> list[tuple[str, list[int]]]:
+    with open(path, "rb") as fh:
+        raw = fh.read(8)
+        n = struct.unpack("<Q", raw)[0] if len(raw) == 8 else -1
+        if not 2 <= n <= MAX_SAFETENSORS_HEADER:
+            raise ZhBertError(f"{path}: not a safetensors file (its header length is {n if n >= 0 else 'missing'})")
+        header = parse_json(fh.read(n), str(path))
+    rec = Record.of(header, str(path), "a safetensors header (a JSON object)")
+    out = []
+    for name, tensor in rec.items():
+        if name == "__metadata__":
+            continue
+        shape = Record(tensor, rec.where, rec.at(name)).list("shape", max_len=64) if isinstance(tensor, dict) \
+            else None
+        if shape is None or any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in shape):
+            raise rec.error(name, f"expected a tensor with a shape (a list of counts), got {str(tensor)[:60]!r}")
+        out.append((name, shape))
+    return out
 
 
 def latest_eval_results(entries: list) -> list[dict]:
@@ -108,13 +127,14 @@ def _name_of(src) -> str | None:
 
 
 def read_recipe(run_dir: Path | None) -> dict:
-    """The run's resolved recipe (RUN/recipe.yaml, beside final/), or {} when there is none or it is unreadable:
-    the card then leaves out what only the recipe says."""
+    """The run's resolved recipe (RUN/recipe.yaml, beside final/), or {} when there is none or it is unreadable
+    (not UTF-8, not YAML, a key given twice, not a mapping): the card then leaves out what only the recipe says."""
     if not run_dir or not (run_dir / "recipe.yaml").is_file():
         return {}
+    path = run_dir / "recipe.yaml"
     try:
-        recipe = safe_load_unique((run_dir / "recipe.yaml").read_text(encoding="utf-8")) or {}
-    except (yaml.YAMLError, OSError, UnicodeDecodeError):
+        recipe = parse_yaml(read_text(path, max_bytes=MAX_RECIPE_BYTES), str(path)) or {}
+    except (ZhBertError, OSError):
         return {}
     return recipe if isinstance(recipe, dict) else {}
 
