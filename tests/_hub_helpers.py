@@ -110,16 +110,17 @@ def top5(model_dir: Path, text: str = "北京是中国的[MASK]都。") -> list[
 
 def seed_repo(hub: HubServer, repo_id: str, files: dict[str, bytes] | Path, *, downloads: int = 0, likes: int = 0,
               tags: tuple[str, ...] = (), pipeline_tag: str | None = None, last_modified: float | None = None,
-              private: bool = False):
+              private: bool = False, answer: dict | None = None):
     """Put a repo straight into the test Hub's memory (no upload): `files` as {path: bytes} or a model folder
-    (its top-level files), with the counters and tags its listing shows. Any name is accepted, so a test can
-    hold a repo id or a file name the real Hub would refuse."""
+    (its top-level files), with the counters and tags its listing shows and `answer`'s fields put over its listing
+    row and model info. Any name is accepted, so a test can hold a repo id or a file name the real Hub would
+    refuse."""
     from hub_server import Repo
 
     if isinstance(files, Path):
         files = {p.name: p.read_bytes() for p in sorted(files.iterdir()) if p.is_file()}
     repo = Repo(owner=repo_id.split("/")[0], private=private, downloads=downloads, likes=likes, tags=list(tags),
-                pipeline_tag=pipeline_tag)
+                pipeline_tag=pipeline_tag, answer=dict(answer or {}))
     repo.commit("main", dict(files), "seed")
     if last_modified is not None:
         repo.last_modified = last_modified

@@ -4,7 +4,10 @@ It implements just the endpoints `huggingface_hub` uses to upload (whoami-v2, re
 preupload, commit with base64 "regular" files, branch) and to download (model info / revision, tree, resolve
 with HEAD), plus `GET /api/models` with the real Hub's filters (filter, pipeline_tag, language, author, search,
 sort, limit) for `zh-bert models --community` and `--hub`. Repos live in memory as commits of {path: bytes},
-with the listing's counters (downloads, likes, extra tags, pipeline_tag) settable per repo. Every request is logged, so tests can assert what was (not) uploaded.
+with the listing's counters (downloads, likes, extra tags, pipeline_tag) settable per repo, and any field of a
+repo's answer replaceable (`Repo.answer`: a `lastModified` that is no time, `siblings` that is no list). Setting
+`maintenance` to a path fragment ("" for all) answers those requests as a mirror in maintenance does: status
+200, a page of HTML. Every request is logged, so tests can assert what was (not) uploaded.
 `export_git` writes a repo as a real git repository, which is how `olah` serves it.
 """
 
@@ -25,7 +28,10 @@ from typing import Annotated
 import uvicorn
 import yaml
 from fastapi import FastAPI, Query, Request, Response
-from fastapi.responses import JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse
+
+#: what a mirror (or a captive portal) in maintenance answers every request with
+MAINTENANCE_PAGE = "<html>maintenance</html>"
 
 
 def git_hash(data: bytes) -> str:
@@ -81,6 +87,7 @@ class Repo:
     tags: list[str] = field(default_factory=list)   # besides the card's tags and languages
     pipeline_tag: str | None = None                 # else the card's
     last_modified: float = 0.0                      # epoch seconds; set by each commit
+    answer: dict = field(default_factory=dict)      # fields replaced in its listing row and model info
 
     def last_modified_iso(self) -> str:
         return time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(self.last_modified))
@@ -103,6 +110,12 @@ class Repo:
         return sha
 
 
+def _rank(value, kind: type) -> tuple:
+    """A listing's sort key: a value of the field's type in its order, any other (a replaced field) last."""
+    good = isinstance(value, kind) and not isinstance(value, bool)
+    return (good, value if good else kind())
+
+
 def _err(status: int, msg: str, **headers) -> JSONResponse:
     return JSONResponse({"error": msg}, status_code=status, headers={"X-Error-Message": msg, **headers})
 
@@ -115,6 +128,7 @@ class HubServer:
         self.repos: dict[str, Repo] = {}
         self.log: list[tuple[str, str]] = []
         self.fail_next: list[int] = []  # status codes to answer the next write requests with (transient errors)
+        self.maintenance: str | None = None  # requests whose path holds it are answered with MAINTENANCE_PAGE
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.app = self._build()
@@ -173,6 +187,8 @@ class HubServer:
         @app.middleware("http")
         async def log(request: Request, call_next):
             hub.log.append((request.method, request.url.path))
+            if hub.maintenance is not None and hub.maintenance in request.url.path:
+                return HTMLResponse(MAINTENANCE_PAGE)
             return await call_next(request)
 
         @app.get("/api/whoami-v2")
@@ -266,7 +282,8 @@ class HubServer:
             files = repo.commits[sha]["files"]
             siblings = [{"rfilename": p, **({"size": len(d), "blobId": git_hash(d)} if blobs else {})}
                         for p, d in sorted(files.items())]   # sizes only with ?blobs=true, as the Hub does
-            return {**hub.listed(repo_id, repo), "sha": sha, "private": repo.private, "siblings": siblings}
+            return {**hub.listed(repo_id, repo), "sha": sha, "private": repo.private, "siblings": siblings,
+                    **repo.answer}
 
         @app.get("/api/models/{ns}/{name}/revision/{rev:path}")
         def repo_info_rev(ns: str, name: str, rev: str, request: Request, blobs: bool = False):
@@ -320,7 +337,7 @@ class HubServer:
                         and (search is None or search.lower() in repo_id.lower())):
                     out.append(row)
             if sort in ("downloads", "likes", "lastModified"):
-                out.sort(key=lambda r: r[sort], reverse=True)
+                out.sort(key=lambda r: _rank(r.get(sort), str if sort == "lastModified" else int), reverse=True)
             return out[:limit] if limit is not None else out
 
         return app
@@ -333,7 +350,8 @@ class HubServer:
         tags = [*self.tags(repo.files("main") or {}), *map(str, languages), *repo.tags]
         return {"id": repo_id, "modelId": repo_id, "author": repo_id.split("/")[0], "tags": tags,
                 "pipeline_tag": repo.pipeline_tag or card.get("pipeline_tag"), "downloads": repo.downloads,
-                "likes": repo.likes, "lastModified": repo.last_modified_iso(), "private": repo.private}
+                "likes": repo.likes, "lastModified": repo.last_modified_iso(), "private": repo.private,
+                **repo.answer}
 
     @staticmethod
     def card(files: dict[str, bytes]) -> dict:
@@ -371,14 +389,15 @@ class HubServer:
 
 
 @contextlib.contextmanager
-def modelscope_server(files: dict[str, bytes], listing: list | None = None):
+def modelscope_server(files: dict[str, bytes], listing: list | None = None, asked: list[str] | None = None):
     """A fake of ModelScope's HTTP API on 127.0.0.1 serving `files`; `listing` (default: their names) is
     what the file list answers, so a test can list names a hostile server would. Any FilePath asked for
-    is answered, as a hostile server would."""
+    is answered, as a hostile server would, and appended to `asked`."""
     from fastapi import FastAPI, Response
 
     app = FastAPI()
     names = list(files) if listing is None else listing
+    asked = [] if asked is None else asked
 
     @app.get("/api/v1/models/{ns}/{name}/repo/files")
     def list_files(ns: str, name: str, Revision: str = "master"):
@@ -387,6 +406,7 @@ def modelscope_server(files: dict[str, bytes], listing: list | None = None):
 
     @app.get("/api/v1/models/{ns}/{name}/repo")
     def get(ns: str, name: str, FilePath: str, Revision: str = "master"):
+        asked.append(FilePath)
         return Response(files.get(FilePath, b"EVIL"))
 
     port = free_port()

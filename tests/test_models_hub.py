@@ -109,7 +109,7 @@ def test_listing_reads_each_repo_from_its_files(seeded, hub, tiny_model_dir, tin
     assert remote["load_safety"] == "needs trust_remote_code" and remote["error"] is None
     assert not seeded.exists() and not [m for m in sys.modules if "modeling_x" in m]
     assert not [p for m, p in hub.log if p.endswith("modeling_x.py")]   # not even fetched
-    assert rows["evil/broken-config"]["error"].startswith("config unreadable: config.json is not valid JSON")
+    assert rows["evil/broken-config"]["error"].startswith("config unreadable: config.json:1: not valid JSON")
     assert rows["evil/list-card"]["error"] == ("config unreadable: README.md: the YAML front matter is a list, "
                                                "not a mapping")
     assert "over the 256 KiB read" in rows["evil/huge-card"]["error"]
@@ -124,7 +124,7 @@ def test_listing_reads_each_repo_from_its_files(seeded, hub, tiny_model_dir, tin
     table = capsys.readouterr().out
     assert "<script" not in table and "\x1b" not in table and "needs trust_remote_code" in table
     assert table.splitlines()[0].split()[:4] == ["repo", "id", "source", "arch"]
-    assert "evil/broken-config: config unreadable: config.json is not valid JSON" in table
+    assert "evil/broken-config: config unreadable: config.json:1: not valid JSON" in table
 
 
 def test_search_and_sort(seeded, hub, online, capsys):
@@ -184,7 +184,7 @@ def test_facts_of_files_and_load_safety_rules():
     assert facts_of_files(None, None, None, [])["error"] == "config unreadable: the repo has no config.json"
     assert card_metadata("# no front matter\n", "x/README.md") == {}
     assert card_metadata("---\nlicense: mit\ntags: [a]\n---\ntext", "w") == {"license": "mit", "tags": ["a"]}
-    with pytest.raises(ZhBertError, match=r"^x/README.md: the YAML front matter is not valid YAML"):
+    with pytest.raises(ZhBertError, match=r"^x/README.md: the YAML front matter: not valid YAML"):
         card_metadata("---\nlicense: [mit\n---\n", "x/README.md")
     with pytest.raises(ZhBertError, match=r"^x/README.md: the YAML front matter is a str, not a mapping$"):
         card_metadata("---\njust text\n---\n", "x/README.md")

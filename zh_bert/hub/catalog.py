@@ -10,13 +10,14 @@ licences, papers) were checked against the models' Hub cards.
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 from typing import Literal
 
 from zh_bert.core.config import option, option_of
 from zh_bert.core.errors import ZhBertError, suggest
 from zh_bert.core.options import Shared
-from zh_bert.hub.endpoint import check_repo_id, endpoint_and_host, hub_errors
+from zh_bert.hub.endpoint import check_repo_id, endpoint_and_host, hub_errors, list_repos
 from zh_bert.train.arch import ARCHITECTURES
 from zh_bert.train.arch import get as get_architecture
 
@@ -129,15 +130,16 @@ def format_table(entries=CATALOG) -> str:
 
 
 def community_models(endpoint: str | None = None, limit: int = 50) -> list[dict]:
-    """Hub models tagged `zh-bert` (the tag `zh-bert publish` puts on every card)."""
-    from huggingface_hub import HfApi
-
+    """Hub models tagged `zh-bert` (the tag `zh-bert publish` puts on every card); a row with a bad field keeps
+    its repo id and says what is wrong in `problem`."""
     endpoint, where = endpoint_and_host(endpoint)
     with hub_errors(where):
-        api = HfApi(endpoint=endpoint)
-        return [{"repo_id": m.id, "downloads": m.downloads, "likes": m.likes,
-                 "last_modified": str(m.last_modified or "")}
-                for m in api.list_models(filter="zh-bert", limit=limit, sort="downloads")]
+        repos, notes = list_repos(endpoint, where, {"filter": "zh-bert", "sort": "downloads"}, limit)
+    for note in notes:
+        print(f"note: skipped a listed repo: {note}", file=sys.stderr)
+    return [{"repo_id": m.id, "downloads": m.downloads, "likes": m.likes,
+             "last_modified": m.last_modified.isoformat() if m.last_modified else "",
+             **({"problem": m.problem} if m.problem else {})} for m in repos]
 
 
 @dataclass
@@ -177,5 +179,11 @@ def _as_json(community: list[dict] | None) -> str:
 
 def community_text(community: list[dict]) -> str:
     lines = ["community models tagged 'zh-bert':"]
-    lines += [f"  {m['repo_id']}  (downloads {m['downloads']}, likes {m['likes']})" for m in community]
+    lines += [f"  {printable(m['repo_id'])}  (downloads {m['downloads']}, likes {m['likes']})"
+              + (f"  {printable(m['problem'])}" if m.get("problem") else "") for m in community]
     return "\n".join(lines + ([] if community else ["  (none)"]))
+
+
+def printable(text: str) -> str:
+    """What a server sent, with its unprintable characters (escape sequences, newlines) shown as '?'."""
+    return "".join(c if c.isprintable() else "?" for c in text)

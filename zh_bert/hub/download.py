@@ -3,7 +3,10 @@
 Files go through the Hugging Face cache (so interrupted downloads resume and `HF_HUB_OFFLINE=1` works from
 the cache), then the needed ones are copied into a clean, stock model folder in one atomic rename.
 Mirrors work through `--endpoint` or `HF_ENDPOINT`. A repo that has only pickled weights is converted to
-safetensors with `torch.load(weights_only=True)`, which refuses anything that is not plain tensors.
+safetensors with `torch.load(weights_only=True)`, which refuses anything that is not plain tensors. A repo
+whose config.json or tokenizer_config.json names code of its own is refused from those two small files,
+before any weights are fetched (`weights.refuse_code`, the rule every loading command applies): without its
+code it is no stock model, and zh-bert never runs a repo's code.
 The folder gets a marker, `.zh-bert-download.json` (where it came from, which files download wrote):
 `--force` replaces only a folder whose marker proves download wrote it and that holds nothing else, never a
 file, a user's folder or a training run, and never the current directory.
@@ -14,7 +17,6 @@ from __future__ import annotations
 import fnmatch
 import glob
 import http.client
-import json
 import os
 import pickle
 import shutil
@@ -28,6 +30,8 @@ from zh_bert.core import config
 from zh_bert.core.config import option, option_of
 from zh_bert.core.errors import ZhBertError, suggest
 from zh_bert.core.fileio import (
+    Record,
+    api_answer,
     atomic_dir,
     atomic_write,
     claim_dir,
@@ -42,19 +46,26 @@ from zh_bert.core.options import Shared
 from zh_bert.corpus.tokenizer_files import TOKENIZER_FILES
 from zh_bert.hub.catalog import resolve
 from zh_bert.hub.endpoint import (
+    MAX_ANSWER,
+    HubRepo,
     check_listing,
     endpoint_and_host,
     hub_errors,
     is_transient,
     local_path,
     quiet_progress_bars,
+    repo_info,
     scratch_dir,
 )
+from zh_bert.hub.listing import repo_json, repo_texts
+from zh_bert.train.weights import refuse_code, refuse_repo_code
 
 #: files a model folder needs besides its weights
 NEEDED = ("config.json",) + TOKENIZER_FILES
 SAFETENSORS = ("*.safetensors", "model.safetensors.index.json")
 PICKLE = ("pytorch_model.bin",)
+#: the files that say whether a repo names code of its own (`weights.remote_code`)
+CODE_FILES = ("config.json", "tokenizer_config.json")
 #: written into every downloaded folder: the proof that `--force` may replace it
 MARKER = ".zh-bert-download.json"
 OURS = "a model folder written by zh-bert download"
@@ -158,21 +169,42 @@ def assemble(snapshot: Path, out: Path, overwrite: bool = False, origin: dict | 
     return out
 
 
+def _online_info(repo_id: str, revision: str | None, endpoint: str | None, where: str) -> HubRepo | None:
+    """The repo's model info with file sizes, or None when the endpoint cannot be reached (offline: the cache
+    answers); a field of the wrong type in it is one line."""
+    try:
+        info = repo_info(endpoint, repo_id, where, revision or "main", files=True)   # 1 request
+    except Exception as e:
+        if not is_transient(e) and not isinstance(e, ConnectionError):
+            raise
+        return None
+    if info.problem:
+        raise ZhBertError(f"{repo_id}: {info.problem}")
+    return info
+
+
+def _refuse_hub_code(info: HubRepo, revision: str | None, endpoint: str | None, where: str) -> None:
+    """One line when the repo's config.json or tokenizer_config.json (fetched alone, each capped, into a
+    scratch cache removed right after) names code of its own: before any weights are downloaded."""
+    with scratch_dir("zh-bert-code-") as cache:
+        texts = repo_texts(info, CODE_FILES, endpoint, where, revision, cache)
+    try:
+        found = [repo_json(texts, name) for name in CODE_FILES]
+    except ZhBertError as e:
+        raise ZhBertError(f"{info.id} on {where}: {e}") from None
+    refuse_code(*found, f"{info.id} on {where}")
+
+
 def download_hf(repo_id: str, out: Path, *, revision: str | None = None, endpoint: str | None = None,
                 cache_dir: str | None = None, overwrite: bool = False) -> Path:
     """The files of `repo_id` a model folder needs, through the Hugging Face cache (offline: from the cache)."""
-    from huggingface_hub import HfApi, snapshot_download
+    from huggingface_hub import snapshot_download
 
     endpoint, where = endpoint_and_host(endpoint)
     quiet_progress_bars()
     with hub_errors(where, repo_id):
-        try:
-            info = HfApi(endpoint=endpoint).model_info(repo_id, revision=revision or "main")  # 1 request
-            listing = [getattr(f, "rfilename", None) for f in info.siblings or []]
-        except Exception as e:  # offline or unreachable: fall back to whatever the cache holds
-            if not is_transient(e) and not isinstance(e, ConnectionError):
-                raise
-            listing = None
+        info = _online_info(repo_id, revision, endpoint, where)
+        listing = None if info is None else list(info.files or {})
         if listing is not None and not _has_safetensors(listing) and "pytorch_model.bin" not in listing:
             raise ZhBertError(f"{repo_id}: the repo has no PyTorch weights (model.safetensors or "
                               f"pytorch_model.bin); files: {', '.join(sorted(listing)[:12])}")
@@ -180,22 +212,24 @@ def download_hf(repo_id: str, out: Path, *, revision: str | None = None, endpoin
         # different listing from the server cannot add a file
         patterns = list(NEEDED + weight_patterns(None)) if listing is None else \
             [glob.escape(n) for n in wanted_files(listing, f"{repo_id} on {where}")]
+        if info is not None:
+            _refuse_hub_code(info, revision, endpoint, where)
         snap = snapshot_download(repo_id, revision=revision, endpoint=endpoint, cache_dir=cache_dir,
                                  allow_patterns=patterns, local_files_only=listing is None)
+    if info is None:   # from the cache: the same rule on the cached files, before anything is assembled
+        refuse_code(*(read_json(Path(snap) / name, default=None) for name in CODE_FILES), f"{repo_id} (cached)")
     return assemble(Path(snap), out, overwrite=overwrite,
                     origin={"source": "hf", "repo_id": repo_id, "revision": revision, "endpoint": where})
 
 
-def _modelscope_names(raw: bytes, where: str) -> list[str]:
-    """The blob paths of a ModelScope file listing (its JSON checked for shape, not trusted)."""
-    try:
-        data = json.loads(raw).get("Data") or {}
-        files = data.get("Files") or []
-    except (ValueError, AttributeError):
-        raise ZhBertError(f"{where}: the file listing is not JSON with Data.Files") from None
-    if not isinstance(files, list) or not all(isinstance(f, dict) for f in files):
-        raise ZhBertError(f"{where}: the file listing is not a list of files")
-    return [f.get("Path") for f in files if f.get("Type", "blob") == "blob"]
+def _modelscope_names(raw: bytes, content_type: str | None, where: str) -> list[str]:
+    """The blob paths of a ModelScope file listing (its JSON read by the layer and checked for shape)."""
+    listing = Record.of(api_answer(raw, content_type, where, "ModelScope's API"), where, "a file listing")
+    data = listing.record("Data", None)
+    files = data.records("Files", None) if data is not None else None
+    if not files:
+        return []
+    return [f.raw("Path") for f in files if f.raw("Type", "blob") == "blob"]
 
 
 def download_modelscope(model_id: str, out: Path, *, revision: str | None = None, endpoint: str | None = None,
@@ -212,16 +246,25 @@ def download_modelscope(model_id: str, out: Path, *, revision: str | None = None
     def get(url: str, **params):
         return urllib.request.urlopen(f"{url}?{urllib.parse.urlencode(params)}", timeout=60)
 
+    def fetch(names: list[str], tmp: Path) -> None:
+        for name in names:
+            with get(base, Revision=rev, FilePath=name) as r, atomic_write(local_path(tmp, name, where), "wb") as f:
+                shutil.copyfileobj(r, f, 1 << 20)
+
     try:
         with get(f"{base}/files", Revision=rev, Recursive="true") as r:
-            names = _modelscope_names(r.read(), where)
+            body = r.read(MAX_ANSWER + 1)
+            if len(body) > MAX_ANSWER:
+                raise ZhBertError(f"{where}: the file listing is over {MAX_ANSWER >> 20} MiB; not read")
+            names = _modelscope_names(body, r.headers.get("Content-Type"), where)
         if not names:
             raise ZhBertError(f"{model_id}: ModelScope ({ep}) lists no files for revision {rev}")
         wanted = wanted_files(names, where)
         with scratch_dir("zh-bert-ms-") as tmp:
-            for name in wanted:
-                with get(base, Revision=rev, FilePath=name) as r, atomic_write(local_path(tmp, name, where), "wb") as f:
-                    shutil.copyfileobj(r, f, 1 << 20)
+            fetch([n for n in wanted if n in CODE_FILES], tmp)   # the small files first: refused before weights
+            refuse_code(read_json(tmp / "config.json", default=None),
+                        read_json(tmp / "tokenizer_config.json", default=None), where)
+            fetch([n for n in wanted if n not in CODE_FILES], tmp)
             return assemble(tmp, out, overwrite=overwrite,
                             origin={"source": "modelscope", "repo_id": model_id, "revision": rev, "endpoint": ep})
     except urllib.error.HTTPError as e:
@@ -281,17 +324,43 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def _folder_of(path: Path) -> Path:
+    """The model folder of a local MODEL: a run dir's final/, else the folder as given."""
+    return path / "final" if (path / "final" / "config.json").is_file() else path
+
+
+def refuse_model_code(name: str, endpoint: str | None = None, revision: str | None = None) -> None:
+    """One line when MODEL, as `local_model` takes it, names code of its own: a local folder or run dir by its
+    files, a catalog alias or Hub id (`hub:` or not) by its config.json and tokenizer_config.json alone, before
+    anything else of it is fetched. The same rule (`weights.refuse_code`) every loading command applies."""
+    path = Path(name)
+    if path.exists():
+        refuse_repo_code(_folder_of(path))
+        return
+    repo_id, _ = resolve(name.removeprefix("hub:"))
+    endpoint, where = endpoint_and_host(endpoint)
+    with hub_errors(where, repo_id):
+        info = repo_info(endpoint, repo_id, where, revision or "main", files=True)
+        if info.problem:
+            raise ZhBertError(f"{repo_id}: {info.problem}")
+        _refuse_hub_code(info, revision, endpoint, where)
+
+
 def local_model(name: str, endpoint: str | None = None, revision: str | None = None, log=print) -> Path:
     """What a command that evaluates MODEL works on: a local checkpoint folder or run dir as given; else a catalog
-    alias or Hub id, fetched by `download` into models/NAME once (a folder download wrote is reused).
+    alias or Hub id (`hub:ORG/NAME` too), fetched by `download` into models/NAME once (a folder download wrote is
+    reused). A model that names code of its own is refused first (a Hub repo from its two small JSON files,
+    before any weights move).
 
     A name whose parent folder exists here is a mistyped path, not a repo id: one line, no network."""
     path = Path(name)
     if path.exists():
+        refuse_repo_code(_folder_of(path))
         return path
     if path.parent != Path(".") and path.parent.is_dir():
         near = suggest(path.name, [p.name for p in path.parent.iterdir()])
         raise ZhBertError(f"MODEL {name}: no such folder{near}")
+    name = name.removeprefix("hub:")
     repo_id, entry = resolve(name)
     out = default_out(entry.alias if entry else repo_id)
     if (out / MARKER).is_file():

@@ -15,14 +15,12 @@ from __future__ import annotations
 import json
 import re
 import sys
-from datetime import datetime
 from pathlib import Path
-
-import yaml
+from typing import Any
 
 from zh_bert.core import config as cli_config
 from zh_bert.core.errors import ZhBertError, suggest
-from zh_bert.core.fileio import scratch_dir
+from zh_bert.core.fileio import parse_json, parse_yaml, scratch_dir
 from zh_bert.hub.catalog import (
     CATALOG,
     ModelsConfig,
@@ -30,13 +28,17 @@ from zh_bert.hub.catalog import (
     community_models,
     community_text,
     format_table,
+    printable,
 )
 from zh_bert.hub.endpoint import (
+    HubRepo,
     check_listing,
     check_repo_id,
     endpoint_and_host,
     hub_errors,
+    list_repos,
     quiet_progress_bars,
+    repo_info,
 )
 from zh_bert.train.arch import ARCHITECTURES, of_config
 from zh_bert.train.weights import remote_code
@@ -47,8 +49,9 @@ FILE_CAP = 256 * 1024
 FACT_FILES = ("config.json", "tokenizer_config.json", "README.md")
 #: longer repo ids are refused (the Hub allows 96 characters for a name, fewer for a namespace)
 MAX_REPO_ID = 160
-#: --sort value -> huggingface_hub's list_models sort key
-HUB_SORTS = {"downloads": "downloads", "likes": "likes", "recent": "last_modified"}
+#: --sort value -> (the Hub API's sort key, the HubRepo field ranked on)
+HUB_SORTS = {"downloads": ("downloads", "downloads"), "likes": ("likes", "likes"),
+             "recent": ("lastModified", "last_modified")}
 REMOTE_CODE = "needs trust_remote_code"
 FACT_KEYS = ("architecture", "layers", "hidden", "params", "vocab_kind", "vocab_size", "licence", "load_safety",
              "error")
@@ -66,11 +69,7 @@ def card_metadata(card_text: str, where: str) -> dict:
     match = _FRONT_MATTER.match(card_text)
     if match is None:
         return {}
-    try:
-        meta = yaml.safe_load(match.group(1))
-    except yaml.YAMLError as e:
-        raise ZhBertError(f"{where}: the YAML front matter is not valid YAML "
-                          f"({str(e).splitlines()[0][:80]})") from None
+    meta = parse_yaml(match.group(1), f"{where}: the YAML front matter")
     if meta is None:
         return {}
     if not isinstance(meta, dict):
@@ -194,47 +193,48 @@ def _small_text(repo_id: str, name: str, size: int | None, revision: str | None,
         raise ZhBertError(f"{name} is not UTF-8 text") from None
 
 
-def _parse_json(text: str | None, name: str):
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError as e:
-        raise ZhBertError(f"{name} is not valid JSON ({str(e)[:80]})") from None
+def repo_texts(info: HubRepo, names: tuple[str, ...], endpoint: str | None, where: str, revision: str | None,
+               cache: Path) -> dict[str, str]:
+    """The files `names` of a repo whose model info (with file sizes) is in hand, those it has, as text, each
+    refused above FILE_CAP before it is fetched: all that is read of a repo to describe it (`models --hub`) or
+    to refuse it before its weights (`download`)."""
+    files = info.files or {}
+    with hub_errors(where, info.id):
+        return {name: _small_text(info.id, name, files[name], info.sha or revision, endpoint, cache)
+                for name in names if name in files}
 
 
-def _facts_of_info(info, endpoint: str | None, where: str, revision: str | None, cache: Path) -> dict:
-    """Facts of a repo whose model_info (with file sizes) is in hand."""
-    siblings = info.siblings or []
-    names = check_listing([s.rfilename for s in siblings], f"{info.id} on {where}")
-    sizes = {s.rfilename: s.size for s in siblings}
-    rev = info.sha or revision
-    texts = {}
+def repo_json(texts: dict[str, str], name: str) -> Any:
+    """File `name` of `repo_texts` parsed by the reading layer, or None when the repo has no such file."""
+    return parse_json(texts[name], name) if name in texts else None
+
+
+def _facts_of_info(info: HubRepo, endpoint: str | None, where: str, revision: str | None, cache: Path) -> dict:
+    """Facts of a repo whose model info (with file sizes) is in hand."""
+    if info.problem:
+        return _unreadable(info.problem)
+    names = check_listing(list(info.files or {}), f"{info.id} on {where}")
     try:
-        with hub_errors(where, info.id):
-            for name in FACT_FILES:
-                if name in sizes:
-                    texts[name] = _small_text(info.id, name, sizes[name], rev, endpoint, cache)
-        config, tokenizer_config = (_parse_json(texts.get(n), n) for n in FACT_FILES[:2])
+        texts = repo_texts(info, FACT_FILES, endpoint, where, revision, cache)
+        config, tokenizer_config = (repo_json(texts, n) for n in FACT_FILES[:2])
     except ZhBertError as e:
         return _unreadable(f"config unreadable: {e}")
     return facts_of_files(config, tokenizer_config, texts.get("README.md"), names)
 
 
-def _info(api, repo_id: str, where: str, revision: str | None = None):
+def _info(endpoint: str | None, repo_id: str, where: str, revision: str | None = None) -> HubRepo:
     with hub_errors(where, repo_id):
-        # an explicit revision: olah (a mirror) serves model info only at /revision/<rev>
-        return api.model_info(repo_id, revision=revision or "main", files_metadata=True)
+        return repo_info(endpoint, repo_id, where, revision or "main", files=True)
 
 
-def _catalog_info(api, repo_id: str, where: str):
-    """A catalog repo's model_info, or None when this endpoint answers that it lacks it (a mirror holding a
-    few repos); a connection failure is the listing's one-line error."""
+def _catalog_info(endpoint: str | None, repo_id: str, where: str) -> HubRepo | None:
+    """A catalog repo's model info, or None when this endpoint answers that it lacks it (a mirror holding a
+    few repos); a connection failure or an answer that is not the Hub API is the listing's one-line error."""
     from huggingface_hub.errors import HfHubHTTPError
 
     with hub_errors(where):   # the endpoint's failure, not this repo's
         try:
-            return api.model_info(repo_id, files_metadata=True)
+            return repo_info(endpoint, repo_id, where, files=True)
         except HfHubHTTPError:
             return None
 
@@ -252,11 +252,9 @@ def repo_facts(repo_id: str, endpoint: str | None = None, revision: str | None =
     """What a repo is, read from config.json / tokenizer_config.json / README.md on the Hub or a mirror:
     `facts_of_files`' keys plus `repo_id`; a bad id, an unreachable repo or unreadable files are `error`."""
     quiet_progress_bars()
-    from huggingface_hub import HfApi
-
     endpoint, where = endpoint_and_host(endpoint)
     try:
-        info = _info(HfApi(endpoint=endpoint), _checked_id(repo_id), where, revision)
+        info = _info(endpoint, _checked_id(repo_id), where, revision)
         with scratch_dir("zh-bert-listing-") as cache:
             facts = _facts_of_info(info, endpoint, where, revision, cache)
     except ZhBertError as e:
@@ -268,26 +266,29 @@ def _note(message: str) -> None:
     print(f"note: {message}", file=sys.stderr)
 
 
-def _candidates(api, where: str, search: str | None, sort: str, limit: int) -> dict[str, tuple]:
-    """repo id -> (listing entry or model_info, source): catalog first, then the zh-bert tag, then the Hub's
-    Chinese fill-mask models; hostile ids are left out with a note."""
+def _candidates(endpoint: str | None, where: str, search: str | None, sort: str, limit: int) -> dict[str, tuple]:
+    """repo id -> (listing row or model info, source): catalog first, then the zh-bert tag, then the Hub's
+    Chinese fill-mask models; hostile ids and rows that are no repo are left out with a note."""
     found: dict[str, tuple] = {}
     missing = []
-    for e in CATALOG:   # first: model_info does not retry, so an unreachable endpoint is one quick line
+    for e in CATALOG:   # first: model info does not retry, so an unreachable endpoint is one quick line
         if search is None or search.lower() in e.repo_id.lower() or search.lower() in e.alias.lower():
-            info = _catalog_info(api, e.repo_id, where)
+            info = _catalog_info(endpoint, e.repo_id, where)
             if info is None:
                 missing.append(e.repo_id)
             else:
                 found[e.repo_id] = (info, "catalog")
     if missing:
         _note(f"{len(missing)} catalog repos are not on {where}: {', '.join(missing)}")
-    hub_sort = HUB_SORTS[sort]
+    query = {"sort": HUB_SORTS[sort][0], **({"search": search} if search is not None else {})}
+    listed = []
     with hub_errors(where):
-        listed = [(m, "zh-bert tag") for m in api.list_models(filter="zh-bert", search=search, sort=hub_sort,
-                                                               limit=limit)]
-        listed += [(m, "hub") for m in api.list_models(pipeline_tag="fill-mask", filter="zh", search=search,
-                                                       sort=hub_sort, limit=limit)]
+        for source, params in (("zh-bert tag", {"filter": "zh-bert"}),
+                               ("hub", {"pipeline_tag": "fill-mask", "filter": "zh"})):
+            repos, notes = list_repos(endpoint, where, {**params, **query}, limit)
+            listed += [(m, source) for m in repos]
+            for note in notes:
+                _note(f"skipped a listed repo: {note}")
     for model, source in listed:
         try:
             found.setdefault(_checked_id(model.id), (model, source))
@@ -296,12 +297,12 @@ def _candidates(api, where: str, search: str | None, sort: str, limit: int) -> d
     return found
 
 
-def _rank(model, sort: str) -> float:
-    """The sort value (ModelInfo's attribute of the same name as the Hub's sort key), unknown values last."""
-    value = getattr(model, HUB_SORTS[sort], None)
+def _rank(model: HubRepo, sort: str) -> float:
+    """The sort value (the HubRepo field of the Hub's sort key), unknown values (or a bad field) last."""
+    value = getattr(model, HUB_SORTS[sort][1])
     if value is None:
         return -1.0
-    return value.timestamp() if isinstance(value, datetime) else float(value)
+    return float(value) if isinstance(value, int) else value.timestamp()
 
 
 def hub_models(endpoint: str | None = None, search: str | None = None, sort: str = "downloads",
@@ -314,17 +315,14 @@ def hub_models(endpoint: str | None = None, search: str | None = None, sort: str
     if limit < 1:
         raise ZhBertError(f"--limit must be at least 1, got {limit}")
     quiet_progress_bars()
-    from huggingface_hub import HfApi
-
     endpoint, where = endpoint_and_host(endpoint)
-    api = HfApi(endpoint=endpoint)
-    found = _candidates(api, where, search, sort, limit)
+    found = _candidates(endpoint, where, search, sort, limit)
     ranked = sorted(found.items(), key=lambda kv: _rank(kv[1][0], sort), reverse=True)[:limit]
     rows = []
     with scratch_dir("zh-bert-listing-") as cache:
         for repo_id, (model, source) in ranked:
             try:
-                info = model if model.siblings is not None else _info(api, repo_id, where)
+                info = model if model.files is not None or model.problem else _info(endpoint, repo_id, where)
                 facts = _facts_of_info(info, endpoint, where, None, cache)
             except ZhBertError as e:
                 facts = _unreadable(str(e))
@@ -336,8 +334,7 @@ def hub_models(endpoint: str | None = None, search: str | None = None, sort: str
 
 def _shown(value) -> str:
     """A cell: None as '-', anything a server sent with its unprintable characters replaced."""
-    text = "-" if value is None else str(value)
-    return "".join(c if c.isprintable() else "?" for c in text)
+    return printable("-" if value is None else str(value))
 
 
 def hub_table(rows: list[dict]) -> str:

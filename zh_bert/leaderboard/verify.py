@@ -30,8 +30,7 @@ from zh_bert.evaluation.finetune import FinetuneConfig
 from zh_bert.evaluation.qa import QAConfig
 from zh_bert.evaluation.suite import SuiteArgs, run_suite
 from zh_bert.evaluation.suite_report import report_lines, suite_entries
-from zh_bert.hub.download import local_model
-from zh_bert.hub.listing import load_safety, repo_facts
+from zh_bert.hub.download import local_model, refuse_model_code
 from zh_bert.leaderboard.record import COLUMNS, RECORD_SCHEMA, TOLERANCE, VERIFICATION_FILE, cell, scores_of
 from zh_bert.leaderboard.sources import Model, folder_model, hub_model, kind_of, weights_sha256
 from zh_bert.train.rundir import find_run_dir
@@ -68,19 +67,9 @@ def _is_ours(path: Path) -> bool:
 
 
 def refuse_remote_code(model: str, endpoint: str | None, revision: str | None) -> None:
-    """One line before any weights move: a model whose config or tokenizer names its own code is not run."""
-    path = Path(model)
-    if path.exists():
-        folder = path / "final" if (path / "final" / "config.json").is_file() else path
-        read = {n: (read_json(folder / n) if (folder / n).is_file() else None)
-                for n in ("config.json", "tokenizer_config.json")}
-        safety, where = load_safety(read["config.json"] or {}, read["tokenizer_config.json"]), str(folder)
-    else:
-        facts = repo_facts(model.removeprefix("hub:"), endpoint=endpoint, revision=revision)
-        safety, where = facts["load_safety"], model
-    if safety != "stock":
-        raise ZhBertError(f"{where}: needs trust_remote_code (its config or tokenizer names code of its own); "
-                          f"zh-bert never runs a repository's code, so it cannot verify this model")
+    """One line before any weights move: a model whose config or tokenizer names its own code is not run
+    (`hub.download.refuse_model_code`, the check `local_model` makes for every loading command)."""
+    refuse_model_code(model, endpoint, revision)
 
 
 def claims_of(model: str, endpoint: str | None, revision: str | None, scratch: Path) -> Model:

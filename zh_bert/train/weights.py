@@ -28,33 +28,39 @@ def _load_errors() -> tuple[type[BaseException], ...]:
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_MISMATCH_ROW = re.compile(r"^\s*(\S+)\s*\|\s*MISMATCH\s*\|.*?ckpt:\s*torch\.Size\((\[[^\]]*\])\)\s*vs\s*model:\s*"
+#: a row of transformers 5.x's load report; the key may be a pattern with spaces (`layer.{0, 1}.output.dense.weight`)
+_MISMATCH_ROW = re.compile(r"^\s*(\S.*?)\s*\|\s*MISMATCH\s*\|.*?ckpt:\s*torch\.Size\((\[[^\]]*\])\)\s*vs\s*model:\s*"
                            r"torch\.Size\((\[[^\]]*\])\)", re.MULTILINE)
+#: the logger transformers 5.x writes its load report to (the one `from_pretrained` passes it)
+_REPORT_LOGGER = "transformers.modeling_utils"
 
 
 @contextmanager
 def _one_line(path: str | Path, what: str) -> Iterator[None]:
     """Any of the ways a model folder can be broken, as a ZhBertError naming the folder. Weights whose shapes
-    disagree with config.json are a RuntimeError in transformers (5.x logs a table of them first, 4.x lists
-    them in the message): the first tensor is named, and 5.x's table is kept off the terminal."""
+    disagree with config.json are a RuntimeError in transformers (5.x logs a table of them first and raises "You
+    set `ignore_mismatched_sizes` to `False`", 4.x lists them in the message): the first tensor is named. 5.x's
+    table is read even when a command turned transformers' warnings off, and kept off the terminal; any other
+    record is shown exactly when it would have been."""
     report: list[str] = []
+    source = logging.getLogger(_REPORT_LOGGER)
+    shown_from, own_level = source.getEffectiveLevel(), source.level
 
     def keep(record: logging.LogRecord) -> bool:
         text = _ANSI.sub("", record.getMessage())
         if "MISMATCH" in text:
             report.append(text)
             return False
-        return True
+        return record.levelno >= shown_from
 
-    handlers = logging.getLogger("transformers").handlers
-    for h in handlers:
-        h.addFilter(keep)
+    source.setLevel(min(shown_from, logging.WARNING))
+    source.addFilter(keep)
     try:
         yield
     except _load_errors() as e:
         raise ZhBertError(f"{path}: cannot load {what}: {_reason(e)}") from None
     except RuntimeError as e:
-        if not report and "size mismatch" not in str(e):
+        if not report and "size mismatch" not in str(e) and "ignore_mismatched_sizes" not in str(e):
             raise
         row = _MISMATCH_ROW.search("\n".join(report))
         detail = (f"{row[1]} is {row[2]} in the weights, {row[3]} by config.json" if row else
@@ -62,8 +68,8 @@ def _one_line(path: str | Path, what: str) -> Iterator[None]:
         raise ZhBertError(f"{path}: cannot load {what}: the weights disagree with config.json ({detail[:240]}); "
                           f"a config.json edited or taken from another model?") from None
     finally:
-        for h in handlers:
-            h.removeFilter(keep)
+        source.removeFilter(keep)
+        source.setLevel(own_level)
 
 
 def _reason(e: BaseException) -> str:
@@ -99,17 +105,24 @@ def remote_code(config: dict, tokenizer_config: dict | None) -> str | None:
     return None
 
 
-def refuse_repo_code(path: str | Path) -> None:
-    """One line, before anything is loaded, when the folder's config names code of its own: zh-bert never runs
-    a repo's code, and loading it as a stock class would give a wrong model or a size-mismatch traceback."""
-    folder = Path(path)
-    config = read_json(folder / "config.json", default=None)
+def refuse_code(config: object, tokenizer_config: object, where: str) -> None:
+    """The one refusal of a model that names code of its own (`remote_code`), for a folder and a Hub repo
+    alike: zh-bert never runs a repo's code, and loading it as a stock class would give a wrong model or a
+    size-mismatch traceback. No config (or one that is not an object) names no code: loading it says what is
+    wrong with it."""
     if not isinstance(config, dict):
-        return   # no config (or a broken one): transformers' own one-line error says so
-    reason = remote_code(config, read_json(folder / "tokenizer_config.json", default=None))
+        return
+    reason = remote_code(config, tokenizer_config if isinstance(tokenizer_config, dict) else None)
     if reason:
-        raise ZhBertError(f"{folder}: needs trust_remote_code: {reason}; zh-bert never runs a repo's code "
+        raise ZhBertError(f"{where}: needs trust_remote_code: {reason}; zh-bert never runs a repo's code "
                           f"(use a stock checkpoint, see `zh-bert models --hub`)")
+
+
+def refuse_repo_code(path: str | Path) -> None:
+    """`refuse_code` of a local folder, before anything of it is loaded."""
+    folder = Path(path)
+    refuse_code(read_json(folder / "config.json", default=None),
+                read_json(folder / "tokenizer_config.json", default=None), str(folder))
 
 
 def load_pretrained(cls: Any, path: str | Path, what: str = "a model", **kwargs: Any) -> Any:
