@@ -17,7 +17,7 @@ from _run_helpers import save_recipe
 from conftest import CHAR_SEQ
 from zh_bert.train import checkpoint as ckpt
 from zh_bert.cli import main
-from zh_bert.core.fileio import MANIFEST
+from zh_bert.core.fileio import MANIFEST, read_json
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -54,7 +54,7 @@ def _copy(run_dir: Path, dest: Path) -> Path:
 
 
 def test_final_is_written_with_a_manifest_of_every_file(finished):
-    listed = ckpt.read_json(finished / "final" / MANIFEST)["files"]
+    listed = read_json(finished / "final" / MANIFEST)["files"]
     on_disk = {p.relative_to(finished / "final").as_posix() for p in (finished / "final").rglob("*")
                if p.is_file() and p.name != MANIFEST}
     assert set(listed) == on_disk and "model.safetensors" in listed

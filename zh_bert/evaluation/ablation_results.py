@@ -13,7 +13,7 @@ from zh_bert.train.curves import cjk_text
 from zh_bert.core.errors import ZhBertError
 from zh_bert.evaluation.eval_results import entry, record
 from zh_bert.evaluation.evaluate import MlmEvalConfig, eval_mlm, load_mlm
-from zh_bert.core.fileio import Record, atomic_write, read_json, read_object, write_json
+from zh_bert.core.fileio import ABLATE_EVALS, Record, atomic_write, read_json, read_object, write_json
 from zh_bert.evaluation.finetune import eval_entries, percent
 from zh_bert.evaluation.finetune import run as run_finetune
 from zh_bert.train.masking import MaskingConfig
@@ -46,7 +46,7 @@ def run_one(spec: AblationSpec, run: AblationRun, base: dict, out: Path, data_fi
            "wall_clock_s": s.number("wall_clock_s", None, lo=0), "params": s.integer("parameters", None, lo=0),
            "val_mlm_acc": s.record("final_validation", Record({}, "")).number("mlm_acc", None, lo=0, hi=1),
            "vocab_size": s.record("vocab", Record({}, "")).integer("vocab_size", None, lo=0)}
-    evals_path = run_dir / "ablate_evals.json"
+    evals_path = run_dir / ABLATE_EVALS
     evals = read_object(evals_path).data if evals_path.is_file() else {}
     want = eval_settings(spec, heldout)
     if evals.get("settings") != want:   # the held-out eval changed: its figures are stale, the tasks' are not

@@ -15,10 +15,10 @@ from pathlib import Path
 
 from zh_bert.core.config import option
 from zh_bert.core.errors import ZhBertError
+from zh_bert.core.fileio import EVAL_RESULTS as FILENAME
 from zh_bert.core.fileio import Record, claim_file, read_json, write_json
 from zh_bert.train.rundir import find_run_dir
 
-FILENAME = "eval_results.json"
 ENTRY_KEYS = ("task_type", "task_name", "dataset_type", "dataset_name", "metric_type", "metric_name", "metric_value")
 _IDENTITY = ENTRY_KEYS[:-1]
 #: the range a figure of a metric may take: accuracy as a fraction [0, 1] or a percent [0, 100]; CMRC's EM and

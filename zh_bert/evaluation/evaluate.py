@@ -26,6 +26,7 @@ import numpy as np
 from zh_bert.core.config import at_least, config_from_args, option, option_of
 from zh_bert.core.config import build_parser as derive_parser
 from zh_bert.core.errors import ZhBertError
+from zh_bert.core.fileio import SUITE_DIR
 from zh_bert.core.options import Shared
 from zh_bert.corpus.corpus_io import read_documents
 from zh_bert.corpus.segment import SEGMENTERS, Segmenter, SegmenterName
@@ -242,7 +243,7 @@ def _main_suite(ckpt: str, args: argparse.Namespace) -> tuple[dict, list[dict]]:
     data = check_suite_data(suite)      # every file read and its roles kept apart before a model is resolved
     model = local_model(ckpt, log=lambda m: print(m, flush=True))
     run_dir = find_run_dir(model)
-    report = suite.report or (str(Path(run_dir) / "suite") if run_dir else None)
+    report = suite.report or (str(Path(run_dir) / SUITE_DIR) if run_dir else None)
     claim_outputs(suite.predictions, report)          # before any training: never a user's folder
     hf_logging.set_verbosity_error()  # "newly initialised classifier" warnings are expected here
     hf_logging.disable_progress_bar()

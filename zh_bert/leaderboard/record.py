@@ -15,15 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zh_bert.core.errors import ZhBertError
-from zh_bert.core.fileio import read_json
+from zh_bert.core.fileio import VERIFICATION_FILE, read_json
 from zh_bert.core.fileio import Record
 from zh_bert.evaluation.eval_results import checked_entries
 from zh_bert.evaluation.fewclue import FEWCLUE_TASKS, MULTIPLE_CHOICE, fewclue_score
 from zh_bert.evaluation.suite import PROTOCOLS
 from zh_bert.leaderboard.cards import FEWCLUE, card_split, claim_text, identity, metric_of, percent_of
 
-#: written by `leaderboard verify` beside a run (RUN/verification.json) and uploaded by `publish --with-verification`
-VERIFICATION_FILE = "verification.json"
 RECORD_SCHEMA = "zh-bert-verification/1"
 #: the fine-tuning protocol is what the board compares; zero-shot and PET figures are other columns' business
 BOARD_METHOD = "finetune"

@@ -24,6 +24,7 @@ from zh_bert.core import config
 from zh_bert.core.config import option, option_of
 from zh_bert.core.errors import ZhBertError
 from zh_bert.core.fileio import (
+    PUBLISHED_RUN_FILES,
     atomic_dir,
     copy_file,
     fault_point,
@@ -44,10 +45,8 @@ from zh_bert.hub.endpoint import (
     with_retries,
 )
 from zh_bert.train.rundir import (
-    ABLATE_EVALS,
     FINAL,
     GENERATOR,
-    RUN_FILES,
     Checkpoint,
     is_model_dir,
     locate,
@@ -58,8 +57,6 @@ from zh_bert.train.weights import check_weights
 MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors",
                "model.safetensors.index.json") + TOKENIZER_FILES
 MODEL_PATTERNS = ("model-*-of-*.safetensors",)
-#: from the run dir: what zh-bert writes at its top, less ablate's eval cache (its figures are in eval_results.json)
-PUBLISHED_RUN_FILES = tuple(n for n in RUN_FILES if n != ABLATE_EVALS)
 MAX_TEXT_SCAN = 64 << 20
 RETRY_BACKOFF_S = 2.0   # first wait; doubles per retry
 

@@ -15,7 +15,10 @@ A checkpoint is complete when its manifest lists files that are all there with t
 the temp dirs. A checkpoint from before manifests counts as complete when every file it should hold exists
 (trainer_state.json readable, config, weights, optimizer and one RNG file per process it names): truncation
 cannot be detected there. Replacing or deleting a checkpoint first renames it to a hidden `.step-*.trash`
-name, so a kill never leaves a half-deleted dir under a complete-looking name.
+name, so a kill never leaves a half-deleted dir under a complete-looking name. A manifest is read, not
+trusted: one naming anything but a file of its own folder (`../x`, an absolute path, a name under a linked
+subfolder) or with a field of the wrong type makes its checkpoint incomplete, so it is never resumed from nor
+rotated out (`--resume auto` names the field on stderr), and deleting re-checks every name after resolving it.
 
 `ZH_BERT_FAULT=after:POINT[@STEP]` (a test hook) makes the process SIGKILL itself right after POINT of the
 save of STEP (any step if omitted); POINT is one of `FAULT_POINTS`.
@@ -35,13 +38,13 @@ import torch
 
 from zh_bert.core.errors import ZhBertError
 from zh_bert.core.fileio import (
+    Record,
     check_dir_ours,
-    fault_point,
     entry_name,
+    fault_point,
     foreign_entries,
     fresh_staging_dir,
     inside,
-    read_json,
     read_object,
     remove_owned,
     remove_scratch,
@@ -216,8 +219,8 @@ def manifest_entries(path: Path) -> list[tuple[str, int, str | None]]:
     name is an entry of the checkpoint's own folder (a forged `../../x` makes the manifest unreadable, so nothing
     outside the checkpoint is ever taken for one of its files), a size a whole number of bytes."""
     manifest = read_object(Path(path) / CHECKPOINT_MANIFEST)
-    return [(entry_name(name, f"{manifest.where}: files"), e.integer("size", lo=0, hi=2**50), e.text("sha256", None))
-            for name, e in manifest.records_in("files")]
+    return [(entry_name(name, f"{manifest.where}: {e.path}"), e.integer("size", lo=0, hi=2**50),
+             e.text("sha256", None, max_len=64)) for name, e in manifest.records_in("files")]
 
 
 def listed_files(path: Path) -> dict[str, int] | None:
@@ -267,7 +270,7 @@ def incomplete_reason(path: Path, deep: bool = False) -> str | None:
     try:
         entries = manifest_entries(path)
     except ZhBertError as e:
-        return f"{CHECKPOINT_MANIFEST} is unreadable ({str(e).removeprefix(str(path / CHECKPOINT_MANIFEST) + ': ')})"
+        return _untrusted(path, e)
     if STATE not in {name for name, _, _ in entries}:
         return f"{STATE} is not in {CHECKPOINT_MANIFEST}"
     for name, size, digest in entries:
@@ -283,15 +286,22 @@ def incomplete_reason(path: Path, deep: bool = False) -> str | None:
     return None
 
 
+def _untrusted(path: Path, error: ZhBertError) -> str:
+    """Why the manifest of the checkpoint at `path` is not taken at its word, naming the field: the checkpoint
+    is then incomplete, so it is never resumed from, and never rotated out (deleting by such a manifest could
+    reach files outside the checkpoint)."""
+    field = str(error).removeprefix(str(path / CHECKPOINT_MANIFEST) + ": ")
+    return f"{CHECKPOINT_MANIFEST} is not to be trusted: {field}"
+
+
 def _legacy_reason(path: Path) -> str | None:
     """A checkpoint written before manifests: complete if every file it should hold is there."""
     if not (path / STATE).exists():
         return f"{STATE} is missing"
     try:
-        state = read_json(path / STATE)
-        world = int(state.get("num_processes", 1))
-    except (ZhBertError, ValueError, TypeError, AttributeError):
-        return f"{STATE} is unreadable"
+        world = read_object(path / STATE).integer("num_processes", 1, lo=1, hi=1 << 20)
+    except ZhBertError as e:
+        return f"{STATE} is unreadable ({str(e).removeprefix(str(path / STATE) + ': ')})"
     for name in ("config.json", "model.safetensors", "optimizer.pt", *(f"rng-rank{r}.pt" for r in range(world))):
         if not (path / name).is_file():
             return f"{name} is missing"
@@ -339,18 +349,53 @@ def find_resume(resume: str | None, ckpt_root: Path, warn=print) -> Path | None:
     if not resume:
         return None
     if resume == "auto":
+        chosen = None
         for path in reversed(_step_dirs(ckpt_root)):
+            if chosen is not None:   # older: never resumed from; one whose manifest is forged is never deleted
+                reason = _manifest_problem(path)
+                if reason:
+                    warn(f"warning: {path} is left as it is (never resumed from, rotated out or deleted): {reason}")
+                continue
             reason = incomplete_reason(path, deep=True)
             if reason is None:
-                return path
-            warn(f"warning: skipping incomplete checkpoint {path}: {reason}")
-        return None
+                chosen = path
+            else:
+                warn(f"warning: skipping incomplete checkpoint {path}: {reason}")
+        return chosen
     reason = incomplete_reason(Path(resume), deep=True)
     if reason is not None:
         hint = (f" ({resume} is a run dir: give one of its checkpoints, or --resume auto with out_dir: {resume})"
                 if (Path(resume) / "checkpoints").is_dir() else "")
         raise ZhBertError(f"--resume {resume}: not a complete checkpoint: {reason}{hint}")
     return Path(resume)
+
+
+def _manifest_problem(path: Path) -> str | None:
+    """What makes the manifest of the checkpoint at `path` untrustworthy (a name outside the checkpoint, also
+    through a linked subfolder; a field of the wrong type), or None (no manifest, or a well-formed one)."""
+    if not (path / CHECKPOINT_MANIFEST).is_file():
+        return None
+    try:
+        entries = manifest_entries(path)
+    except ZhBertError as e:
+        return _untrusted(path, e)
+    out = next((name for name, _, _ in entries if inside(path, name) is None), None)
+    return None if out is None else f"{CHECKPOINT_MANIFEST} is not to be trusted: files[{out!r}] leads out of the checkpoint"
+
+
+def check_resaves(ckpt_root: Path, resume_from: Path | None) -> None:
+    """Before any work: a run saves every step after `resume_from` again, and a step dir there that is not a
+    complete checkpoint must then be replaced; one holding anything its manifest does not vouch for (a user's
+    file, a forged manifest's checkpoint) would stop the run at that save. Refuse it now, in one line."""
+    for path in _step_dirs(ckpt_root):
+        if (resume_from is not None and path.name <= resume_from.name) or incomplete_reason(path) is None:
+            continue
+        listed = listed_files(path)
+        foreign = foreign_entries(path, _legacy_entry, listed)
+        if foreign:
+            why = _manifest_problem(path) or f"it holds {', '.join(foreign[:3])}, which no manifest of zh-bert's lists"
+            raise ZhBertError(f"{path}: not a complete checkpoint, and this run would have to replace it when it "
+                              f"saves that step ({why}); move it out of {ckpt_root} first")
 
 
 def load_checkpoint(path: Path, *, accelerator, hf_model, optimizer, scheduler, generator=None,
@@ -391,14 +436,19 @@ def _load_weights(folder: Path, model) -> None:
 
 
 def read_state(path: Path) -> dict:
-    """The trainer state of the (complete) checkpoint at `path`."""
-    try:
-        state = read_json(Path(path) / STATE)
-    except ZhBertError as e:
-        raise ZhBertError(f"{path}: cannot read {STATE}: {e}") from None
-    if not isinstance(state, dict) or not isinstance(state.get("step"), int):
-        raise ZhBertError(f"{path}: {STATE} is not a trainer state (no step)")
-    return state
+    """The trainer state of the (complete) checkpoint at `path`, every field a resume uses typed and in range
+    (one line naming the file and the field otherwise): counts are integers ≥ 0, seconds finite."""
+    state = read_object(Path(path) / STATE, what="a trainer state (a JSON object)")
+    loader, recipe = state.record("loader"), state.record("recipe", None)
+    resumes = [{"step": r.integer("step", lo=0), "from": r.text("from"),
+                "changed": r.record("changed", Record({}, "")).data} for r in state.records("resumes", [])]
+    return {**state.data, "step": state.integer("step", lo=0, hi=2**62),
+            "num_processes": state.integer("num_processes", 1, lo=1, hi=1 << 20),
+            "tokens_seen": state.integer("tokens_seen", lo=0), "skipped_steps": state.integer("skipped_steps", 0, lo=0),
+            "train_seconds": state.number("train_seconds", 0.0, lo=0),
+            "train_sequences": state.integer("train_sequences", None, lo=0),
+            "recipe": recipe.data if recipe is not None else {}, "resumes": resumes,
+            "loader": {"epoch": loader.integer("epoch", lo=0), "position": loader.integer("position", lo=0)}}
 
 
 def _tied_names(model) -> set[str]:

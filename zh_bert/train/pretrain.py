@@ -21,6 +21,13 @@ from zh_bert.core.config import build_parser as derive_parser
 from zh_bert.core.config import config_from_args, option, option_of
 from zh_bert.core.errors import ZhBertError
 from zh_bert.core.fileio import (
+    CHECKPOINTS,
+    CURVES_PNG,
+    FINAL,
+    METRICS_LOG,
+    RUN_RECIPE,
+    RUN_SUMMARY,
+    Record,
     atomic_dir,
     copy_file,
     read_json,
@@ -83,7 +90,16 @@ def main(argv: list[str]) -> int:
     if "OMP_WAIT_POLICY" not in os.environ:   # before torch loads (OpenMP reads it then); the user's own wins
         os.environ["OMP_WAIT_POLICY"] = omp_wait_policy()
     summary = train(recipe, resume=args.resume)
-    return 0 if summary.get("status") in ("finished", "interrupted") else 1
+    return run_exit_status(summary)
+
+
+def run_exit_status(summary: dict) -> int:
+    """0 only for a finished run: a run a signal stopped exits 128 + the signal's number (143 for SIGTERM, 130
+    for SIGINT; its checkpoint is saved and `--resume auto` continues it), a diverged one 1."""
+    from zh_bert.train.training import exit_status
+
+    status = summary.get("status")
+    return 0 if status == "finished" else exit_status(summary.get("signal")) if status == "interrupted" else 1
 
 
 def print_recipe(recipe: Recipe, path: str, sets: list[str]) -> str:
@@ -192,7 +208,7 @@ def build_run(recipe: Recipe, resume: str | None = None, log: Callable[[str], No
     out = Path(recipe.out_dir)
     fresh = check_out_dir(recipe)
     if accelerator.is_main_process:   # in a folder that is the run's own: a killed save is undone first
-        for done in ckpt.clean_leftovers(out / "checkpoints"):
+        for done in ckpt.clean_leftovers(out / CHECKPOINTS):
             say(f"note: {done}")
     accelerator.wait_for_everyone()
     resume_from, branch_of, changed = resume_point(recipe, resume, warn)
@@ -214,9 +230,9 @@ def build_run(recipe: Recipe, resume: str | None = None, log: Callable[[str], No
             release_out_dir(out, made, fresh)
         raise
     run.metrics = MetricsLog(out, accelerator.is_main_process, run.step if resume_from is not None else None,
-                             history=branch_of / "metrics.jsonl" if branch_of else None)
+                             history=branch_of / METRICS_LOG if branch_of else None)
     if accelerator.is_main_process:
-        save_recipe(recipe, out / "recipe.yaml")
+        save_recipe(recipe, out / RUN_RECIPE)
     accelerator.wait_for_everyone()
     _say_model(run)
     return run
@@ -290,7 +306,8 @@ def check_init_keys(recipe: Recipe) -> None:
     for key, have in _init_values(config).items():
         want = getattr(recipe, key)
         if key == "global_attn_every_n_layers":   # the same layout is no change (3 or 5 in a 2-layer model)
-            n = config.get("num_hidden_layers") or 0
+            n = Record(config, str(Path(recipe.init_from) / "config.json")).integer("num_hidden_layers", 0, lo=0,
+                                                                                     hi=100_000)
             want, have = (want, have) if layer_types(n, want) != layer_types(n, have) else (have, have)
         if want != defaults[key].default and want != have:
             raise ZhBertError(f"{key} {want} with {where}, whose config.json has {have}: a continued model keeps "
@@ -358,13 +375,13 @@ def save_final(out: Path, hf_model, tokenizer, tokdir: Path | None, generator=No
     try:
         _write_final(out, hf_model, tokenizer, tokdir, generator)
     except OSError as e:
-        raise ZhBertError(f"cannot write {out / 'final'}: {e.strerror or e}; the checkpoints in "
-                          f"{out / 'checkpoints'} are intact") from None
-    return out / "final"
+        raise ZhBertError(f"cannot write {out / FINAL}: {e.strerror or e}; the checkpoints in "
+                          f"{out / CHECKPOINTS} are intact") from None
+    return out / FINAL
 
 
 def _write_final(out: Path, hf_model, tokenizer, tokdir: Path | None, generator=None) -> None:
-    with atomic_dir(out / "final", overwrite=True, legacy=final_entry) as tmp:
+    with atomic_dir(out / FINAL, overwrite=True, legacy=final_entry) as tmp:
         _write_model_dir(tmp, hf_model, tokenizer, tokdir)
         if generator is not None:
             _write_model_dir(tmp / GENERATOR, generator, tokenizer, tokdir)
@@ -398,21 +415,21 @@ def finish(run: TrainingRun) -> dict:
         if run.valid_loader is not None:
             val = validate(run)
             run.say(f"final validation: {validation_text(val)} (chance {1 / run.hf.config.vocab_size:.5f})")
-    summary = {"status": run.status}
+    summary = {"status": run.status, "signal": run.stopped_by}
     if acc.is_main_process:
         run.metrics.close()
         if run.status == "finished":
             save_final(run.out, run.hf, run.tokenizer, run.tokdir, run.generator)
         try:
-            plot_curves(run.metrics.path, run.out / "curves.png",
+            plot_curves(run.metrics.path, run.out / CURVES_PNG,
                         title=f"{run.out.name}: {run.recipe.model} {run.recipe.objective}")
         except Exception as e:  # a missing plot must not fail a finished run
             run.warn(f"warning: curves.png not written: {e}")
         summary = run_summary(run)
-        write_json(run.out / "run.json", summary)
+        write_json(run.out / RUN_SUMMARY, summary)
         if run.status == "finished":
             run.say(f"done: {run.step} steps, {run.tokens_seen / 1e6:.2f}M tokens in {run.train_seconds:.0f}s "
-                    f"-> {run.out / 'final'}")
+                    f"-> {run.out / FINAL}")
     acc.wait_for_everyone()
     acc.end_training()
     return summary

@@ -1,7 +1,8 @@
 """The run-dir layout, resolved in one place.
 
 `zh-bert pretrain` writes `RUN/run.json` and `RUN/recipe.yaml`, the finished model in `RUN/final/` and
-resumable checkpoints in `RUN/checkpoints/step-N/`. `eval`, `finetune`, `publish` and `demo` accept a run dir,
+resumable checkpoints in `RUN/checkpoints/step-N/`; what every command writes at the top of a run dir is listed
+once, in `zh_bert.core.fileio.household`. `eval`, `finetune`, `publish` and `demo` accept a run dir,
 a checkpoint inside one, or any model folder (has config.json); resolving it here makes them accept the same
 paths, refuse the same way, and agree on which run (so which `eval_results.json`) a checkpoint belongs to.
 """
@@ -12,18 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zh_bert.core.errors import ZhBertError
-from zh_bert.core.fileio import read_json
+from zh_bert.core.fileio import CHECKPOINTS, FINAL, RUN_RECIPE, RUN_SUMMARY, read_object
 
-FINAL = "final"
 GENERATOR = "generator"   # objective electra: FINAL/ (and each checkpoint) = discriminator, GENERATOR/ = masked LM
-CHECKPOINTS = "checkpoints"
-MARKERS = ("run.json", "recipe.yaml")  # written at the top of every run dir
+MARKERS = (RUN_SUMMARY, RUN_RECIPE)  # written at the top of every run dir
 RECIPE_HEADER = "# written by zh-bert pretrain: the resolved recipe of this run dir, every key explicit\n"
-ABLATE_EVALS = "ablate_evals.json"   # ablate's cache of one run's evals (settings and figures)
-# everything zh-bert writes at the top of a run dir (pretrain; eval/finetune: eval_results.json; ablate:
-# ablate_evals.json); `.NAME.tmp-PID...` / `.NAME.old-PID` are its atomic writes' leftovers
-RUN_FILES = ("run.json", "recipe.yaml", "metrics.jsonl", "curves.png", "eval_results.json", ABLATE_EVALS)
-RUN_DIRS = (FINAL, CHECKPOINTS, "tb", "data")
 # what `final/` of older versions (before its manifest) holds: a model folder's files, and ELECTRA's generator/
 FINAL_FILES = ("config.json", "model.safetensors", "model.safetensors.index.json", "generation_config.json",
                "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
@@ -37,32 +31,27 @@ def final_entry(name: str, is_dir: bool) -> bool:
     return name in FINAL_FILES or (name.startswith("model-") and name.endswith(".safetensors"))
 
 
-def run_dir_entry(name: str, is_dir: bool, extra_dirs: tuple[str, ...] = ()) -> bool:
-    """Whether a top-level entry `name` of a run dir is one zh-bert writes there (`extra_dirs`: e.g. a
-    data_cache set inside the run dir)."""
-    if name.startswith("."):
-        base = name[1:].split(".tmp-")[0].split(".old-")[0]
-        return base != name[1:] and base in RUN_FILES + RUN_DIRS + extra_dirs
-    return name in (RUN_DIRS + extra_dirs if is_dir else RUN_FILES)
-
-
 def written_by_pretrain(path: str | Path) -> bool:
     """The marker that proves a folder is a pretrain run dir, so that pretrain may write into it again:
     its recipe.yaml with pretrain's header, its run.json, or a complete checkpoint (run dirs of versions
     before the header). A recipe.yaml alone proves nothing: a user may keep one of their own."""
     path = Path(path)
-    recipe = path / "recipe.yaml"
+    recipe = path / RUN_RECIPE
     if recipe.is_file():
         with open(recipe, encoding="utf-8", errors="replace") as f:
             if f.readline() == RECIPE_HEADER:
                 return True
-    return _run_summary(path / "run.json") or any((path / CHECKPOINTS).glob("step-*/trainer_state.json"))
+    return _run_summary(path / RUN_SUMMARY) or any((path / CHECKPOINTS).glob("step-*/trainer_state.json"))
 
 
 def _run_summary(path: Path) -> bool:
-    """Whether `path` is the run.json pretrain writes (a JSON object with its 'status' and 'steps')."""
-    obj = read_json(path, default=None)
-    return isinstance(obj, dict) and {"status", "steps"} <= obj.keys()
+    """Whether `path` is the run.json pretrain writes (a JSON object with its 'status' text and 'steps' count);
+    one that is not proves nothing."""
+    try:
+        summary = read_object(path)
+        return bool(summary.text("status")) and summary.integer("steps", lo=0) >= 0
+    except ZhBertError:
+        return False
 
 
 def is_model_dir(path: str | Path) -> bool:

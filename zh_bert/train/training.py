@@ -211,9 +211,19 @@ def train_step(model, optimizer, scheduler, accelerator, micro_batches: list[dic
             "skipped": skipped, "zero_norm": bool(zero) and grad_norm is not None, "tokens": int(counts[2].item())}
 
 
+STOP_SIGNALS = ("SIGINT", "SIGTERM")   # what stops a run cleanly (a checkpoint first), in this order under DDP
+
+
+def exit_status(signal_name: str | None) -> int:
+    """The exit status of a run stopped by `signal_name`: 128 + its number, as a shell reports a process that
+    signal ended (143 for SIGTERM, 130 for SIGINT), so `zh-bert pretrain R && zh-bert publish R` stops there."""
+    return 128 + int(signal.Signals[signal_name] if signal_name in STOP_SIGNALS else signal.SIGTERM)
+
+
 @contextlib.contextmanager
 def _stop_on_signals():
-    """SIGINT/SIGTERM set a flag; the loop saves a checkpoint after the current step and exits cleanly."""
+    """SIGINT/SIGTERM set a flag; the loop saves a checkpoint after the current step and stops, status
+    interrupted (a second signal gives up waiting)."""
     flag = {"stop": None}
 
     def handler(signum, frame):
@@ -326,11 +336,13 @@ def validation_text(val: dict) -> str:
 
 
 def _stop_requested(run: TrainingRun, flag: dict) -> str | None:
-    """The signal name if this process (or, under DDP, any process) was asked to stop: all stop together."""
+    """The signal name if this process (or, under DDP, any process) was asked to stop: all stop together, and
+    a process that got no signal itself takes the one another got (SIGINT first), so every rank exits alike."""
     stop, acc = flag["stop"], run.accelerator
     if acc.num_processes > 1:
-        s = acc.reduce(torch.tensor([1.0 if stop else 0.0], device=acc.device), "sum")
-        stop = stop or ("signal" if s.item() > 0 else None)
+        got = torch.tensor([float(stop == name) for name in STOP_SIGNALS], device=acc.device)
+        got = acc.reduce(got, "sum").tolist()
+        stop = stop or next((name for name, n in zip(STOP_SIGNALS, got) if n > 0), None)
     return stop
 
 
@@ -440,8 +452,9 @@ def fit(run: TrainingRun) -> None:
                 say(f"step {run.step}: validation {validation_text(val)}")
             stop = _stop_requested(run, flag)
             if stop:
-                run.status = "interrupted"
-                say(f"{stop}: saved {run.save_checkpoint()} at step {run.step}; continue with --resume auto")
+                run.status, run.stopped_by = "interrupted", stop
+                run.warn(f"{stop}: saved {run.save_checkpoint()} at step {run.step}; not finished (exit status "
+                         f"{exit_status(stop)}): continue with --resume auto")
                 break
             if _due(r.save_every, run.step, r.max_steps):
                 run.save_checkpoint()

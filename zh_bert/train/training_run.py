@@ -7,7 +7,9 @@ Resuming (`--resume auto|PATH`, `resume_point`): `auto` takes the newest complet
 older than the newest of its own run is refused: continuing it there would overwrite the later checkpoints.
 Continue it in a new run dir (`--set out_dir=NEW`, which must hold no checkpoints) instead: NEW gets its own
 checkpoints, `final/` and metrics (the old run's lines up to the checkpoint copied), and `--resume auto` in NEW
-reads only NEW's. The recipe of a resumed run is compared with the checkpoint's: the keys in
+reads only NEW's. A step dir after the resume point that is not a complete checkpoint and holds anything its
+manifest does not vouch for is refused before any work (the run would have to replace it when it saves that
+step). The recipe of a resumed run is compared with the checkpoint's: the keys in
 `recipe.CHANGEABLE_ON_RESUME` take effect from the resumed step and are recorded in recipe.yaml, the next
 checkpoints and run.json (`resumes`); any other difference is refused, naming the key.
 """
@@ -15,6 +17,7 @@ checkpoints and run.json (`resumes`); any other difference is refused, naming th
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from dataclasses import asdict, dataclass, field
@@ -23,11 +26,22 @@ from typing import Any, Callable, Optional
 
 from zh_bert.core.errors import ZhBertError
 from zh_bert.core.fileio import (
+    CHECKPOINTS,
+    DATA_CACHE,
+    FINAL,
+    MANIFEST,
+    METRICS_LOG,
+    RUN_RECIPE,
+    TENSORBOARD,
+    Record,
     atomic_write,
     check_dir_ours,
     claim_dir,
+    entry_name,
+    in_household,
     open_append,
     read_json,
+    read_object,
     refuse_overlap,
     remove_owned,
     remove_scratch,
@@ -37,13 +51,7 @@ from zh_bert.core.hardware import sdpa_backend
 from zh_bert.train import checkpoint as ckpt
 from zh_bert.train.curves import read_metrics
 from zh_bert.train.recipe import Recipe, changes_on_resume, save_recipe
-from zh_bert.train.rundir import (
-    FINAL,
-    GENERATOR,
-    final_entry,
-    run_dir_entry,
-    written_by_pretrain,
-)
+from zh_bert.train.rundir import GENERATOR, final_entry, written_by_pretrain
 from zh_bert.train.scaler import NO_SCALING
 
 
@@ -79,6 +87,7 @@ class TrainingRun:
     skipped_steps: int = 0
     train_seconds: float = 0.0
     status: str = "finished"        # finished | interrupted | diverged
+    stopped_by: Optional[str] = None   # interrupted: the signal (SIGTERM, SIGINT), run.json's `signal`
     val: Optional[dict] = None      # the latest validation
     resumes: list = field(default_factory=list)   # [{step, from, changed: {key: [old, new]}}], oldest first
     malloc: str = "unchanged"       # what keep_freed_memory did
@@ -90,7 +99,7 @@ class TrainingRun:
 
     @property
     def ckpt_root(self) -> Path:
-        return self.out / "checkpoints"
+        return self.out / CHECKPOINTS
 
     def save_checkpoint(self, name: str | None = None) -> Path:
         """checkpoints/step-N (pruned to keep_last), or checkpoints/`name` (kept)."""
@@ -107,13 +116,13 @@ class TrainingRun:
         `resumes` (a new lr schedule is applied by the caller: `training.reschedule`)."""
         st = ckpt.load_checkpoint(path, accelerator=self.accelerator, hf_model=self.hf, optimizer=self.optimizer,
                                   scheduler=self.scheduler, generator=self.generator, scaler=self.scaler)
-        if st.get("train_sequences", len(self.train_ds)) != len(self.train_ds):
+        if st["train_sequences"] not in (None, len(self.train_ds)):   # typed by ckpt.read_state
             raise ZhBertError(f"{path}: the training data changed since this checkpoint ({st['train_sequences']} "
                               f"sequences then, {len(self.train_ds)} now in {self.prepared.sharddir})")
         self.loader.load_state_dict(st["loader"])
         self.step, self.tokens_seen = st["step"], st["tokens_seen"]
-        self.skipped_steps, self.train_seconds = st.get("skipped_steps", 0), st.get("train_seconds", 0.0)
-        self.resumes = list(st.get("resumes", [])) + [{"step": self.step, "from": str(path), "changed": changed}]
+        self.skipped_steps, self.train_seconds = st["skipped_steps"], st["train_seconds"]
+        self.resumes = st["resumes"] + [{"step": self.step, "from": str(path), "changed": changed}]
 
 
 
@@ -123,7 +132,7 @@ class MetricsLog:
 
     def __init__(self, out: Path, enabled: bool, resume_step: int | None, history: Path | None = None):
         """`history`: the metrics.jsonl to take the lines up to `resume_step` from (a branch's old run)."""
-        self.path, self.enabled = out / "metrics.jsonl", enabled
+        self.path, self.enabled = out / METRICS_LOG, enabled
         self.file = self.writer = None
         if not enabled:
             return
@@ -132,18 +141,21 @@ class MetricsLog:
         if resume_step is None:
             truncate_owned(self.path)
         elif history.is_file():   # drop lines a killed run logged after its last checkpoint: they come again
-            rows = [r for r in read_metrics(history) if r.get("step", 0) <= resume_step]
+            rows = [r for r in read_metrics(history) if r["step"] <= resume_step]
             with atomic_write(self.path) as f:
                 f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
         from torch.utils.tensorboard import SummaryWriter
 
-        self.writer = SummaryWriter(str(out / "tb"))
+        self.writer = SummaryWriter(str(out / TENSORBOARD))
         self.file = open_append(self.path)
 
     def write(self, row: dict) -> None:
+        """One line; a non-finite figure (a skipped step's loss) is written as null, which JSON has, not as
+        NaN/Infinity, which it has not (a resume reads the file back through the reading layer)."""
         if not self.enabled:
             return
-        self.file.write(json.dumps(row, ensure_ascii=False) + "\n")
+        plain = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()}
+        self.file.write(json.dumps(plain, ensure_ascii=False) + "\n")
         self.file.flush()
         for k, v in row.items():
             if k != "step" and isinstance(v, (int, float)):
@@ -160,9 +172,10 @@ def resume_point(recipe: Recipe, resume: str | None, warn: Callable[[str], None]
     out_dir, else None, {recipe key: [checkpoint's, this run's]} of the allowed changes): the resume rules of
     the module docstring."""
     out = Path(recipe.out_dir)
-    root = out / "checkpoints"
+    root = out / CHECKPOINTS
     path = ckpt.find_resume(resume, root, warn=warn)
     ours = ckpt.list_checkpoints(root)
+    ckpt.check_resaves(root, path if path is not None and path.resolve().parent == root.resolve() else None)
     if path is None:
         if ours:
             raise ZhBertError(f"{out} already holds a run (checkpoints in {root}); continue it with --resume auto, "
@@ -177,7 +190,7 @@ def resume_point(recipe: Recipe, resume: str | None, warn: Callable[[str], None]
     if not same_run and ours:
         raise ZhBertError(f"--resume {resume}: out_dir {out} already holds a run (checkpoints in {root}); "
                           f"branch off into an out_dir without checkpoints")
-    changed = changes_on_resume(ckpt.read_state(path).get("recipe") or {}, recipe, f"--resume {resume}")
+    changed = changes_on_resume(ckpt.read_state(path)["recipe"], recipe, f"--resume {resume}")
     return path, (None if same_run else path.resolve().parent.parent), changed
 
 
@@ -190,16 +203,31 @@ def check_out_dir(recipe: Recipe) -> bool:
     whether out_dir is new or empty (then a failed start takes away what it wrote: `release_out_dir`)."""
     out = Path(recipe.out_dir)
     real = out.resolve()
-    cache = Path(recipe.data_cache).resolve() if recipe.data_cache else real / "data"
+    cache = Path(recipe.data_cache).resolve() if recipe.data_cache else real / DATA_CACHE
     extra = (cache.relative_to(real).parts[0],) if cache != real and real in cache.parents else ()
     inputs = [*recipe.data_paths, recipe.tokenizer, recipe.init_from]
     if recipe.data_cache and real not in cache.parents:   # a cache inside out_dir is the run's own; out_dir
         refuse_overlap(out, [recipe.data_cache], "out_dir")  # inside (or at) the cache is not
     fresh = claim_dir(out, inputs=inputs, allow_inside=[cache], flag="out_dir", what="zh-bert pretrain",
-                      legacy=lambda name, is_dir: run_dir_entry(name, is_dir, extra), proof=written_by_pretrain)
-    if (out / FINAL).is_dir():
-        check_dir_ours(out / FINAL, legacy=final_entry)   # replaced at the end of the run: refuse now, not then
+                      legacy=lambda name, is_dir: in_household(name, is_dir, extra), proof=written_by_pretrain)
+    if (out / FINAL).is_dir():   # replaced at the end of the run: refuse now, not then
+        _check_final_manifest(out / FINAL)
+        check_dir_ours(out / FINAL, legacy=final_entry)
     return fresh
+
+
+def _check_final_manifest(final: Path) -> None:
+    """`final/`'s manifest, read as what it is (a file anyone could have edited): a name in it that is not an
+    entry of final/ itself (`../x`, an absolute path) is one line naming the field, and final/ is never replaced
+    by its word."""
+    if not (final / MANIFEST).is_file():
+        return
+    try:
+        manifest = read_object(final / MANIFEST)
+        for i, name in enumerate(manifest.list("files")):
+            entry_name(name, f"{manifest.where}: files[{i}]")
+    except ZhBertError as e:
+        raise ZhBertError(f"{e}; {final} is not replaced on its word: move it out of the run dir") from None
 
 
 def claim_out_dir(recipe: Recipe) -> list[Path]:
@@ -217,7 +245,7 @@ def claim_out_dir(recipe: Recipe) -> list[Path]:
         raise ZhBertError(f"out_dir {recipe.out_dir}: cannot create it ({e.strerror or e})") from None
     if not written_by_pretrain(out):
         try:
-            save_recipe(recipe, out / "recipe.yaml")
+            save_recipe(recipe, out / RUN_RECIPE)
         except ZhBertError:
             release_out_dir(out, made, fresh=True)
             raise
@@ -245,9 +273,12 @@ def run_summary(run: TrainingRun) -> dict:
     n_params = count_params(run.hf)
     meta_path = run.tokdir / "zh_bert_vocab.json" if run.tokdir else None
     vocab_meta = read_json(meta_path, default=None) if meta_path and meta_path.is_file() else None
+    vocab_meta = Record(vocab_meta, str(meta_path)) if isinstance(vocab_meta, dict) else None   # only shown: a
+    kind = vocab_meta.raw("kind") if vocab_meta else None    # wrong field never fails a run that has trained
     on_cuda = acc.device.type == "cuda"
     return {
         "status": run.status,
+        "signal": run.stopped_by,
         "model": {"preset": recipe.model, "class": type(run.hf).__name__, "architecture": recipe.architecture,
                   "init_from": recipe.init_from,
                   "attention_init": None if recipe.init_from else recipe.arch.attention_init(recipe),
@@ -257,8 +288,8 @@ def run_summary(run: TrainingRun) -> dict:
                   "parameters": n_params},
         "parameters": n_params,
         **({"generator": _generator_summary(run)} if run.generator is not None else {}),
-        "vocab": {"kind": (vocab_meta or {}).get("kind"), "vocab_size": c.vocab_size, "tokenizer": str(run.tokdir),
-                  "meta": vocab_meta},
+        "vocab": {"kind": kind if isinstance(kind, str) else None, "vocab_size": c.vocab_size,
+                  "tokenizer": str(run.tokdir), "meta": vocab_meta.data if vocab_meta else None},
         "data": {"sharddir": str(run.prepared.sharddir), "shard_meta": run.train_ds.meta,
                  "clean_report": run.prepared.clean_report},
         "objective": recipe.objective,

@@ -9,11 +9,10 @@ token types, classifier arguments, model-card rows, the memory model's block) is
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from zh_bert.core.errors import ZhBertError, suggest
-from zh_bert.core.fileio import read_json
+from zh_bert.core.fileio import Record, read_json
 
 # name -> (layers, hidden, heads); intermediate = 4 * hidden (UER-py / Turc et al. miniatures)
 PRESETS: dict[str, tuple[int, int, int]] = {
@@ -40,12 +39,9 @@ def config_path(model: str) -> Path:
 
 def model_type(path: Path):
     """config.json's `model_type`, or None when it has none (Google's bert_config.json) or is no JSON mapping
-    (the config loader then says what is wrong)."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data.get("model_type") if isinstance(data, dict) else None
+    (the config loader then says what is wrong); a model_type that is not text is one line naming the field."""
+    data = read_json(path, default=None)
+    return Record(data, str(path)).text("model_type", None, max_len=100) if isinstance(data, dict) else None
 
 
 def config_errors() -> tuple[type[BaseException], ...]:
