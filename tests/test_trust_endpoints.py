@@ -162,8 +162,8 @@ def test_trust_nothing_read_a_bad_listing_field_is_that_rows_note(field, value, 
                                                                   box, capsys):
     """A repo whose listing row and model info hold a field of the wrong type: that row says what is wrong, every
     other row is listed as before (never a traceback out of huggingface_hub's ModelInfo)."""
-    bad = f"odd/{field}-{abs(hash(repr(value))) % 1000}"
-    seed_repo(repos, bad, tiny_model_dir, pipeline_tag="fill-mask", tags=("zh",), downloads=5,
+    bad = f"odd/{field}-{type(value).__name__}"
+    seed_repo(repos, bad, tiny_model_dir, pipeline_tag="fill-mask", tags=("zh", "zh-bert"), downloads=5,
               answer={field: value})
     try:
         assert main(["models", "--hub", "--endpoint", repos.url, "--json"]) == 0
@@ -173,6 +173,8 @@ def test_trust_nothing_read_a_bad_listing_field_is_that_rows_note(field, value, 
         assert problem in rows[bad]["error"] and "Traceback" not in err
         assert rows[bad]["params"] is None and not [line for line in err.splitlines() if bad in line]
         assert main(["models", "--community", "--endpoint", repos.url]) == 0   # the tag listing reads rows alike
+        listed = capsys.readouterr().out
+        assert f"  {bad}  (downloads " in listed and problem in listed, listed
     finally:
         del repos.repos[bad]
 
