@@ -179,6 +179,24 @@ def test_trust_nothing_read_a_bad_listing_field_is_that_rows_note(field, value, 
         del repos.repos[bad]
 
 
+def test_trust_nothing_read_a_board_of_a_hub_repo_with_a_bad_model_info_is_one_line(repos, tiny_model_dir, box,
+                                                                                      capsys):
+    """`leaderboard build hub:ORG/NAME` reads the repo's model info as `models --hub` does: `siblings` that is no
+    list is one line naming the field, nothing written (not a TypeError out of huggingface_hub's ModelInfo)."""
+    bad = "odd/board-siblings"
+    seed_repo(repos, bad, tiny_model_dir, pipeline_tag="fill-mask", answer={"siblings": "config.json"})
+    try:
+        before = _tree(box.parent)
+        out = box / "cwd" / "board"
+        rc = main(["leaderboard", "build", f"hub:{bad}", "-o", str(out), "--endpoint", repos.url])
+        line = one_line(rc, capsys.readouterr().err, "leaderboard")
+        assert bad in line and "siblings: expected a list, got text 'config.json'" in line, line
+        assert not out.exists()
+        _untouched(box, before)
+    finally:
+        del repos.repos[bad]
+
+
 def test_trust_nothing_read_listing_rows_that_are_no_repo_are_notes(repos, box, capsys):
     """Rows without an id are left out with a note each; the listing goes on."""
     seed_repo(repos, "odd/no-id", {"config.json": b"{}"}, pipeline_tag="fill-mask", tags=("zh",),

@@ -21,7 +21,7 @@ from zh_bert.core.fileio import Record, copy_file, read_json, read_text, scratch
 from zh_bert.evaluation import eval_results
 from zh_bert.evaluation.suite_report import suite_entries
 from zh_bert.hub.catalog import BY_ALIAS, resolve
-from zh_bert.hub.endpoint import endpoint_and_host, hub_errors
+from zh_bert.hub.endpoint import endpoint_and_host, hub_errors, repo_info
 from zh_bert.hub.listing import card_metadata, facts_of_files, repo_facts
 from zh_bert.leaderboard.cards import FEWCLUE, model_index_entries
 from zh_bert.leaderboard.record import VERIFICATION_FILE, is_record, read_record
@@ -138,12 +138,14 @@ def folder_model(source: str) -> Model:
 
 def _fetch(repo_id: str, names: tuple[str, ...], dest: Path, endpoint: str | None, revision: str | None) -> None:
     """The small files of a repo into `dest` (missing ones skipped, oversized ones refused)."""
-    from huggingface_hub import HfApi, hf_hub_download
+    from huggingface_hub import hf_hub_download
 
     endpoint, where = endpoint_and_host(endpoint)
     with hub_errors(where, repo_id):
-        info = HfApi(endpoint=endpoint).model_info(repo_id, revision=revision, files_metadata=True)
-        sizes = {s.rfilename: s.size for s in info.siblings or []}
+        info = repo_info(endpoint, repo_id, where, revision, files=True)
+        if info.problem:
+            raise ZhBertError(info.problem)
+        sizes = info.files or {}
         for name in names:
             if name in sizes and (sizes[name] or 0) <= MAX_SMALL_FILE:
                 got = hf_hub_download(repo_id, name, revision=revision, endpoint=endpoint)
