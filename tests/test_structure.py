@@ -163,7 +163,7 @@ HEAVY = {
     "gradio", "gradio_client", "fastapi", "uvicorn", "matplotlib", "tensorboard",                          # UI
     "datatrove", "ray", "loguru", "multiprocess", "dill", "fsspec", "psutil",                            # engines
     "jieba", "rjieba", "opencc", "mwparserfromhell", "mwxml", "datasketch",                              # text
-    "numpy", "scipy", "yaml", "tqdm",
+    "numpy", "scipy", "yaml", "tqdm", "pyarrow", "zstandard",
 }
 
 

@@ -1,6 +1,6 @@
 """Reading corpora: cleaned JSONL (`{"text", "source"}` per line, as `zh-bert clean` writes) or plain text
 (one document per line), as files or as a directory of parts (`*.jsonl`, `*.jsonl.gz`: what
-`zh-bert clean --executor` writes; gzip is read transparently).
+`zh-bert clean --executor` writes; .gz, .bz2, .xz and .zst are read transparently).
 
 One line reader and one JSONL-line parser for every stage (vocab, shard, eval), so a broken corpus is
 reported the same way everywhere: `path:line: what is wrong`. Files are streamed line by line; nothing
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import bz2
 import gzip
-import json
+import io
 import lzma
 import os
 import re
@@ -20,9 +20,21 @@ from pathlib import Path
 from typing import IO, Any, Iterable, Iterator
 
 from zh_bert.core.errors import ZhBertError
+from zh_bert.core.fileio.read import parse_json_line
 
 JSONL_SUFFIXES = (".jsonl", ".json")
-COMPRESSED = (".gz", ".bz2", ".xz")   # open_binary reads each; no seeking into these: a file goes whole to one task
+#: the endings open_binary decompresses; no seeking into these: on an executor such a file goes whole to one task
+COMPRESSED = (".gz", ".bz2", ".xz", ".zst")
+
+
+class BrokenZstd(Exception):
+    """A .zst file that zstandard cannot decode, or that ends inside a frame (zstandard's own error, or
+    `_ZstdFrames`'), under a name this module can catch without importing zstandard."""
+
+
+#: what a broken or cut compressed stream raises (gzip: BadGzipFile, zlib.error or EOFError; xz: LZMAError; zstd:
+#: BrokenZstd, a cut file included); bz2's "Invalid data stream" is an OSError
+BROKEN_STREAM = (EOFError, zlib.error, gzip.BadGzipFile, lzma.LZMAError, BrokenZstd)
 PART_SUFFIXES = tuple(base + z for base in (".jsonl", ".txt") for z in ("",) + COMPRESSED)   # read by open_binary
 CLEAN_REPORT = "report.json"       # written last by `zh-bert clean --executor`: the directory is complete
 JOB_MARKER = ".zh-bert/job.json"   # written first by `zh-bert clean/shard --executor`: a job owns the directory
@@ -66,7 +78,8 @@ def corpus_files(paths: Iterable[str | os.PathLike]) -> list[Path]:
 
 
 def open_binary(path: Path) -> IO[bytes]:
-    """`path` opened for reading bytes, decompressed on the fly when it ends in .gz, .bz2 or .xz."""
+    """`path` opened for reading bytes, decompressed on the fly when it ends in .gz, .bz2, .xz or .zst (every
+    frame of a .zst, in bounded steps: a file of a few KB cannot make this read gigabytes at once)."""
     name = path.name.lower()
     if name.endswith(".gz"):
         return gzip.open(path, "rb")
@@ -74,7 +87,115 @@ def open_binary(path: Path) -> IO[bytes]:
         return bz2.open(path, "rb")
     if name.endswith(".xz"):
         return lzma.open(path, "rb")
+    if name.endswith(".zst"):
+        return io.BufferedReader(_ZstdStream(path), buffer_size=1 << 17)
     return open(path, "rb")
+
+
+_ZSTD_MAGIC = 0xFD2FB528
+_SKIPPABLE_MAGIC = 0x184D2A5   # the top 28 bits of a skippable frame's magic number
+
+
+class _ZstdFrames:
+    """The frame layout of a .zst file (RFC 8878: frame header, block headers, checksum; skippable frames), followed
+    over its bytes as they are read, without decompressing anything: whether the file ended between two frames.
+    zstandard's stream reader ends quietly where a cut file ends (a download stopped half-way would look like a
+    shorter corpus); gzip and xz raise, and so does this."""
+
+    def __init__(self):
+        self.need, self.step, self.buf, self.skip, self.checksum = 4, self._magic, b"", 0, 0
+
+    def feed(self, data: bytes) -> None:
+        i, n = 0, len(data)
+        while i < n:
+            if self.skip:
+                k = min(self.skip, n - i)
+                self.skip, i = self.skip - k, i + k
+                continue
+            k = min(self.need - len(self.buf), n - i)
+            self.buf, i = self.buf + data[i:i + k], i + k
+            if len(self.buf) == self.need:
+                field, self.buf = self.buf, b""
+                self.step(field)
+
+    def between_frames(self) -> bool:
+        return self.step == self._magic and not self.buf and not self.skip
+
+    def _magic(self, field: bytes) -> None:
+        magic = int.from_bytes(field, "little")
+        if magic == _ZSTD_MAGIC:
+            self.need, self.step = 1, self._descriptor
+        elif magic >> 4 == _SKIPPABLE_MAGIC:
+            self.need, self.step = 4, self._skippable
+        else:
+            raise BrokenZstd("not a zstd frame where one should start")
+
+    def _descriptor(self, field: bytes) -> None:
+        fhd = field[0]
+        single = bool(fhd & 0x20)
+        content_size = (1 if single else 0, 2, 4, 8)[fhd >> 6]
+        self.skip = (0 if single else 1) + (0, 1, 2, 4)[fhd & 3] + content_size   # window, dictionary id, size
+        self.checksum = 4 if fhd & 4 else 0
+        self.need, self.step = 3, self._block
+
+    def _block(self, field: bytes) -> None:
+        header = int.from_bytes(field, "little")
+        kind, size = (header >> 1) & 3, header >> 3
+        if kind == 3:
+            raise BrokenZstd("a block of the reserved type")
+        self.skip = 1 if kind == 1 else size   # an RLE block holds one byte
+        if header & 1:   # the frame's last block
+            self.skip += self.checksum
+            self.need, self.step = 4, self._magic
+
+    def _skippable(self, field: bytes) -> None:
+        self.skip = int.from_bytes(field, "little")
+        self.need, self.step = 4, self._magic
+
+
+class _CheckedZstd:
+    """The compressed bytes of a .zst file as zstandard's stream reader asks for them, checked by `_ZstdFrames`:
+    the end of the file inside a frame raises BrokenZstd instead of ending the text early."""
+
+    def __init__(self, f: IO[bytes]):
+        self.f, self.frames = f, _ZstdFrames()
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.f.read(size)
+        if data:
+            self.frames.feed(data)
+        elif not self.frames.between_frames():
+            raise BrokenZstd("the file ends inside a frame: truncated")
+        return data
+
+    def close(self) -> None:
+        self.f.close()
+
+
+class _ZstdStream(io.RawIOBase):
+    """Every frame of a .zst file, decompressed in the steps its reader asks for (bounded memory); zstandard's
+    errors come out as BrokenZstd."""
+
+    def __init__(self, path: Path):
+        import zstandard
+
+        self._error = zstandard.ZstdError
+        self._reader = zstandard.ZstdDecompressor().stream_reader(_CheckedZstd(open(path, "rb")),
+                                                                  read_across_frames=True, closefd=True)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        try:
+            return self._reader.readinto(b)
+        except self._error as e:
+            raise BrokenZstd(str(e)) from None
+
+    def close(self) -> None:
+        if not self.closed:
+            self._reader.close()
+        super().close()
 
 
 def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
@@ -96,7 +217,7 @@ def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
                     line = line.removeprefix("\ufeff")
                 if line.strip():
                     yield n, line.rstrip("\n")
-    except (gzip.BadGzipFile, EOFError, zlib.error, lzma.LZMAError) as e:
+    except BROKEN_STREAM as e:
         raise ZhBertError(f"{path}: broken compressed file after line {n} ({e or 'truncated'})") from None
     except OSError as e:  # bz2's "Invalid data stream", or the disk
         raise ZhBertError(f"{path}: cannot read after line {n} ({e.strerror or e})") from None
@@ -104,9 +225,9 @@ def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
 
 def _json(line: str, path: str | os.PathLike, lineno: int, hint: str = "") -> Any:
     try:
-        return json.loads(line)
-    except json.JSONDecodeError as e:
-        raise ZhBertError(f"{path}:{lineno}: not JSON ({e.msg} at column {e.colno}){hint}") from None
+        return parse_json_line(line, path, lineno)
+    except ZhBertError as e:
+        raise ZhBertError(f"{e}{hint}") from None
 
 
 def read_jsonl(path: str | os.PathLike) -> Iterator[tuple[str, Any]]:

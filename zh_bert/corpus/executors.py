@@ -38,6 +38,7 @@ from zh_bert.core.errors import ZhBertError
 from zh_bert.core.fileio import (
     claim_dir,
     claim_file,
+    parse_json,
     read_json,
     refuse_overlap,
     remove_owned,
@@ -324,7 +325,7 @@ class JobMarker:
         self.command = command
         blob = json.dumps(settings, sort_keys=True, default=str)
         self.job = {"command": command, "key": hashlib.sha256(blob.encode()).hexdigest()[:16],
-                    "started": time.time(), "settings": json.loads(blob)}
+                    "started": time.time(), "settings": parse_json(blob, f"{command}'s settings")}
 
     @property
     def started(self) -> float:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from zh_bert.core.errors import ZhBertError
 from zh_bert.core.fileio import recover
+from zh_bert.core.fileio.read import parse_json_line
 from zh_bert.corpus.clean import CleanJob, clean
 from zh_bert.corpus.clean.readers import ReadOptions
 from zh_bert.corpus.clean.report import read_report
@@ -54,8 +55,8 @@ def _cleaned_line(path: Path) -> bool:
     """Whether the first line of `path` is what `zh-bert clean` writes: {"text": str, "source": str}."""
     first = next(iter_lines(path), (0, ""))[1]
     try:
-        obj = json.loads(first)
-    except ValueError:
+        obj = parse_json_line(first, path, 1)
+    except ZhBertError:
         return False
     return isinstance(obj, dict) and obj.keys() == {"text", "source"} and isinstance(obj["text"], str)
 

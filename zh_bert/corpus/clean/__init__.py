@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import collections
 import hashlib
-import json
 import multiprocessing as mp
 import os
 import sys
@@ -31,13 +30,13 @@ from typing import Iterable, Iterator, Literal, Optional
 from zh_bert.core.config import build_parser as _build_parser
 from zh_bert.core.config import config_from_args, option, option_of
 from zh_bert.core.errors import ZhBertError
-from zh_bert.core.fileio import atomic_write, claim_file, recover, write_json
+from zh_bert.core.fileio import atomic_write, claim_file, json_copy, recover, write_json
 from zh_bert.core.options import Shared
 from zh_bert.corpus.clean.cleaner import BatchResult, CleanConfig, DocCleaner, batched
 from zh_bert.corpus.clean.dedup import Deduplicator, MinHashConfig
 from zh_bert.corpus.clean.filters import FilterConfig
 from zh_bert.corpus.clean.normalize import NormalizeConfig
-from zh_bert.corpus.clean.readers import ReadOptions, expand_inputs, read_input
+from zh_bert.corpus.clean.readers import ReadOptions, check_inputs, expand_inputs, read_input
 from zh_bert.corpus.clean.report import (
     Tally,
     is_clean_report,
@@ -58,7 +57,8 @@ class CleanJob:
     """`zh-bert clean INPUT... -o OUT.jsonl [options]` as one value: `clean(CleanJob(...))`. Only `config`
     reaches the worker processes; the rest is the main process's business."""
     inputs: list[str] = option(positional=True, metavar="INPUT",
-                               help="files or directories (recursive); .gz/.bz2/.xz are decompressed on the fly")
+                               help="files or directories (recursive): text, JSON(L), Parquet, WikiExtractor, "
+                               "MediaWiki XML; .gz/.bz2/.xz/.zst are decompressed on the fly")
     output: str = option(flags=("-o",), metavar="OUT.jsonl|OUTDIR", help="output JSONL file; with --executor, "
                          "a directory of parts (part-00000.jsonl ...) and report.json")
     read: ReadOptions = field(default_factory=ReadOptions)
@@ -192,6 +192,7 @@ def clean(job: CleanJob) -> dict | None:
     files, skipped = expand_inputs(job.inputs, output=str(out))
     if not files:
         raise ZhBertError(f"no input files found in {', '.join(job.inputs)}")
+    check_inputs(files, read)
     workers = job.workers or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                               else os.cpu_count() or 1)
 
@@ -239,7 +240,7 @@ def clean(job: CleanJob) -> dict | None:
                 options={"format": read.fmt, "doc_sep": read.doc_sep, "field": read.field_name or "text",
                          "encoding": read.encoding, **asdict(cfg)})
             report.update(output_bytes=size, output_sha256=digest.hexdigest())
-            report = json.loads(json.dumps(report))  # returned exactly as written and as `read_report` reads it
+            report = json_copy(report)  # returned exactly as written and as `read_report` reads it
             # written before OUT is renamed; a kill between the two renames leaves a report that does not
             # match the OUT on disk, and `read_report` takes no such report
             write_json(rpath, report)

@@ -4,10 +4,10 @@ path, as datatrove stages, with deduplication across all tasks on disk (no proce
 Stages (each a datatrove job; finished tasks are skipped when the same command is rerun):
 
 1. `clean` (N tasks): task r reads bytes [r*B/N, (r+1)*B/N) of the inputs laid end to end (`plan_shares`:
-   a big line-delimited file is cut at line boundaries, a compressed or multi-line-record file goes whole to
-   one task; input order kept), runs `DocCleaner` (the function the in-process path runs) and writes the kept
-   documents, their exact keys and MinHash band keys (datatrove's `.minhash.sig` record format, sorted) and
-   full signatures.
+   a big line-delimited file is cut at line boundaries, a Parquet file at row groups (those that start in the
+   range), a compressed or multi-line-record file goes whole to one task; input order kept), runs `DocCleaner`
+   (the function the in-process path runs) and writes the kept documents, their exact keys and MinHash band
+   keys (datatrove's `.minhash.sig` record format, sorted) and full signatures.
 2. `exact-buckets` (1 task) and `minhash-buckets` (one task per band): datatrove's `MinhashDedupBuckets`
    merges the sorted key files of all tasks and writes candidate pairs.
 3. `dedup` (1 task): decides which documents go, with the in-process rule and code: a document is an exact
@@ -38,7 +38,7 @@ from datatrove.pipeline.dedup.minhash import MinhashDedupBuckets
 
 from zh_bert.corpus.clean.cleaner import DocCleaner, batched
 from zh_bert.corpus.clean.dedup import LSHIndex, lsh_params
-from zh_bert.corpus.clean.readers import expand_inputs, line_delimited, read_input
+from zh_bert.corpus.clean.readers import check_inputs, expand_inputs, read_input, splittable
 from zh_bert.corpus.clean.report import Tally, file_digest, merge_report, read_report
 from zh_bert.corpus.clean.source import Problems
 from zh_bert.corpus.clean.work import (DISK_FULL, DiskFull, Work, running_task, task_spans, work_file, work_json,
@@ -329,6 +329,7 @@ def clean_on_executor(job) -> dict | None:
     files, skipped = expand_inputs(job.inputs)
     if not files:
         raise ZhBertError(f"no input files found in {', '.join(job.inputs)}")
+    check_inputs(files, job.read)
     workers = job.workers or len(os.sched_getaffinity(0))
     tasks = opts.task_count(workers)
     settings = {"inputs": [(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files],
@@ -387,7 +388,7 @@ def _clean_stages(job, out: Path, files: list[Path], skipped: list[str], tasks: 
         return Stage(f"{kind}-buckets", [_BucketStep(where, f"{kind}-buckets", str(work.keys(kind)),
                                                      str(work.dups(kind)), config=cfg)], n_buckets)
 
-    shares = plan_shares(files, tasks, whole=lambda p: not line_delimited(p, job.read))
+    shares = plan_shares(files, tasks, whole=lambda p: not splittable(p, job.read))
     stages = [Stage("clean", [CleanTaskStep(shares, job.read, job.config, where)], tasks)]
     if job.config.dedup != "none":
         stages.append(buckets("exact", 1, _KEY_WORDS))

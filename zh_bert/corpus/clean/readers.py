@@ -3,49 +3,51 @@
 Files are read line by line as bytes and decoded per line, so a stray invalid byte costs one line
 (recorded as file:line in `Problems`) instead of the run; nothing reads a whole corpus into memory
 except a whole-file `.json` document (SQuAD/DRCD style), which is one JSON value by definition.
+Parquet files are read row group by row group (parquet.py). A JSON line is parsed by the reading layer
+(`parse_json_line`: NaN and Infinity are not JSON either).
 """
 
 from __future__ import annotations
 
 import codecs
-import gzip
 import io
-import json
-import lzma
 import os
 import re
 import typing
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Iterator, Literal, Optional
 
+from zh_bert.corpus.clean.parquet import check_parquet, read_parquet_docs
 from zh_bert.corpus.clean.report import REPORT_SUFFIX
 from zh_bert.corpus.clean.source import COMPRESSED, Problems, RawDoc, inner_name
 from zh_bert.corpus.clean.wikitext import read_mediawiki
 from zh_bert.core.config import option
-from zh_bert.corpus.corpus_io import Segment, line_number, lone_surrogate, open_binary, segment_raw_lines
+from zh_bert.core.fileio import parse_json
+from zh_bert.core.fileio.read import parse_json_line
+from zh_bert.corpus.corpus_io import (BROKEN_STREAM, Segment, line_number, lone_surrogate, open_binary,
+                                      segment_raw_lines)
 from zh_bert.core.errors import ZhBertError
 
-Format = Literal["auto", "text", "jsonl", "json", "wikiextractor", "mediawiki"]
+Format = Literal["auto", "text", "jsonl", "json", "parquet", "wikiextractor", "mediawiki"]
 DocSep = Literal["line", "blank", "file"]
 FORMATS = typing.get_args(Format)
 DOC_SEPS = typing.get_args(DocSep)
-# File name endings a directory walk picks up (after removing .gz/.bz2/.xz); anything else (README.md,
+# File name endings a directory walk picks up (after removing .gz/.bz2/.xz/.zst); anything else (README.md,
 # SOURCE.md, scripts) is skipped and listed in the report. Files named on the command line are always read.
-CORPUS_SUFFIXES = ("", ".txt", ".text", ".jsonl", ".json", ".xml")
+CORPUS_SUFFIXES = ("", ".txt", ".text", ".jsonl", ".json", ".xml", ".parquet")
 
 
 @dataclass
 class ReadOptions:
     """How input files are read: `zh-bert clean`'s reading options."""
     fmt: Format = option("auto", flags=("--format",), help="input format (auto: by extension/content: .jsonl, "
-                         ".json, .xml → mediawiki, <doc ...> → wikiextractor, else text)")
+                         ".json, .parquet, .xml → mediawiki, <doc ...> → wikiextractor, else text)")
     doc_sep: DocSep = option("line", help="text files: one document per line, blank-line separated, or one per "
                              "file (THUCNews)")
-    field_name: Optional[str] = option(None, flags=("--field",), metavar="FIELD", help="JSON field with the text (default: text; "
-                                       "CLUE files' content/answer/context/sentence are found automatically when "
-                                       "--field is not given)")
+    field_name: Optional[str] = option(None, flags=("--field",), metavar="FIELD", help="JSON field or Parquet column "
+                                       "with the text (default: text; CLUE files' content/answer/context/sentence and "
+                                       "a Parquet 'content' column are found automatically when --field is not given)")
     encoding: str = option("auto", help="input encoding (auto = UTF-8, or GB18030/GBK/Big5 when detected)")
 
     def __post_init__(self):
@@ -195,10 +197,15 @@ def detect_format(path: Path, fmt: str) -> str:
         return "jsonl"
     if name.endswith(".json"):
         return "json"
+    if name.endswith(".parquet"):
+        return "parquet"
     if name.endswith(".xml"):
         return "mediawiki"
     with open_binary(path) as f:
-        head = f.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
+        raw = f.read(4096)
+    if raw.startswith(b"PAR1"):
+        return "parquet"
+    head = raw.lstrip(b"\xef\xbb\xbf \t\r\n")
     if head.startswith(b"<doc ") or head.startswith(b"<doc>"):
         return "wikiextractor"
     if head.startswith(b"<mediawiki"):
@@ -280,9 +287,9 @@ def read_jsonl_docs(path: Path, field_name: str, field_given: bool, encoding: st
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            problems.add("bad_json", path, i, e.msg)
+            obj = parse_json_line(line, path, i)
+        except ZhBertError as e:
+            problems.note("bad_json", str(e))
             continue
         doc = _record_doc(obj, field_name, field_given, path, i, f"{path}:{i}", problems)
         if doc:
@@ -296,8 +303,8 @@ def read_json_docs(path: Path, field_name: str, field_given: bool, encoding: str
     with open_binary(path) as f:
         first = f.readline().strip()
     try:
-        first_obj = json.loads(first.decode("utf-8-sig", errors="replace")) if first else None
-    except json.JSONDecodeError:
+        first_obj = parse_json_line(first.decode("utf-8-sig", errors="replace"), path, 1) if first else None
+    except ZhBertError:
         first_obj = None
     if isinstance(first_obj, dict) and not isinstance(first_obj.get("data"), list):
         yield from read_jsonl_docs(path, field_name, field_given, encoding, problems)
@@ -305,9 +312,12 @@ def read_json_docs(path: Path, field_name: str, field_given: bool, encoding: str
     with open_binary(path) as f:
         raw = f.read()
     try:
-        data = json.loads(raw.decode("utf-8-sig" if encoding == "auto" else encoding))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        problems.add("bad_json", path, getattr(e, "lineno", 1), str(e))
+        data = parse_json(raw.decode("utf-8-sig" if encoding == "auto" else encoding), str(path))
+    except UnicodeDecodeError as e:
+        problems.add("bad_json", path, 1, str(e))
+        return
+    except ZhBertError as e:
+        problems.note("bad_json", str(e))
         return
     if isinstance(data, dict) and isinstance(data.get("data"), list):  # SQuAD / CMRC / DRCD
         for k, article in enumerate(data["data"]):
@@ -348,23 +358,32 @@ def read_wikiextractor(path: Path, encoding: str, problems: Problems) -> Iterato
             buf.append(line)
 
 
-def line_delimited(path: Path, read: ReadOptions) -> bool:
-    """One document per line in an uncompressed file: `clean --executor` may cut it across tasks at line
-    boundaries (JSON lines, or text with --doc-sep line; never a compressed file, a dump or a .json)."""
+def splittable(path: Path, read: ReadOptions) -> bool:
+    """Whether `clean --executor` may cut `path` across tasks by byte ranges: an uncompressed file of one document
+    per line (JSON lines, or text with --doc-sep line), cut at line boundaries, or a Parquet file, cut at row
+    groups. Never a compressed file (no seeking into it), a dump, a `.json` or blank-separated text."""
     if path.name.lower().endswith(COMPRESSED):
         return False
     fmt = detect_format(path, read.fmt)
-    return fmt == "jsonl" or (fmt == "text" and read.doc_sep == "line")
+    return fmt in ("jsonl", "parquet") or (fmt == "text" and read.doc_sep == "line")
+
+
+def check_inputs(files: list[Path], read: ReadOptions) -> None:
+    """Before any work: every Parquet input is Parquet and has its text column (footers only), so that a wrong
+    `--field` or a file that only ends in .parquet is one line before the first document is cleaned."""
+    for f in files:
+        if read.fmt == "parquet" or (read.fmt == "auto" and inner_name(f).endswith(".parquet")):
+            check_parquet(f, read.field_name)
 
 
 def read_input(path: Path, read: ReadOptions, problems: Problems,
                segment: Segment | None = None) -> Iterator[RawDoc]:
-    """The documents of one input file (of its `segment`, for a `line_delimited` file), in the format
-    `read.fmt` names or detects. A compressed file that is cut short or not what its name says is a
-    one-line error naming it (in-process or in a task), never a traceback."""
+    """The documents of one input file (of its `segment`, for a `splittable` file), in the format `read.fmt`
+    names or detects. A compressed file that is cut short or not what its name says, or a Parquet file that
+    cannot be read, is a one-line error naming it (in-process or in a task), never a traceback."""
     try:
         yield from _read_format(path, read, problems, segment)
-    except (EOFError, zlib.error, gzip.BadGzipFile, lzma.LZMAError) as e:   # before OSError: BadGzipFile is one
+    except BROKEN_STREAM as e:   # before OSError: BadGzipFile is one
         raise ZhBertError(f"{path}: broken or truncated compressed file ({e or 'it ends early'}); "
                           f"download or compress it again") from None
     except OSError as e:   # bz2's "Invalid data stream", or the disk
@@ -373,12 +392,14 @@ def read_input(path: Path, read: ReadOptions, problems: Problems,
 
 def _read_format(path: Path, read: ReadOptions, problems: Problems, segment: Segment | None) -> Iterator[RawDoc]:
     fmt, field_name, given = detect_format(path, read.fmt), read.field_name or "text", read.field_name is not None
-    if segment is not None and not line_delimited(path, read):
-        raise ValueError(f"{path}: only a line-delimited file is read by segments")
+    if segment is not None and not splittable(path, read):
+        raise ValueError(f"{path}: only a line-delimited or Parquet file is read by segments")
     if fmt == "text":
         yield from read_plain_docs(path, read.doc_sep, read.encoding, problems, segment)
     elif fmt == "jsonl":
         yield from read_jsonl_docs(path, field_name, given, read.encoding, problems, segment)
+    elif fmt == "parquet":
+        yield from read_parquet_docs(path, read.field_name, problems, segment)
     elif fmt == "json":
         yield from read_json_docs(path, field_name, given, read.encoding, problems)
     elif fmt == "wikiextractor":

@@ -1,5 +1,5 @@
-"""What every input reader shares: the document record, the tally of unusable lines, and the names of
-compressed files (opened by `zh_bert.corpus.corpus_io.open_binary`). A module of its own so that the format readers
+"""What every input reader shares: the document record, the tally of unusable lines (or rows), and the names
+of compressed files (opened by `zh_bert.corpus.corpus_io.open_binary`). A module of its own so that the format readers
 (readers.py, wikitext.py) depend on it and not on each other."""
 
 from __future__ import annotations
@@ -21,20 +21,25 @@ class RawDoc:
 
 @dataclass
 class Problems:
-    """Lines the readers could not use, by kind ('undecodable', 'bad_json', 'no_text_field', 'bad_text'), with file:line."""
+    """Lines (Parquet rows) the readers could not use, by kind ('undecodable', 'bad_json', 'no_text_field',
+    'bad_text'), with file:line (file#row)."""
     counts: dict = field(default_factory=dict)
     where: dict = field(default_factory=dict)
     encodings: dict = field(default_factory=dict)  # path -> encoding used (detected or given)
 
     def add(self, kind: str, path, line: int, detail: str = "") -> None:
+        self.note(kind, f"{path}:{line}" + (f": {detail}" if detail else ""))
+
+    def note(self, kind: str, entry: str) -> None:
+        """One more record of `kind`, at `entry` (`file:line: what`, `file#row: what`)."""
         self.counts[kind] = self.counts.get(kind, 0) + 1
         entries = self.where.setdefault(kind, [])
         if len(entries) < MAX_RECORDED:
-            entries.append(f"{path}:{line}" + (f": {detail}" if detail else ""))
+            entries.append(entry)
 
 
 def inner_name(path: Path) -> str:
-    """The lower-cased file name without a .gz/.bz2/.xz ending (`wiki.xml.bz2` -> `wiki.xml`)."""
+    """The lower-cased file name without a .gz/.bz2/.xz/.zst ending (`wiki.xml.bz2` -> `wiki.xml`)."""
     name = path.name.lower()
     for ext in COMPRESSED:
         if name.endswith(ext):

@@ -15,13 +15,13 @@ Pure pieces, reusable elsewhere (e.g. `zh-bert eval mlm` on held-out text): `Tex
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from itertools import chain
 
 import numpy as np
 
 from zh_bert.core.errors import ZhBertError
+from zh_bert.core.fileio import parse_json
 from zh_bert.core.text import BERT_CJK_RANGES, is_bert_punct, sentence_end_offsets
 from zh_bert.corpus.segment import Segmenter, token_word_starts
 
@@ -52,7 +52,7 @@ def char_lut(backend) -> np.ndarray | None:
     """code point -> token id (>= 0), -1 (tokenize with the real tokenizer), -2 (whitespace: skip).
 
     None when the tokenizer is not BERT-style, i.e. CJK characters are not guaranteed to be isolated."""
-    spec = json.loads(backend.to_str())
+    spec = parse_json(backend.to_str(), "the tokenizer's tokenizer.json")
     norm, pre = spec.get("normalizer") or {}, spec.get("pre_tokenizer") or {}
     if not (norm.get("type") == "BertNormalizer" and norm.get("handle_chinese_chars")
             and pre.get("type") == "BertPreTokenizer"):
