@@ -173,13 +173,14 @@ def test_a_forged_manifest_deletes_nothing_when_final_is_replaced(world, capsys,
 def test_a_run_dir_is_one_household_every_writer_takes_its_name_from_it():
     """One list: each entry names its writer and why; the writers' names are the list's; a killed writer's
     leftovers of any entry belong to the household, anything else (or an entry of the wrong kind) does not."""
+    import ast
+
     from zh_bert.evaluation import eval_results
-    from zh_bert.leaderboard import record, verify
     from zh_bert.release import publish
 
     names = [e.name for e in HOUSEHOLD]
     assert len(names) == len(set(names)) and all(e.command and e.why for e in HOUSEHOLD)
-    assert eval_results.FILENAME == EVAL_RESULTS and record.VERIFICATION_FILE == VERIFICATION_FILE
+    assert eval_results.FILENAME == EVAL_RESULTS
     assert publish.PUBLISHED_RUN_FILES == PUBLISHED_RUN_FILES and "ablate_evals.json" not in PUBLISHED_RUN_FILES
     for e in HOUSEHOLD:
         assert in_household(e.name, e.folder) and not in_household(e.name, not e.folder)
@@ -188,8 +189,17 @@ def test_a_run_dir_is_one_household_every_writer_takes_its_name_from_it():
     for name, is_dir in [("notes.txt", False), (".suite.tmp-abc", True), (".thesis.tex.tmp-12", False),
                          ("suite.md", False), (".suite", True), ("cache", True)]:
         assert not in_household(name, is_dir), name
-    src = (REPO / "zh_bert" / "evaluation" / "evaluate.py").read_text(encoding="utf-8")
-    assert '/ "suite"' not in src and "SUITE_DIR" in src
+    spelled = []   # `run_dir / "suite"`, `Path("run.json")`: a second spelling of an entry's name
+    for path in sorted((REPO / "zh_bert").rglob("*.py")):
+        if path.name == "household.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            parts = ([node.right] if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) else
+                     node.args if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Path" else [])
+            spelled += [f"{path.relative_to(REPO)}:{node.lineno} {p.value}" for p in parts
+                        if isinstance(p, ast.Constant) and p.value in names
+                        and (path.name, p.value) != ("ablation_spec.py", "data")]   # ablate's own OUT/data/
+    assert not spelled, f"run-dir entries named outside the household list: {spelled}"
 
 
 def test_a_run_dir_is_one_household_evaluate_verify_and_a_killed_suite_never_block_a_resume(world, capsys):

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO, Any, Iterable, Iterator
 
 from zh_bert.core.errors import ZhBertError
-from zh_bert.core.fileio.read import parse_json_line
+from zh_bert.core.fileio import parse_json_line
 
 JSONL_SUFFIXES = (".jsonl", ".json")
 #: the endings open_binary decompresses; no seeking into these: on an executor such a file goes whole to one task

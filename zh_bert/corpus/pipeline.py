@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zh_bert.core.errors import ZhBertError
-from zh_bert.core.fileio import recover
-from zh_bert.core.fileio.read import parse_json_line
+from zh_bert.core.fileio import DATA_CACHE, parse_json_line, recover
 from zh_bert.corpus.clean import CleanJob, clean
 from zh_bert.corpus.clean.readers import ReadOptions
 from zh_bert.corpus.clean.report import read_report
@@ -184,7 +183,7 @@ def _shards_for(recipe, log) -> PreparedData:
                 "seq_len": recipe.seq_len, "pairs": pairs, "valid_docs": recipe.valid_docs}
     if cleaned:
         settings["cleaned_input"] = True   # no docs.jsonl in this cache entry
-    root = Path(recipe.data_cache or Path(recipe.out_dir) / "data") / cache_key(paths, files, settings)
+    root = Path(recipe.data_cache or Path(recipe.out_dir) / DATA_CACHE) / cache_key(paths, files, settings)
     tokdir, sharddir = root / "tokenizer", root / "shards"
     for d in (tokdir, sharddir):
         recover(d)  # a stage killed while replacing its output: the previous complete one stands

@@ -13,7 +13,7 @@ from zh_bert.train.curves import cjk_text
 from zh_bert.core.errors import ZhBertError
 from zh_bert.evaluation.eval_results import entry, record
 from zh_bert.evaluation.evaluate import MlmEvalConfig, eval_mlm, load_mlm
-from zh_bert.core.fileio import ABLATE_EVALS, Record, atomic_write, read_json, read_object, write_json
+from zh_bert.core.fileio import ABLATE_EVALS, CHECKPOINTS, RUN_SUMMARY, Record, atomic_write, read_json, read_object, write_json
 from zh_bert.evaluation.finetune import eval_entries, percent
 from zh_bert.evaluation.finetune import run as run_finetune
 from zh_bert.train.masking import MaskingConfig
@@ -27,7 +27,7 @@ def run_one(spec: AblationSpec, run: AblationRun, base: dict, out: Path, data_fi
     """Pretrain (or reuse a finished run), then the evals (or reuse them); returns the table row."""
     run_dir = out / "runs" / slug(run.label)
     recipe = run_recipe(spec, run, base, out, data_files, cli_set)
-    summary_path = run_dir / "run.json"
+    summary_path = run_dir / RUN_SUMMARY
     summary = read_object(summary_path).data if summary_path.is_file() else {}
     check_same_recipe(run_dir, recipe)
     if summary.get("status") == "finished" and is_model_dir(run_dir / FINAL):
@@ -36,7 +36,7 @@ def run_one(spec: AblationSpec, run: AblationRun, base: dict, out: Path, data_fi
         from zh_bert.train.pretrain import train
 
         log(f"[{run.label}] pretrain -> {run_dir}")
-        resume = "auto" if (run_dir / "checkpoints").is_dir() else None
+        resume = "auto" if (run_dir / CHECKPOINTS).is_dir() else None
         summary = train(recipe, resume=resume, log=lambda m: log(f"[{run.label}] {m}"))
         if summary.get("status") != "finished":
             raise ZhBertError(f"[{run.label}] pretraining ended with status {summary.get('status')!r}")

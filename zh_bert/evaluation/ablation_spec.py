@@ -10,7 +10,7 @@ from typing import Any, Literal, Optional
 
 from zh_bert.core.config import from_dict, load_yaml
 from zh_bert.core.errors import ZhBertError, unknown_key_error
-from zh_bert.core.fileio import json_copy
+from zh_bert.core.fileio import RUN_RECIPE, json_copy
 from zh_bert.evaluation.finetune import FinetuneConfig
 from zh_bert.plan.memory_model import model_config, shape_and_flops
 from zh_bert.train.masking import STRATEGIES
@@ -222,7 +222,7 @@ def recipe_flops_per_token(recipe) -> float:
 
 def check_same_recipe(run_dir: Path, recipe) -> None:
     """A run dir from other settings is refused, never silently reused or mixed into the table."""
-    path = run_dir / "recipe.yaml"
+    path = run_dir / RUN_RECIPE
     if not path.is_file():
         return
     old, new = load_yaml(path), json_copy(recipe.to_dict())

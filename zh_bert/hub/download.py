@@ -30,6 +30,7 @@ from zh_bert.core import config
 from zh_bert.core.config import option, option_of
 from zh_bert.core.errors import ZhBertError, suggest
 from zh_bert.core.fileio import (
+    FINAL,
     Record,
     api_answer,
     atomic_dir,
@@ -326,7 +327,7 @@ def main(argv: list[str]) -> int:
 
 def _folder_of(path: Path) -> Path:
     """The model folder of a local MODEL: a run dir's final/, else the folder as given."""
-    return path / "final" if (path / "final" / "config.json").is_file() else path
+    return path / FINAL if (path / FINAL / "config.json").is_file() else path
 
 
 def refuse_model_code(name: str, endpoint: str | None = None, revision: str | None = None) -> None:

@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 
 from zh_bert.core.errors import ZhBertError
-from zh_bert.core.fileio import MANIFEST, Record, atomic_dir, claim_dir, read_text, write_json, write_text
+from zh_bert.core.fileio import MANIFEST, RUN_RECIPE, RUN_SUMMARY, Record, atomic_dir, claim_dir, read_text, write_json, write_text
 from zh_bert.evaluation.contamination_report import ContaminationArgs, contamination
 from zh_bert.evaluation.suite import PROTOCOLS
 from zh_bert.leaderboard.html import render_html
@@ -64,7 +64,7 @@ def compute_of(m: Model) -> dict | None:
     except ZhBertError as e:
         if m.kind != "hub":
             raise
-        m.notes.append(note("run.json", f"compute not shown: {str(e).removeprefix(m.run_where + ': ')}"))
+        m.notes.append(note(RUN_SUMMARY, f"compute not shown: {str(e).removeprefix(m.run_where + ': ')}"))
         return None
 
 
@@ -224,7 +224,7 @@ def notes_markdown(board: dict) -> list[str]:
 
 #: a file that makes its folder something a board must never be written into, nor beside (a new -o inside it
 #: would be an entry the folder's own writer does not know, and `--force` of that writer would refuse it)
-FOLDER_MARKS = (("run.json", "a run dir"), ("recipe.yaml", "a run dir"), ("config.json", "a model folder"),
+FOLDER_MARKS = ((RUN_SUMMARY, "a run dir"), (RUN_RECIPE, "a run dir"), ("config.json", "a model folder"),
                 ("trainer_state.json", "a checkpoint"), ("zh_bert_vocab.json", "a tokenizer folder"),
                 ("vocab.txt", "a tokenizer folder"), ("tokenizer.json", "a tokenizer folder"),
                 ("tokenizer_config.json", "a tokenizer folder"), ("spiece.model", "a tokenizer folder"),

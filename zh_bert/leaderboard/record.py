@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zh_bert.core.errors import ZhBertError
-from zh_bert.core.fileio import VERIFICATION_FILE, read_json
-from zh_bert.core.fileio import Record
+from zh_bert.core.fileio import Record, read_json
 from zh_bert.evaluation.eval_results import checked_entries
 from zh_bert.evaluation.fewclue import FEWCLUE_TASKS, MULTIPLE_CHOICE, fewclue_score
 from zh_bert.evaluation.suite import PROTOCOLS

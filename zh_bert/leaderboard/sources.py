@@ -17,22 +17,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from zh_bert.core.errors import ZhBertError
-from zh_bert.core.fileio import Record, copy_file, read_json, read_text, scratch_dir
+from zh_bert.core.fileio import RUN_SUMMARY, SUITE_DIR, VERIFICATION_FILE, Record, copy_file, read_json, read_text, scratch_dir
 from zh_bert.evaluation import eval_results
 from zh_bert.evaluation.suite_report import suite_entries
 from zh_bert.hub.catalog import BY_ALIAS, resolve
 from zh_bert.hub.endpoint import endpoint_and_host, hub_errors, repo_info
 from zh_bert.hub.listing import card_metadata, facts_of_files, repo_facts
 from zh_bert.leaderboard.cards import FEWCLUE, model_index_entries
-from zh_bert.leaderboard.record import VERIFICATION_FILE, is_record, read_record
+from zh_bert.leaderboard.record import is_record, read_record
 from zh_bert.train.rundir import FINAL, is_model_dir, is_run_dir
 
 CARD = "README.md"
 #: `eval suite`'s report beside a run, which holds its random-init baseline
-SUITE_REPORT = Path("suite") / "suite.json"
+SUITE_REPORT = Path(SUITE_DIR) / "suite.json"
 #: the small files a Hub row is built from (never weights, never code)
 HUB_FILES = ("config.json", "tokenizer_config.json", "tokenizer.json", "vocab.txt", "special_tokens_map.json",
-             CARD, "run.json")
+             CARD, RUN_SUMMARY)
 #: a card, run.json or config larger than this is not read (a hostile repo cannot make the build read gigabytes)
 MAX_SMALL_FILE = 8 * 2**20
 
@@ -50,7 +50,7 @@ class Model:
     claims: list[dict] = field(default_factory=list)
     claims_from: str = ""          # the file the claims were read from (README.md, eval_results.json, ...)
     run: dict | None = None
-    run_where: str = "run.json"
+    run_where: str = RUN_SUMMARY
     weights_sha256: str | None = None
     records: list[tuple[str, dict]] = field(default_factory=list)   # (where, record)
     notes: list[dict] = field(default_factory=list)                  # {source, reason, claim}: what was not read
@@ -129,7 +129,7 @@ def folder_model(source: str) -> Model:
     claims = claims or card_claims
     facts = _folder_facts(folder, card_text, notes)
     name = run_dir.name if run_dir else (path.resolve().name if path.name in ("", ".", FINAL) else path.name)
-    run_path = (run_dir or folder) / "run.json"
+    run_path = (run_dir or folder) / RUN_SUMMARY
     run = _object(run_path).data if run_path.is_file() else None
     return Model(id=source.rstrip("/"), name=name, source=source, kind="run" if run_dir else "folder",
                  folder=folder, run_dir=run_dir, facts=facts, claims=claims, claims_from=claims_from, run=run,
@@ -164,7 +164,7 @@ def hub_model(source: str, scratch: Path, endpoint: str | None = None, revision:
     if facts.get("error"):
         notes.append(note("config.json", facts["error"]))
     return Model(id=repo_id, name=repo_id, source=f"hub:{repo_id}", kind="hub", folder=folder, facts=facts,
-                 claims=claims, claims_from=CARD, run=_json_or_none(folder / "run.json", notes), notes=notes)
+                 claims=claims, claims_from=CARD, run=_json_or_none(folder / RUN_SUMMARY, notes), notes=notes)
 
 
 def _suite_result(name: str, r: Record) -> None:

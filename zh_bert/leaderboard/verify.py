@@ -22,7 +22,7 @@ from typing import Optional
 
 from zh_bert.core.config import config_from_args, option, option_of
 from zh_bert.core.errors import ZhBertError
-from zh_bert.core.fileio import claim_file, read_json, scratch_dir, write_json
+from zh_bert.core.fileio import FINAL, VERIFICATION_FILE, claim_file, read_json, scratch_dir, write_json
 from zh_bert.core.hardware import machine_line
 from zh_bert.core.options import Shared
 from zh_bert.evaluation.eval_results import CheckpointArgs
@@ -31,7 +31,7 @@ from zh_bert.evaluation.qa import QAConfig
 from zh_bert.evaluation.suite import SuiteArgs, run_suite
 from zh_bert.evaluation.suite_report import report_lines, suite_entries
 from zh_bert.hub.download import local_model, refuse_model_code
-from zh_bert.leaderboard.record import COLUMNS, RECORD_SCHEMA, TOLERANCE, VERIFICATION_FILE, cell, scores_of
+from zh_bert.leaderboard.record import COLUMNS, RECORD_SCHEMA, TOLERANCE, cell, scores_of
 from zh_bert.leaderboard.sources import Model, folder_model, hub_model, kind_of, weights_sha256
 from zh_bert.train.rundir import find_run_dir
 
@@ -97,7 +97,7 @@ def verify(args: VerifyArgs, suite: SuiteArgs, cfg: FinetuneConfig, qa: QAConfig
     wall = round(time.perf_counter() - t0, 1)
     log("\n".join(report_lines(res)))
     entries = suite_entries(res)
-    weights = weights_sha256(Path(folder) / "final") or weights_sha256(Path(folder))
+    weights = weights_sha256(Path(folder) / FINAL) or weights_sha256(Path(folder))
     import torch
     import transformers
 

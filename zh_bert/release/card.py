@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from zh_bert.core.errors import ZhBertError
-from zh_bert.core.fileio import Record, parse_json, parse_yaml, read_json, read_text
+from zh_bert.core.fileio import (CURVES_PNG, EVAL_RESULTS, METRICS_LOG, RUN_RECIPE, RUN_SUMMARY, Record, parse_json,
+                                 parse_yaml, read_json, read_text)
 from zh_bert.evaluation import eval_results
 from zh_bert.train.arch import of_config
 from zh_bert.train.rundir import GENERATOR
@@ -129,9 +130,9 @@ def _name_of(src) -> str | None:
 def read_recipe(run_dir: Path | None) -> dict:
     """The run's resolved recipe (RUN/recipe.yaml, beside final/), or {} when there is none or it is unreadable
     (not UTF-8, not YAML, a key given twice, not a mapping): the card then leaves out what only the recipe says."""
-    if not run_dir or not (run_dir / "recipe.yaml").is_file():
+    if not run_dir or not (run_dir / RUN_RECIPE).is_file():
         return {}
-    path = run_dir / "recipe.yaml"
+    path = run_dir / RUN_RECIPE
     try:
         recipe = parse_yaml(read_text(path, max_bytes=MAX_RECIPE_BYTES), str(path)) or {}
     except (ZhBertError, OSError):
@@ -201,7 +202,7 @@ class _Facts:
 
     @classmethod
     def gather(cls, model_dir: Path, run_dir: Path | None) -> "_Facts":
-        run = read_json(run_dir / "run.json", {}) if run_dir else {}
+        run = read_json(run_dir / RUN_SUMMARY, {}) if run_dir else {}
         run = run if isinstance(run, dict) else {}
         config = read_json(model_dir / "config.json", {}) or {}
         tok_cfg = read_json(model_dir / "tokenizer_config.json", {}) or {}
@@ -350,12 +351,12 @@ def _corpus_section(facts: _Facts, files: list[str]) -> list[str]:
         lines += [f"- {line}" for line in summary]
     elif not facts.datasets:
         lines.append("No data summary was recorded with this checkpoint.")
-    extra = [f for f in ("recipe.yaml", "metrics.jsonl", "curves.png", "run.json", "eval_results.json") if f in files]
+    extra = [f for f in (RUN_RECIPE, METRICS_LOG, CURVES_PNG, RUN_SUMMARY, EVAL_RESULTS) if f in files]
     if extra:
         lines += ["", "The files " + ", ".join(f"`{f}`" for f in extra) +
                   " in this repo record the exact recipe, the training curves and the run summary."]
-    if "curves.png" in files:
-        lines += ["", "![training curves](curves.png)"]
+    if CURVES_PNG in files:
+        lines += ["", f"![training curves]({CURVES_PNG})"]
     return lines
 
 

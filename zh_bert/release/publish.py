@@ -24,7 +24,9 @@ from zh_bert.core import config
 from zh_bert.core.config import option, option_of
 from zh_bert.core.errors import ZhBertError
 from zh_bert.core.fileio import (
+    CURVES_PNG,
     PUBLISHED_RUN_FILES,
+    VERIFICATION_FILE,
     atomic_dir,
     copy_file,
     fault_point,
@@ -34,7 +36,7 @@ from zh_bert.core.fileio import (
 from zh_bert.core.options import Shared
 from zh_bert.corpus.tokenizer_files import TOKENIZER_FILES
 from zh_bert.release.card import build_card
-from zh_bert.leaderboard.record import VERIFICATION_FILE, read_record
+from zh_bert.leaderboard.record import read_record
 from zh_bert.leaderboard.sources import weights_sha256
 from zh_bert.hub.endpoint import (
     check_repo_id,
@@ -161,7 +163,7 @@ def portable_text(text: str, run_dir: Path | None) -> str:
 
 def _copy_portable(name: str, path: Path, target: Path, run_dir: Path | None) -> None:
     """Copy one file; the run's text files (and only they) with absolute paths made portable."""
-    if name in PUBLISHED_RUN_FILES and name != "curves.png":
+    if name in PUBLISHED_RUN_FILES and name != CURVES_PNG:
         try:
             text = path.read_text(encoding="utf-8")
         except UnicodeDecodeError:

@@ -38,6 +38,7 @@ import torch
 
 from zh_bert.core.errors import ZhBertError
 from zh_bert.core.fileio import (
+    CHECKPOINTS,
     Record,
     check_dir_ours,
     entry_name,
@@ -365,7 +366,7 @@ def find_resume(resume: str | None, ckpt_root: Path, warn=print) -> Path | None:
     reason = incomplete_reason(Path(resume), deep=True)
     if reason is not None:
         hint = (f" ({resume} is a run dir: give one of its checkpoints, or --resume auto with out_dir: {resume})"
-                if (Path(resume) / "checkpoints").is_dir() else "")
+                if (Path(resume) / CHECKPOINTS).is_dir() else "")
         raise ZhBertError(f"--resume {resume}: not a complete checkpoint: {reason}{hint}")
     return Path(resume)
 

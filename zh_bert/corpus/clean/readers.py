@@ -23,8 +23,7 @@ from zh_bert.corpus.clean.report import REPORT_SUFFIX
 from zh_bert.corpus.clean.source import COMPRESSED, Problems, RawDoc, inner_name
 from zh_bert.corpus.clean.wikitext import read_mediawiki
 from zh_bert.core.config import option
-from zh_bert.core.fileio import parse_json
-from zh_bert.core.fileio.read import parse_json_line
+from zh_bert.core.fileio import parse_json, parse_json_line
 from zh_bert.corpus.corpus_io import (BROKEN_STREAM, Segment, line_number, lone_surrogate, open_binary,
                                       segment_raw_lines)
 from zh_bert.core.errors import ZhBertError
