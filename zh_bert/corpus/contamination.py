@@ -1,28 +1,33 @@
-"""Benchmark test text in a corpus: character n-gram overlap between documents and the test examples of a suite
-(`benchmark_text`), for `zh-bert eval contamination` (which examples a corpus contains) and
-`zh-bert clean --decontaminate` (which documents to drop).
+"""Benchmark test text in a corpus: which test examples of a suite (`benchmark_text`) a document holds, for
+`zh-bert eval contamination` (which examples a corpus contains) and `zh-bert clean --decontaminate` (which
+documents to drop).
 
-Both sides are normalised the same way (`overlap_text`: NFKC, so full-width forms and compatibility characters
-meet their plain forms; case folded; all whitespace dropped, so re-spaced or re-wrapped copies still match), then
-every run of n characters is hashed to 64 bits (`ngram_keys`). The test n-grams of a suite are a sorted array of
-hashes (1.7 M for `all`: 13 MB); a document is tested against it with one vectorised lookup and then forgotten, so a scan holds
-no corpus text and its memory does not grow with the corpus. An example overlaps a corpus when any one of its
-n-grams occurs in any document (the GPT-3 rule, with characters for words). A test n-gram counts only if it holds
-a Han character: with whitespace gone, an English word ("international") or a run of symbols is n characters
-long, and shared by any two texts that use it. An example with no such n-gram (every field shorter than n
-characters) cannot overlap and is counted as `too_short`.
+Contamination means that most of a test example's text is in one document, not that the two share a phrase:
+laws and government documents repeat stock phrases (改革开放和社会主义现代化建设) that test sets quote too. Both
+sides are normalised the same way (`overlap_text`: NFKC, so full-width forms and compatibility characters meet
+their plain forms; case folded; all whitespace dropped, so re-spaced or re-wrapped copies still match), then:
 
-The default n is 13 characters: the shortest n at which FewCLUE's test sets show almost no chance overlap with
-ordinary text (on the bundled sample at most 0.1% of a task's examples, against up to 8% at n = 8; docs/eval.md),
-while short test examples (news titles, NLI sentences) keep n-grams to test. Below 8 characters shared set
-phrases and names dominate, so smaller n is refused.
+- a long example (at least n distinct n-grams of n characters holding a Han character, so about 2n characters
+  of text) is in a document when at least `--overlap-share` (0.5) of its countable n-grams occur in that same
+  document. A stock phrase of up to 18 characters (at n = 13) is under half of such an example's n-grams;
+- a short example (TNEWS titles, BUSTM queries, short NLI pairs) is in a document only when every field of it
+  occurs there whole. One whose every field has fewer than `WHOLE_HAN` Han characters is `too_short`;
+- common phrasing does not count. The reference sample of ordinary Chinese (`benchmark_text.reference_documents`:
+  the bundled corpus's 5,551 zhwiki and CLUECorpusSmall documents) decides: an n-gram in `COMMON_DOCS` or more
+  of its documents is not counted (a copy of a test passage is one document, a template line many), and a short
+  example that the sample holds by the rule above (用着还可以, 我想说的是) is a phrase, never found: `common`,
+  as is a long one with no countable n-gram left.
+
+The test n-grams are (hash, example) pairs sorted by hash, each n-gram hashed to 64 bits (`window_keys`); a
+document is tested with one vectorised lookup and then forgotten, so a scan holds no corpus text and its memory
+does not grow with the corpus. Short examples are found by the hash of their first `WHOLE_HAN` characters,
+then compared as strings.
 """
 
 from __future__ import annotations
 
 import functools
 import time
-import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -30,24 +35,33 @@ import numpy as np
 
 from zh_bert.core.config import option
 from zh_bert.core.errors import ZhBertError
-from zh_bert.core.text import CJK_RANGES
-from zh_bert.corpus.benchmark_text import iter_test_examples, suite_tasks
+from zh_bert.corpus.benchmark_text import iter_test_examples, reference_documents, suite_tasks
+from zh_bert.corpus.overlap_hash import KeySet, distinct, han_mask, longest_run, overlap_text, window_keys
 
 DEFAULT_NGRAM = 13
 MIN_NGRAM = 8
 MAX_NGRAM = 512
-
-_BASE = 0x9FB21C651E98DF25   # odd multiplier of the polynomial hash (mod 2^64)
+DEFAULT_SHARE = 0.5
+WHOLE_HAN = 5       # Han characters a short example needs in one field to be tested whole (its hash prefix)
+COMMON_DOCS = 2     # reference documents an n-gram must be in to be common phrasing
+SHOWN_CHARS = 40    # matched text in a report, shortened to about this many characters
+MAX_LISTED = 100    # contaminated documents listed in a report (the counts are always exact)
+LONG, SHORT, TOO_SHORT, COMMON = range(4)   # how an example is tested
 
 
 @dataclass
-class NgramOption:
-    """The n of the character n-grams, one declaration for `eval contamination` and `clean --decontaminate`."""
+class OverlapOptions:
+    """What counts as test text in a document, one declaration for `eval contamination` and
+    `clean --decontaminate`."""
     overlap_ngram: int = option(DEFAULT_NGRAM, metavar="N", help=f"characters per n-gram after normalisation (NFKC, "
-                        f"case folded, no whitespace); at least {MIN_NGRAM}")
+                                f"case folded, no whitespace); at least {MIN_NGRAM}")
+    overlap_share: float = option(DEFAULT_SHARE, metavar="S", help="share of a test example's distinct n-grams "
+                                  "(those not common in ordinary Chinese) that one document must hold for the "
+                                  "example to be in it; an example with fewer than N n-grams must be there whole")
 
     def __post_init__(self):
         check_ngram(self.overlap_ngram)
+        check_share(self.overlap_share)
 
 
 def check_ngram(n: int, flag: str = "--overlap-ngram") -> None:
@@ -56,167 +70,226 @@ def check_ngram(n: int, flag: str = "--overlap-ngram") -> None:
                           f"match ordinary phrasing by chance)")
 
 
-def overlap_text(text: str) -> str:
-    """`text` as both sides are compared: NFKC, case folded, whitespace removed."""
-    if not unicodedata.is_normalized("NFKC", text):   # the quick check: most text is, and NFKC is 3x slower
-        text = unicodedata.normalize("NFKC", text)
-    return "".join(text.casefold().split())
+def check_share(share: float, flag: str = "--overlap-share") -> None:
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
+        raise ZhBertError(f"{flag} {share}: a share of a test example's n-grams, above 0 and at most 1")
 
 
-def _mix(cps: np.ndarray) -> np.ndarray:
-    """splitmix64 of each code point: characters as random 64-bit values, so the polynomial hash of nearby code
-    points (consecutive Han characters) does not collide by structure."""
-    z = cps.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
+@dataclass(frozen=True)
+class Match:
+    """A test example found in a document: the example's index, the share of its countable n-grams there
+    (1.0 for a short example, found whole) and the longest matched text (normalised, shortened)."""
+    item: int
+    share: float
+    text: str
 
 
-def ngram_keys(text: str, n: int) -> np.ndarray:
-    """64-bit hash of every n-character window of `text` (already `overlap_text`): the polynomial
-    sum(r[i+j] * B^(n-1-j)) mod 2^64, built by doubling (windows of 1, 2, 4, 8... characters, then joined), so an
-    n-gram costs log2(n) vectorised passes instead of n."""
-    cps = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
-    m = len(cps) - n + 1
-    if m <= 0:
-        return np.empty(0, dtype=np.uint64)
-    windows, k = {1: _mix(cps)}, 1
-    while 2 * k <= n:
-        prev = windows[k]
-        windows[2 * k] = prev[:len(prev) - k] * np.uint64(pow(_BASE, k, 1 << 64)) + prev[k:]
-        k *= 2
-    h, done = None, 0
-    for size in sorted(windows, reverse=True):
-        if done + size <= n:
-            part = windows[size][done:done + m]
-            h = part.copy() if h is None else h * np.uint64(pow(_BASE, size, 1 << 64)) + part
-            done += size
-    return h
+def shortened(text: str, limit: int = SHOWN_CHARS) -> str:
+    return text if len(text) <= limit else f"{text[:limit // 2]}…{text[-(limit // 2 - 1):]}"
 
 
-def _han(cps: np.ndarray) -> np.ndarray:
-    """Which code points are Han characters (`zh_bert.core.text.CJK_RANGES`)."""
-    mask = np.zeros(len(cps), dtype=bool)
-    for lo, hi in CJK_RANGES:
-        mask |= (cps >= lo) & (cps <= hi)
-    return mask
+def _item_ngrams(fields: list[list[str]], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct (hash, example) pairs of every n-gram holding a Han character, sorted by hash, no n-gram
+    spanning two fields:
+    all examples as one string, fields ended by "\\n" (which `overlap_text` removes from documents), one
+    vectorised hash pass, then the windows that cross a field's end are dropped."""
+    texts = ["".join(f + "\n" for f in fs) for fs in fields]
+    joined = "".join(texts)
+    owner_of_char = np.repeat(np.arange(len(texts), dtype=np.int32), [len(t) for t in texts])
+    (pair_hash,) = window_keys(joined, (n,))
+    cps = np.frombuffer(joined.encode("utf-32-le"), np.uint32)
+    ends, han = (np.concatenate(([0], np.cumsum(hit))) for hit in (cps == ord("\n"), han_mask(cps)))
+    m = len(pair_hash)
+    whole = (ends[n:n + m] == ends[:m]) & (han[n:n + m] > han[:m])
+    pair_hash, pair_owner = pair_hash[whole], owner_of_char[:m][whole]
+    order = np.argsort(pair_hash, kind="stable")   # owners stay in order within a hash: repeats are neighbours
+    pair_hash, pair_owner = pair_hash[order], pair_owner[order]
+    first = np.concatenate(([True], (pair_hash[1:] != pair_hash[:-1]) | (pair_owner[1:] != pair_owner[:-1])))
+    return pair_hash[first], pair_owner[first]
 
 
-def distinct(values: np.ndarray) -> np.ndarray:
-    """The sorted distinct values: a sort and a mask (numpy 2.4's hash-based `np.unique` is 60x slower on
-    millions of 64-bit hashes)."""
-    s = np.sort(values)
-    return s[np.concatenate(([True], s[1:] != s[:-1]))] if len(s) else s
+def _common_ngrams(reference: list[str], candidates: np.ndarray, n: int) -> np.ndarray:
+    """The `candidates` that occur in at least COMMON_DOCS of the `reference` documents (normalised)."""
+    joined = "".join(doc + "\n" for doc in reference)
+    (h,) = window_keys(joined, (n,))
+    if not len(h):
+        return h
+    cps = np.frombuffer(joined.encode("utf-32-le"), np.uint32)
+    doc_end = np.concatenate(([0], np.cumsum(cps == ord("\n"))))
+    at = KeySet(candidates).where(h)
+    at = at[doc_end[at + n] == doc_end[at]]   # windows inside one document
+    pairs = np.unique(np.stack([h[at], doc_end[at].astype(np.uint64)], axis=1), axis=0)
+    keys, docs = np.unique(pairs[:, 0], return_counts=True)
+    return keys[docs >= COMMON_DOCS]
+
+
+class _Anchors:
+    """The short examples, each by its anchor (the field with the most Han characters) and its other fields,
+    found through the hash of the anchor's first WHOLE_HAN characters."""
+
+    def __init__(self, anchors: dict[int, tuple[str, tuple[str, ...]]]):
+        self.anchors = anchors
+        items = list(anchors)
+        (prefix,) = window_keys("".join(anchors[i][0][:WHOLE_HAN] for i in items), (WHOLE_HAN,))
+        self.by_prefix: dict[int, list[int]] = {}
+        for i, key in zip(items, prefix[::WHOLE_HAN].tolist()):
+            self.by_prefix.setdefault(key, []).append(i)
+        self.keys = KeySet(np.fromiter(self.by_prefix, dtype=np.uint64, count=len(self.by_prefix)))
+
+    def at(self, text: str, prefixes: np.ndarray) -> list[tuple[int, int]]:
+        """(position, example) of every anchor in `text` (normalised; `prefixes`: its WHOLE_HAN-grams)."""
+        at = self.keys.where(prefixes)
+        return [(pos, i) for pos, key in zip(at.tolist(), prefixes[at].tolist()) for i in self.by_prefix[key]
+                if text.startswith(self.anchors[i][0], pos)]
+
+    def found(self, text: str, prefixes: np.ndarray) -> list[int]:
+        """The short examples whose every field occurs in `text`."""
+        return list(dict.fromkeys(i for _, i in self.at(text, prefixes) if self.whole(i, text)))
+
+    def whole(self, i: int, text: str) -> bool:
+        """Whether the other fields of example `i`, whose anchor `text` holds, are in it too."""
+        return all(o in text for o in self.anchors[i][1])
+
+
+def _common_short(anchors: _Anchors, reference: list[str]) -> set[int]:
+    """The short examples that a `reference` document (normalised) holds whole: common phrasing."""
+    joined = "".join(doc + "\n" for doc in reference)
+    starts = np.cumsum([0] + [len(doc) + 1 for doc in reference])
+    found = anchors.at(joined, window_keys(joined, (WHOLE_HAN,))[0])
+    docs = np.searchsorted(starts, [pos for pos, _ in found], "right") - 1
+    return {i for (_, i), d in zip(found, docs.tolist()) if anchors.whole(i, reference[d])}
 
 
 class OverlapIndex:
-    """The n-grams of every test example of a suite: `keys` (sorted unique hashes) for the yes/no question of
-    clean, and (hash, example) pairs sorted by hash for which examples a document overlaps."""
+    """The test examples of a suite, how each is tested (`status`: LONG, SHORT, TOO_SHORT, COMMON), the
+    countable n-grams of the long ones as (hash, example) pairs sorted by hash, and the short ones' anchors."""
 
-    def __init__(self, suite: str, n: int = DEFAULT_NGRAM):
+    def __init__(self, suite: str, n: int = DEFAULT_NGRAM, share: float = DEFAULT_SHARE):
         check_ngram(n)
-        self.suite, self.n, self.tasks = suite, n, suite_tasks(suite)
-        self.example_task: list[str] = []
-        self.example_id: list[str] = []
-        texts, owners = [], []
-        for i, ex in enumerate(iter_test_examples(suite)):
-            self.example_task.append(ex.task)
-            self.example_id.append(ex.id)
-            text = "\n".join(overlap_text(s) for s in ex.text.split("\n")) + "\n"
-            texts.append(text)
-            owners.append(len(text))
-        # all examples as one string, fields ended by "\n" (which `overlap_text` removes from documents): one
-        # vectorised hash pass, then the windows that cross a field's end are dropped
-        joined = "".join(texts)
-        owner_of_char = np.repeat(np.arange(len(owners), dtype=np.int32), owners)
-        pair_hash = ngram_keys(joined, n)
-        cps = np.frombuffer(joined.encode("utf-32-le"), np.uint32)
-        ends, han = (np.concatenate(([0], np.cumsum(hit))) for hit in (cps == ord("\n"), _han(cps)))
-        m = len(pair_hash)
-        whole = (ends[n:n + m] == ends[:m]) & (han[n:n + m] > han[:m])
-        pair_hash, pair_owner = pair_hash[whole], owner_of_char[:m][whole]
-        self.checkable = np.zeros(len(owners), dtype=bool)
-        self.checkable[pair_owner] = True
-        self._pairs = (pair_hash, pair_owner)
-        self.keys = distinct(pair_hash)
-        # a bitmap of the keys' top bits (about 1/40 full) answers "no" for almost every corpus n-gram at the
-        # cost of one byte read; a binary search over millions of keys was 80% of a scan's time
-        self._bits = max(20, int(np.ceil(np.log2(max(1, len(self.keys)) * 40))))
-        self._bitmap = np.zeros(1 << (self._bits - 3), dtype=np.uint8)
-        top = self.keys >> np.uint64(64 - self._bits)
-        byte, bit = (top >> np.uint64(3)).astype(np.intp), (np.uint8(1) << (top & np.uint64(7)).astype(np.uint8))
-        if len(byte):   # keys are sorted, so are their bytes: OR the bits of each run of equal bytes
-            starts = np.flatnonzero(np.concatenate(([True], byte[1:] != byte[:-1])))
-            self._bitmap[byte[starts]] = np.bitwise_or.reduceat(bit, starts)
+        check_share(share)
+        self.suite, self.n, self.share, self.tasks = suite, n, share, suite_tasks(suite)
+        self.task: list[str] = []
+        self.id: list[str] = []
+        self.split: list[str] = []
+        fields: list[list[str]] = []
+        normal = functools.lru_cache(maxsize=None)(overlap_text)   # a CMRC passage is in each of its questions
+        for ex in iter_test_examples(suite):
+            self.task.append(ex.task)
+            self.id.append(ex.id)
+            self.split.append(ex.split)
+            fields.append([f for f in map(normal, ex.text.split("\n")) if f])
+        reference = [overlap_text(doc) for doc in reference_documents()]
+        pair_hash, pair_owner = _item_ngrams(fields, n)
+        long = np.bincount(pair_owner, minlength=len(fields)) >= n
+        pair_hash, pair_owner = pair_hash[long[pair_owner]], pair_owner[long[pair_owner]]
+        countable = ~np.isin(pair_hash, _common_ngrams(reference, pair_hash, n))
+        self._pairs = pair_hash[countable], pair_owner[countable]   # sorted by hash
+        self.total = np.bincount(self._pairs[1], minlength=len(fields))
+        self._long = KeySet(self._pairs[0], presorted=True)
+        self.status = np.where(long, np.where(self.total > 0, LONG, COMMON), SHORT).astype(np.int8)
+        anchors = {}
+        for i in np.flatnonzero(~long).tolist():
+            han = [int(han_mask(np.frombuffer(f.encode("utf-32-le"), np.uint32)).sum()) for f in fields[i]]
+            if not han or max(han) < WHOLE_HAN:
+                self.status[i] = TOO_SHORT
+                continue
+            anchor = fields[i][int(np.argmax(han))]
+            anchors[i] = (anchor, tuple(dict.fromkeys(f for f in fields[i] if f != anchor)))
+        common = _common_short(_Anchors(anchors), reference)
+        self.status[sorted(common)] = COMMON
+        self._anchors = _Anchors({i: a for i, a in anchors.items() if i not in common})
 
-    def _found(self, text: str) -> np.ndarray:
-        """The distinct test n-grams that occur in `text`."""
-        h = ngram_keys(overlap_text(text), self.n)
-        if not len(h) or not len(self.keys):
-            return h[:0]
-        top = h >> np.uint64(64 - self._bits)
-        h = h[(self._bitmap[(top >> np.uint64(3)).astype(np.intp)] >> (top & np.uint64(7)).astype(np.uint8)) & 1 > 0]
-        at = np.searchsorted(self.keys, h)
-        at[at == len(self.keys)] = 0
-        return h[self.keys[at] == h]
+    def matches(self, text: str) -> list[Match]:
+        """The test examples in document `text` (its long ones first, each once)."""
+        t = overlap_text(text)
+        long_h, prefixes = window_keys(t, (self.n, WHOLE_HAN))
+        out = self._long_matches(t, long_h) if len(long_h) else []
+        if len(prefixes):
+            out += [Match(i, 1.0, shortened(self._anchors.anchors[i][0])) for i in self._anchors.found(t, prefixes)]
+        return out
+
+    def _long_matches(self, t: str, h: np.ndarray) -> list[Match]:
+        at = self._long.where(h)
+        if not len(at):
+            return []
+        found = distinct(h[at])
+        pair_hash, pair_owner = self._pairs
+        lo, hi = np.searchsorted(pair_hash, found, "left"), np.searchsorted(pair_hash, found, "right")
+        counts = hi - lo
+        idx = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts - lo, counts)
+        owners, of_hash = pair_owner[idx], np.repeat(found, counts)
+        items, hits = np.unique(owners, return_counts=True)
+        share = hits / self.total[items]
+        out = []
+        for i, s in zip(items[share >= self.share].tolist(), share[share >= self.share].tolist()):
+            a, b = longest_run(at[np.isin(h[at], of_hash[owners == i])], self.n)
+            out.append(Match(i, round(s, 4), shortened(t[a:b])))
+        return out
 
     def contains(self, text: str) -> bool:
-        """Whether `text` holds any test n-gram."""
-        return len(self._found(text)) > 0
+        """Whether document `text` holds any test example of the suite: what `clean --decontaminate` drops."""
+        return bool(self.matches(text))
 
-    @functools.cached_property
-    def _by_hash(self) -> tuple[np.ndarray, np.ndarray]:
-        """(hash, example) pairs sorted by hash: built on the first `examples_in`, never for clean's yes/no."""
-        pair_hash, pair_owner = self._pairs
-        order = np.argsort(pair_hash)
-        return pair_hash[order], pair_owner[order]
+    def describe(self, m: Match) -> dict:
+        """A match as a report lists it: which test example (task, split, id), its share found, the text."""
+        return {"task": self.task[m.item], "split": self.split[m.item], "id": self.id[m.item], "share": m.share,
+                "text": m.text}
 
-    def examples_in(self, text: str) -> np.ndarray:
-        """Indices of the examples one of whose n-grams occurs in `text` (sorted, distinct)."""
-        found = distinct(self._found(text))
-        if not len(found):
-            return np.empty(0, dtype=np.int32)
-        pair_hash, pair_owner = self._by_hash
-        lo = np.searchsorted(pair_hash, found, "left")
-        hi = np.searchsorted(pair_hash, found, "right")
-        return distinct(np.concatenate([pair_owner[a:b] for a, b in zip(lo.tolist(), hi.tolist())]))
+    def entry(self, document: str, found: list[Match]) -> dict:
+        """A contaminated document as a report lists it: where it is and what matched."""
+        return {"document": document, "matches": [self.describe(m) for m in found]}
+
+
+def overlap_index(suite: str, n: int = DEFAULT_NGRAM, share: float = DEFAULT_SHARE) -> OverlapIndex:
+    """The index of `suite` at `n` and `share`, built once per process (clean's workers inherit the one built
+    before they start, or each build their own)."""
+    return _cached_index(suite, n, float(share))
 
 
 @functools.lru_cache(maxsize=4)
-def overlap_index(suite: str, n: int = DEFAULT_NGRAM) -> OverlapIndex:
-    """The index of `suite` at `n`, built once per process (clean's workers each build their own)."""
-    return OverlapIndex(suite, n)
+def _cached_index(suite: str, n: int, share: float) -> OverlapIndex:
+    return OverlapIndex(suite, n, share)
 
 
-def contains_test_text(doc: str, suite: str = "all", n: int = DEFAULT_NGRAM) -> bool:
-    """Whether document `doc` contains any test n-gram of `suite`: what `clean --decontaminate` drops."""
-    return overlap_index(suite, n).contains(doc)
+def contains_test_text(doc: str, suite: str = "all", n: int = DEFAULT_NGRAM, share: float = DEFAULT_SHARE) -> bool:
+    """Whether document `doc` holds any test example of `suite`: what `clean --decontaminate` drops."""
+    return overlap_index(suite, n, share).contains(doc)
 
 
-def scan(documents: Iterable[str], index: OverlapIndex) -> dict:
-    """Which test examples of `index` occur in `documents` (streamed: each one is tested and dropped), as the
-    JSON result of `eval contamination`: per task the examples, the contaminated ones (count, share, ids in file
-    order) and those too short to test; for the corpus the documents and characters read and the documents that
-    hold test text."""
+def scan(documents: Iterable[tuple[str, str]], index: OverlapIndex, where: str = "the corpus") -> dict:
+    """Which test examples of `index` occur in `documents` ((name, text) pairs, streamed: each one is tested
+    and dropped), as the JSON result of `eval contamination`: per task the examples, how many are contaminated
+    (count, share, ids in file order, and for each the highest share found, where, and the matched text), how
+    many cannot be tested (too short, common); for the corpus the documents and characters read, the documents
+    that hold test text and the first MAX_LISTED of them with what matched."""
     t0 = time.time()
-    hit = np.zeros(len(index.example_id), dtype=bool)
-    docs = chars = overlapping = 0
-    for doc in documents:
+    best: dict[int, tuple[float, str, str]] = {}
+    listed: list[dict] = []
+    docs = chars = with_text = 0
+    for name, doc in documents:
         docs += 1
         chars += len(doc)
-        found = index.examples_in(doc)
-        if len(found):
-            overlapping += 1
-            hit[found] = True
+        found = index.matches(doc)
+        if found:
+            with_text += 1
+            if len(listed) < MAX_LISTED:
+                listed.append(index.entry(name, found))
+            for m in found:
+                if m.item not in best or m.share > best[m.item][0]:
+                    best[m.item] = (m.share, name, m.text)
     if docs == 0:
-        raise ZhBertError("the corpus holds no documents: nothing to scan")
+        raise ZhBertError(f"{where}: no documents to scan")
     tasks = {}
-    task_of = np.array(index.example_task)
+    task_of = np.array(index.task)
     for task in index.tasks:
-        mine = task_of == task
-        ids = [index.example_id[i] for i in np.flatnonzero(mine & hit)]
-        total = int(mine.sum())
-        tasks[task] = {"examples": total, "contaminated": len(ids), "share": len(ids) / total if total else 0.0,
-                       "too_short": int((mine & ~index.checkable).sum()), "ids": ids}
-    return {"suite": index.suite, "ngram": index.n, "documents": docs, "characters": chars,
-            "documents_with_test_text": overlapping, "seconds": round(time.time() - t0, 3), "tasks": tasks}
+        mine = np.flatnonzero(task_of == task)
+        hit = [i for i in mine.tolist() if i in best]
+        status = index.status[mine]
+        tasks[task] = {"examples": len(mine), "contaminated": len(hit), "share": len(hit) / len(mine) if len(mine)
+                       else 0.0, "too_short": int((status == TOO_SHORT).sum()), "common": int((status == COMMON).sum()),
+                       "ids": [index.id[i] for i in hit],
+                       "found": [{"id": index.id[i], "split": index.split[i], "share": best[i][0],
+                                  "document": best[i][1], "text": best[i][2]} for i in hit]}
+    return {"suite": index.suite, "ngram": index.n, "overlap_share": index.share, "documents": docs,
+            "characters": chars, "documents_with_test_text": with_text, "seconds": round(time.time() - t0, 3),
+            "tasks": tasks, "contaminated_documents": listed}

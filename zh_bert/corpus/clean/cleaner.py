@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
 from zh_bert.corpus.benchmark_text import suite_tasks
-from zh_bert.corpus.contamination import NgramOption, check_ngram, overlap_index
+from zh_bert.corpus.contamination import OverlapOptions, check_ngram, check_share, overlap_index
 from zh_bert.corpus.clean.dedup import DEDUP_MODES, DedupMode, MinHashConfig, MinHasher, exact_key
 from zh_bert.corpus.clean.filters import FilterConfig, quality_reason, remove_boilerplate
 from zh_bert.corpus.clean.normalize import NormalizeConfig, Normalizer
@@ -31,11 +31,13 @@ class CleanConfig:
     dedup: DedupMode = option("exact", help="exact: hash of the normalised text; minhash: exact + near duplicates "
                               "(MinHash LSH over character n-grams)")
     minhash: MinHashConfig = field(default_factory=MinHashConfig)
-    decontaminate: str = option("none", metavar="SUITE", help="drop documents that contain any test n-gram of "
-                                "benchmark suite fewclue, cmrc2018 or all (→ contaminated; what `zh-bert eval "
-                                "contamination` counts)")
-    overlap_ngram: int = option_of(NgramOption, "overlap_ngram", help="characters per n-gram of --decontaminate "
+    decontaminate: str = option("none", metavar="SUITE", help="drop documents that hold a test example of "
+                                "benchmark suite fewclue, cmrc2018 or all: most of its n-grams, or a short one "
+                                "whole (→ contaminated, listed in the report; what `zh-bert eval contamination` "
+                                "counts)")
+    overlap_ngram: int = option_of(OverlapOptions, "overlap_ngram", help="characters per n-gram of --decontaminate "
                                    "(after NFKC, case folding, no whitespace)")
+    overlap_share: float = option_of(OverlapOptions, "overlap_share")
 
     def __post_init__(self):
         if self.dedup not in DEDUP_MODES:
@@ -43,6 +45,7 @@ class CleanConfig:
         if self.decontaminate != "none":
             suite_tasks(self.decontaminate, "--decontaminate")
         check_ngram(self.overlap_ngram)
+        check_share(self.overlap_share)
 
 
 @dataclass
@@ -55,6 +58,7 @@ class BatchResult:
     rejected: collections.Counter = field(default_factory=collections.Counter)
     pii: collections.Counter = field(default_factory=collections.Counter)
     boilerplate_lines: int = 0
+    contaminated: list = field(default_factory=list)   # what matched, per dropped document (`OverlapIndex.entry`)
 
 
 class DocCleaner:
@@ -65,7 +69,7 @@ class DocCleaner:
         self.cfg = cfg
         self.normalize = Normalizer(cfg.normalize)
         self.minhasher = MinHasher(cfg.minhash) if cfg.dedup == "minhash" else None
-        self.test_text = (overlap_index(cfg.decontaminate, cfg.overlap_ngram)
+        self.test_text = (overlap_index(cfg.decontaminate, cfg.overlap_ngram, cfg.overlap_share)
                           if cfg.decontaminate != "none" else None)
 
     def __call__(self, batch: list[RawDoc]) -> BatchResult:
@@ -85,8 +89,10 @@ class DocCleaner:
                     res.rejected["boilerplate"] += 1
                     continue
             reason = quality_reason(text, self.cfg.filters)
-            if reason is None and self.test_text is not None and self.test_text.contains(text):
-                reason = "contaminated"   # after the quality filters: their counts do not depend on it
+            found = self.test_text.matches(text) if reason is None and self.test_text is not None else None
+            if found:   # after the quality filters: their counts do not depend on it
+                reason = "contaminated"
+                res.contaminated.append(self.test_text.entry(doc.source, found))
             if reason:
                 res.rejected[reason] += 1
                 continue

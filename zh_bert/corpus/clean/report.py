@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from zh_bert.corpus.clean.source import MAX_RECORDED, Problems
+from zh_bert.corpus.contamination import MAX_LISTED
 from zh_bert.core.fileio import read_json
 
 REPORT_SUFFIX = ".report.json"
@@ -91,6 +92,7 @@ class Tally:
     duplicates: dict = field(default_factory=lambda: {"exact": 0, "near": 0})
     pii: collections.Counter = field(default_factory=collections.Counter)
     boilerplate_lines: int = 0
+    contaminated: list = field(default_factory=list)   # the first MAX_LISTED dropped documents, what matched
 
     def add_batch(self, res) -> None:
         """Counts from a worker's BatchResult (before deduplication)."""
@@ -100,6 +102,7 @@ class Tally:
         self.filtered.update(res.rejected)
         self.pii.update(res.pii)
         self.boilerplate_lines += res.boilerplate_lines
+        self.contaminated += res.contaminated[:MAX_LISTED - len(self.contaminated)]
 
     def to_report(self, *, seconds: float, problems, inputs: list[dict], skipped: list[str], workers: int,
                   options: dict, output: str) -> dict:
@@ -119,6 +122,8 @@ class Tally:
             "workers": workers,
             "options": options,
             "output": output,
+            **({"contaminated_documents": self.contaminated} if options.get("decontaminate", "none") != "none"
+               else {}),
         }
 
 
@@ -130,6 +135,7 @@ def merge_report(tallies: list[dict], dups: dict, written: list[dict], info: dic
             setattr(tally, k, getattr(tally, k) + t[k])
         tally.filtered.update(t["filtered"])
         tally.pii.update(t["pii"])
+        tally.contaminated += t.get("contaminated", [])[:MAX_LISTED - len(tally.contaminated)]
         for kind, n in t["problems"]["counts"].items():
             problems.counts[kind] = problems.counts.get(kind, 0) + n
         for kind, where in t["problems"]["where"].items():
