@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 from conftest import REPO, SAMPLE, TASKS, read_lines
+from test_clean_executor import report_of
 
 from zh_bert import cli
 from zh_bert.core.errors import ZhBertError
@@ -111,11 +112,6 @@ def _clean(*argv) -> int:
     return cli.main(["clean", *map(str, argv), "-q"])
 
 
-def _report(out: Path) -> dict:
-    path = out / "report.json" if out.is_dir() else out.with_name(out.name.replace(".jsonl", ".report.json"))
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
 @pytest.fixture(scope="module")
 def in_process(shipped, tmp_path_factory) -> dict[int, Path]:
     d = tmp_path_factory.mktemp("inproc")
@@ -129,7 +125,7 @@ def in_process(shipped, tmp_path_factory) -> dict[int, Path]:
 def test_clean_output_is_byte_identical_for_any_workers(in_process):
     one, two = in_process[1], in_process[2]
     assert one.read_bytes() == two.read_bytes()
-    r1, r2 = _report(one), _report(two)
+    r1, r2 = report_of(one), report_of(two)
     assert {k: r1[k] for k in REPORT_COUNTS} == {k: r2[k] for k in REPORT_COUNTS}
     kept_of_copied = len(DocCleaner(CleanConfig())([RawDoc(t, "x") for t in WIKI[:30]]).kept)
     assert r1["docs_in"] == 700 + 1 + 30 + 200 + 600 + 100 and r1["duplicates"]["exact"] == kept_of_copied > 15
@@ -142,7 +138,7 @@ def test_executor_keeps_the_in_process_documents_in_order_for_any_tasks(shipped,
     assert _clean(shipped["root"], "-o", out, "--executor", "local", "--tasks", tasks, "--workers", "2") == 0
     parts = sorted(out.glob("part-*.jsonl"))
     assert b"".join(p.read_bytes() for p in parts) == in_process[2].read_bytes()   # same documents, same order
-    ours, theirs = _report(out), _report(in_process[2])
+    ours, theirs = report_of(out), report_of(in_process[2])
     assert {k: ours[k] for k in REPORT_COUNTS} == {k: theirs[k] for k in REPORT_COUNTS}
     holding = {name: [p.name for p in parts if name in p.read_text(encoding="utf-8")]
                for name in ("00000.parquet", "2020-40_zh_head_0000.jsonl.zst")}
@@ -246,7 +242,7 @@ def test_trust_nothing_read_null_and_non_utf8_parquet_values_cost_their_row(tmp_
     pq.write_table(table, path)
     out = tmp_path / "out.jsonl"
     assert _clean(path, "-o", out, "--min-chars", "1") == 0
-    report = _report(out)
+    report = report_of(out)
     assert report["unreadable"]["counts"] == {"no_text_field": 1, "undecodable": 1}
     assert report["unreadable"]["where"]["undecodable"] == [f"{path}#3: utf-8: unexpected end of data at byte 6"]
     assert [json.loads(line)["source"] for line in out.read_text(encoding="utf-8").split("\n") if line] == \
@@ -331,5 +327,5 @@ def test_clean_peak_rss_is_flat_from_25_to_200_mb_of_parquet(tmp_path):
     _parquet_folder(tmp_path / "p200", 50, 4)
     peak = {mb: _peak_rss_mb("clean", tmp_path / f"p{mb}", "-o", tmp_path / f"out{mb}.jsonl", "--dedup", "none",
                              "--workers", "2", "-q") for mb in (25, 200)}
-    assert _report(tmp_path / "out200.jsonl")["bytes_in"] > 7.5 * _report(tmp_path / "out25.jsonl")["bytes_in"]
+    assert report_of(tmp_path / "out200.jsonl")["bytes_in"] > 7.5 * report_of(tmp_path / "out25.jsonl")["bytes_in"]
     assert peak[200] <= 1.15 * peak[25], peak

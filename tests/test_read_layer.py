@@ -13,6 +13,8 @@ import ast
 import sys
 from pathlib import Path
 
+from _ast_helpers import calls_outside
+
 ROOT = Path(__file__).resolve().parent.parent
 LAYER = ROOT / "zh_bert" / "core" / "fileio"
 SCANNED = (ROOT / "zh_bert", ROOT / "bench")
@@ -57,24 +59,8 @@ def _call_name(call: ast.Call) -> str | None:
 
 def unchecked_reads() -> list[tuple[str, str, str, int]]:
     """(file, function, call, line) for every parse of read data outside zh_bert/core/fileio/."""
-    found = []
-    for base in SCANNED:
-        for path in sorted(base.rglob("*.py")):
-            if LAYER in path.parents:
-                continue
-            rel = path.relative_to(ROOT).as_posix()
-            tree = ast.parse(path.read_text(encoding="utf-8"))
-            funcs = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
-            owner = {}
-            for fn in funcs:   # innermost function wins: walk outer first, inner later overwrite
-                for node in ast.walk(fn):
-                    owner[id(node)] = fn.name
-            for node in ast.walk(tree):
-                if isinstance(node, ast.Call):
-                    name = _call_name(node)
-                    if name:
-                        found.append((rel, owner.get(id(node), "<module>"), name, node.lineno))
-    return found
+    return [(rel, fn.name if fn else "<module>", name, node.lineno)
+            for rel, fn, node in calls_outside(ROOT, SCANNED, LAYER) if (name := _call_name(node))]
 
 
 def test_everything_read_goes_through_the_reading_layer():

@@ -16,6 +16,8 @@ import ast
 import sys
 from pathlib import Path
 
+from _ast_helpers import calls_outside
+
 ROOT = Path(__file__).resolve().parent.parent
 LAYER = ROOT / "zh_bert" / "core" / "fileio"
 SCANNED = (ROOT / "zh_bert", ROOT / "bench")
@@ -74,23 +76,10 @@ def _writes(call: ast.Call, handles: set[str]) -> str | None:
 def unowned_writes() -> list[tuple[str, str, str, int]]:
     """(file, function, call, line) for every write by path outside zh_bert/core/fileio/."""
     found = []
-    for base in SCANNED:
-        for path in sorted(base.rglob("*.py")):
-            if LAYER in path.parents:
-                continue
-            rel = path.relative_to(ROOT).as_posix()
-            tree = ast.parse(path.read_text(encoding="utf-8"))
-            funcs = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
-            owner = {}
-            for fn in funcs:                 # innermost function wins: walk outer first
-                for node in ast.walk(fn):
-                    owner[id(node)] = fn
-            for node in ast.walk(tree):
-                if isinstance(node, ast.Call):
-                    fn = owner.get(id(node))
-                    what = _writes(node, _handles(fn) if fn else set())
-                    if what:
-                        found.append((rel, fn.name if fn else "<module>", what, node.lineno))
+    for rel, fn, node in calls_outside(ROOT, SCANNED, LAYER):
+        what = _writes(node, _handles(fn) if fn else set())
+        if what:
+            found.append((rel, fn.name if fn else "<module>", what, node.lineno))
     return found
 
 
