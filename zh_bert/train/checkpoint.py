@@ -219,9 +219,10 @@ def manifest_entries(path: Path) -> list[tuple[str, int, str | None]]:
     """(name, size, sha256 or None) of each file the checkpoint's `manifest.json` lists, every field checked: a
     name is an entry of the checkpoint's own folder (a forged `../../x` makes the manifest unreadable, so nothing
     outside the checkpoint is ever taken for one of its files), a size a whole number of bytes."""
-    manifest = read_object(Path(path) / CHECKPOINT_MANIFEST)
+    manifest = read_object(Path(path) / CHECKPOINT_MANIFEST).known(("format", "files"))
+    entries = [(name, e.known(("size", "sha256"))) for name, e in manifest.records_in("files")]
     return [(entry_name(name, f"{manifest.where}: {e.path}"), e.integer("size", lo=0, hi=2**50),
-             e.text("sha256", None, max_len=64)) for name, e in manifest.records_in("files")]
+             e.text("sha256", None, max_len=64)) for name, e in entries]
 
 
 def listed_files(path: Path) -> dict[str, int] | None:
