@@ -29,6 +29,7 @@ ablate    zh_bert.evaluation.ablate     run a grid of pretraining runs that diff
 leaderboard zh_bert.leaderboard        Chinese encoders side by side: 'leaderboard build|verify|serve'
 publish   zh_bert.release.publish       upload a run/checkpoint to the Hugging Face Hub with a model card
 download  zh_bert.hub.download      download a released Chinese checkpoint (alias or repo id)
+convert   zh_bert.hub.convert       a TF1, UER-py, TencentPretrain or HF .bin BERT checkpoint -> stock folder, proven equal
 models    zh_bert.hub.listing       list released Chinese masked-LM checkpoints
 demo      zh_bert.release.demo          Gradio fill-in-the-blank (cloze) demo in the browser
 """

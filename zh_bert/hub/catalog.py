@@ -1,6 +1,7 @@
 """`zh-bert models`: a built-in catalog of released Chinese masked-LM checkpoints.
 
-Every entry is stock BERT or ModernBERT (AutoModelForMaskedLM loads it), so `zh-bert download ALIAS`,
+Every entry is stock BERT or ModernBERT (AutoModelForMaskedLM loads it once downloaded: an entry whose repo
+ships a TensorFlow 1 or UER checkpoint, its `source_format`, is converted on arrival), so `zh-bert download ALIAS`,
 `zh-bert demo ALIAS`, `eval` and continued pretraining all accept the alias. Parameter counts are computed
 from the architecture numbers (BertModel incl. pooler; ModernBertModel, which has neither position
 embeddings nor pooler), not copied from marketing pages, so they stay consistent. Facts (repo ids,
@@ -18,6 +19,7 @@ from zh_bert.core.config import option, option_of
 from zh_bert.core.errors import ZhBertError, suggest
 from zh_bert.core.options import Shared
 from zh_bert.hub.endpoint import check_repo_id, endpoint_and_host, hub_errors, list_repos
+from zh_bert.hub.sources import SOURCE_FORMATS
 from zh_bert.train.arch import ARCHITECTURES
 from zh_bert.train.arch import get as get_architecture
 
@@ -46,11 +48,15 @@ class CatalogEntry:
     note: str = ""
     modelscope_id: str | None = None  # only where verified to exist
     architecture: str = "bert"        # a zh_bert.train.arch family; its parameter formula counts the size
+    source_format: str = "hf"         # what the repo ships: hf, or a release download converts on arrival
 
     def __post_init__(self):
         if self.architecture not in ARCHITECTURES:
             raise ZhBertError(f"catalog entry {self.alias}: architecture must be one of "
                               f"{', '.join(ARCHITECTURES)}, got {self.architecture!r}")
+        if self.source_format not in SOURCE_FORMATS:
+            raise ZhBertError(f"catalog entry {self.alias}: source_format must be one of "
+                              f"{', '.join(SOURCE_FORMATS)}, got {self.source_format!r}")
 
     @property
     def params(self) -> int:
@@ -119,9 +125,9 @@ def resolve(name: str) -> tuple[str, CatalogEntry | None]:
 
 
 def format_table(entries=CATALOG) -> str:
-    rows = [("alias", "repo id", "arch", "size", "vocab", "licence", "paper")]
-    rows += [(e.alias, e.repo_id, e.architecture, e.size, e.vocab, e.licence, PAPERS[e.paper].split(",")[0])
-             for e in entries]
+    rows = [("alias", "repo id", "arch", "format", "size", "vocab", "licence", "paper")]
+    rows += [(e.alias, e.repo_id, e.architecture, e.source_format, e.size, e.vocab, e.licence,
+              PAPERS[e.paper].split(",")[0]) for e in entries]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -163,7 +169,7 @@ class ModelsConfig:
 
 def catalog_json(community: list[dict] | None, hub: list[dict] | None = None) -> dict:
     out: dict = {"catalog": [{"alias": e.alias, "repo_id": e.repo_id, "architecture": e.architecture,
-                              "params": e.params, "layers": e.layers,
+                              "source_format": e.source_format, "params": e.params, "layers": e.layers,
                               "hidden": e.hidden, "vocab": e.vocab, "licence": e.licence,
                               "paper": PAPERS[e.paper], "note": e.note} for e in CATALOG]}
     if community is not None:

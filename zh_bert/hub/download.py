@@ -3,7 +3,9 @@
 Files go through the Hugging Face cache (so interrupted downloads resume and `HF_HUB_OFFLINE=1` works from
 the cache), then the needed ones are copied into a clean, stock model folder in one atomic rename.
 Mirrors work through `--endpoint` or `HF_ENDPOINT`. A repo that has only pickled weights is converted to
-safetensors with `torch.load(weights_only=True)`, which refuses anything that is not plain tensors. A repo
+safetensors with `torch.load(weights_only=True)`, which refuses anything that is not plain tensors; a release
+that is a TensorFlow 1 checkpoint or a UER-py / TencentPretrain `.bin` is converted on arrival by `zh-bert
+convert`'s code, with its proof of equality (`convert.convert_checkpoint`). A repo
 whose config.json or tokenizer_config.json names code of its own is refused from those two small files,
 before any weights are fetched (`weights.refuse_code`, the rule every loading command applies): without its
 code it is no stock model, and zh-bert never runs a repo's code.
@@ -38,14 +40,13 @@ from zh_bert.core.fileio import (
     claim_dir,
     copy_file,
     read_json,
-    save_pretrained,
     save_safetensors,
-    write_bytes,
     write_json,
 )
 from zh_bert.core.options import Shared
 from zh_bert.corpus.tokenizer_files import TOKENIZER_FILES
 from zh_bert.hub.catalog import resolve
+from zh_bert.hub.convert import add_tokenizer_files, convert_checkpoint
 from zh_bert.hub.endpoint import (
     MAX_ANSWER,
     HubRepo,
@@ -65,6 +66,9 @@ from zh_bert.train.weights import refuse_code, refuse_repo_code
 NEEDED = ("config.json",) + TOKENIZER_FILES
 SAFETENSORS = ("*.safetensors", "model.safetensors.index.json")
 PICKLE = ("pytorch_model.bin",)
+#: a release in another format, converted on arrival by `zh-bert convert`'s code: TensorFlow 1, UER .bin
+TF1_FILES = ("*.index", "*.data-?????-of-?????", "checkpoint", "*config*.json")
+UER_FILES = ("*.bin", "*config*.json")
 #: the files that say whether a repo names code of its own (`weights.remote_code`)
 CODE_FILES = ("config.json", "tokenizer_config.json")
 #: written into every downloaded folder: the proof that `--force` may replace it
@@ -80,12 +84,25 @@ def _has_safetensors(names) -> bool:
     return any(_matches(n, SAFETENSORS[:1]) for n in names)
 
 
-def weight_patterns(listing: list[str] | None) -> tuple[str, ...]:
+def _to_convert(names) -> tuple[str, ...] | None:
+    """The files of a TensorFlow 1 or UER release among `names` (no Hugging Face weights), or None."""
+    if any(n.endswith(".index") for n in names):
+        return TF1_FILES
+    if any(n.endswith(".bin") and n != "training_args.bin" for n in names):
+        return UER_FILES
+    return None
+
+
+def weight_patterns(listing: list[str] | None, source_format: str = "hf") -> tuple[str, ...]:
     """The weight files to fetch: safetensors where the repo has them, else the pickle (converted on
-    arrival); both when the listing is unknown (offline, answered from the cache)."""
+    arrival), else a TensorFlow 1 or UER release (converted by `convert`); offline (the listing unknown, the
+    cache answers), what the catalog says the release is."""
     if listing is None:
-        return SAFETENSORS + PICKLE
-    return SAFETENSORS if _has_safetensors(listing) else PICKLE
+        return {"tf1": TF1_FILES, "uer": UER_FILES, "tencentpretrain": UER_FILES}.get(source_format,
+                                                                                     SAFETENSORS + PICKLE)
+    if _has_safetensors(listing):
+        return SAFETENSORS
+    return PICKLE if "pytorch_model.bin" in listing else (_to_convert(listing) or PICKLE)
 
 
 def wanted_files(listing: list[str], where: str) -> list[str]:
@@ -116,18 +133,6 @@ def convert_pickle(src: Path, dst: Path) -> None:
     save_safetensors(tensors, dst, metadata={"format": "pt"})
 
 
-def _ensure_tokenizer_files(out: Path) -> None:
-    """Old repos ship only vocab.txt, which AutoTokenizer (transformers 5) cannot load: add the config files."""
-    if (out / "tokenizer_config.json").exists() or not (out / "vocab.txt").exists():
-        return
-    from transformers import BertTokenizer
-
-    tok = BertTokenizer(vocab=str(out / "vocab.txt"))
-    vocab = (out / "vocab.txt").read_bytes()
-    save_pretrained(tok, out)
-    write_bytes(out / "vocab.txt", vocab)  # keep the original bytes (U+2028 entries etc.)
-
-
 def written_files(out: Path) -> set[str]:
     """The names `out`'s marker says download wrote (empty when there is no readable marker)."""
     marker = read_json(out / MARKER, default={})
@@ -143,10 +148,26 @@ def check_output(out: Path, force: bool) -> None:
               force=force, need_force=True, what=OURS)
 
 
-def assemble(snapshot: Path, out: Path, overwrite: bool = False, origin: dict | None = None) -> Path:
+def _marker(origin: dict | None):
+    """The function that writes download's marker into a finished temp folder, naming every file in it."""
+    def write(tmp: Path) -> None:
+        names = sorted(p.name for p in tmp.iterdir())
+        write_json(tmp / MARKER, {**(origin or {}), "files": names}, indent=1)
+    return write
+
+
+def assemble(snapshot: Path, out: Path, overwrite: bool = False, origin: dict | None = None,
+             source_format: str = "hf") -> Path:
     """Copy the needed files of a downloaded snapshot into `out` (atomic), converting pickle weights, and
-    write the marker (`origin` plus the file names) that lets a later `--force` replace the folder."""
+    write the marker (`origin` plus the file names) that lets a later `--force` replace the folder. A
+    TensorFlow 1 or UER release is converted by `convert`'s code, with its proof of equality."""
     files = {p.name: p for p in snapshot.iterdir() if p.is_file()}
+    if not _has_safetensors(files) and "pytorch_model.bin" not in files and _to_convert(files):
+        ours = written_files(out) | {MARKER}
+        convert_checkpoint(snapshot, out, forced=None if source_format == "hf" else source_format,
+                           overwrite=overwrite, legacy=lambda name, is_dir: not is_dir and name in ours,
+                           finish=_marker({**(origin or {}), "converted_from": source_format}))
+        return out
     if "config.json" not in files:
         raise ZhBertError(f"{snapshot}: no config.json: not a transformers model repo")
     has_st = _has_safetensors(files)
@@ -160,9 +181,8 @@ def assemble(snapshot: Path, out: Path, overwrite: bool = False, origin: dict | 
                     copy_file(path, tmp / name)
             if not has_st:
                 convert_pickle(files["pytorch_model.bin"], tmp / "model.safetensors")
-            _ensure_tokenizer_files(tmp)
-            names = sorted(p.name for p in tmp.iterdir())
-            write_json(tmp / MARKER, {**(origin or {}), "files": names}, indent=1)
+            add_tokenizer_files(tmp)
+            _marker(origin)(tmp)
     except FileExistsError:
         raise ZhBertError(f"{out}: already exists (choose another -o, or remove it)") from None
     except OSError as e:  # a full disk, no permission: nothing was renamed into place
@@ -197,7 +217,7 @@ def _refuse_hub_code(info: HubRepo, revision: str | None, endpoint: str | None, 
 
 
 def download_hf(repo_id: str, out: Path, *, revision: str | None = None, endpoint: str | None = None,
-                cache_dir: str | None = None, overwrite: bool = False) -> Path:
+                cache_dir: str | None = None, overwrite: bool = False, source_format: str = "hf") -> Path:
     """The files of `repo_id` a model folder needs, through the Hugging Face cache (offline: from the cache)."""
     from huggingface_hub import snapshot_download
 
@@ -206,12 +226,14 @@ def download_hf(repo_id: str, out: Path, *, revision: str | None = None, endpoin
     with hub_errors(where, repo_id):
         info = _online_info(repo_id, revision, endpoint, where)
         listing = None if info is None else list(info.files or {})
-        if listing is not None and not _has_safetensors(listing) and "pytorch_model.bin" not in listing:
-            raise ZhBertError(f"{repo_id}: the repo has no PyTorch weights (model.safetensors or "
-                              f"pytorch_model.bin); files: {', '.join(sorted(listing)[:12])}")
+        if listing is not None and not _has_safetensors(listing) and "pytorch_model.bin" not in listing \
+                and not _to_convert(listing):
+            raise ZhBertError(f"{repo_id}: the repo has no weights zh-bert reads (model.safetensors, "
+                              f"pytorch_model.bin, a TensorFlow 1 checkpoint or a UER .bin); files: "
+                              f"{', '.join(sorted(listing)[:12])}")
         # exact names from the checked listing (escaped: `[` in a name is not a pattern), so a second,
         # different listing from the server cannot add a file
-        patterns = list(NEEDED + weight_patterns(None)) if listing is None else \
+        patterns = list(NEEDED + weight_patterns(None, source_format)) if listing is None else \
             [glob.escape(n) for n in wanted_files(listing, f"{repo_id} on {where}")]
         if info is not None:
             _refuse_hub_code(info, revision, endpoint, where)
@@ -219,7 +241,7 @@ def download_hf(repo_id: str, out: Path, *, revision: str | None = None, endpoin
                                  allow_patterns=patterns, local_files_only=listing is None)
     if info is None:   # from the cache: the same rule on the cached files, before anything is assembled
         refuse_code(*(read_json(Path(snap) / name, default=None) for name in CODE_FILES), f"{repo_id} (cached)")
-    return assemble(Path(snap), out, overwrite=overwrite,
+    return assemble(Path(snap), out, overwrite=overwrite, source_format=source_format,
                     origin={"source": "hf", "repo_id": repo_id, "revision": revision, "endpoint": where})
 
 
@@ -234,7 +256,7 @@ def _modelscope_names(raw: bytes, content_type: str | None, where: str) -> list[
 
 
 def download_modelscope(model_id: str, out: Path, *, revision: str | None = None, endpoint: str | None = None,
-                        overwrite: bool = False) -> Path:
+                        overwrite: bool = False, source_format: str = "hf") -> Path:
     """ModelScope through its public HTTP API, with the standard library only (no `modelscope` package)."""
 
     ep = (endpoint or os.environ.get("MODELSCOPE_DOMAIN") or "https://www.modelscope.cn").rstrip("/")
@@ -266,7 +288,7 @@ def download_modelscope(model_id: str, out: Path, *, revision: str | None = None
             refuse_code(read_json(tmp / "config.json", default=None),
                         read_json(tmp / "tokenizer_config.json", default=None), where)
             fetch([n for n in wanted if n not in CODE_FILES], tmp)
-            return assemble(tmp, out, overwrite=overwrite,
+            return assemble(tmp, out, overwrite=overwrite, source_format=source_format,
                             origin={"source": "modelscope", "repo_id": model_id, "revision": rev, "endpoint": ep})
     except urllib.error.HTTPError as e:
         what = "not found" if e.code == 404 else f"HTTP {e.code}"
@@ -307,9 +329,10 @@ def download(cfg: DownloadConfig) -> Path:
     check_output(out, cfg.force)
     if cfg.source == "modelscope":
         ms_id = entry.modelscope_id if entry and entry.modelscope_id else repo_id
-        return download_modelscope(ms_id, out, revision=cfg.revision, endpoint=cfg.endpoint, overwrite=cfg.force)
+        return download_modelscope(ms_id, out, revision=cfg.revision, endpoint=cfg.endpoint, overwrite=cfg.force,
+                                   source_format=entry.source_format if entry else "hf")
     return download_hf(repo_id, out, revision=cfg.revision, endpoint=cfg.endpoint, cache_dir=cfg.cache_dir,
-                       overwrite=cfg.force)
+                       overwrite=cfg.force, source_format=entry.source_format if entry else "hf")
 
 
 def build_parser():
