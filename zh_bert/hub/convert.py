@@ -1,6 +1,7 @@
-"""`zh-bert convert SRC -o OUT`: a released BERT checkpoint in TensorFlow 1, UER-py / TencentPretrain (either key
-generation) or Hugging Face `.bin` form -> a stock Hugging Face folder, with the proof that it computes what the
-source computed.
+"""`zh-bert convert SRC -o OUT`: a released BERT checkpoint -> a stock Hugging Face folder, proven equal to it.
+
+SRC is a TensorFlow 1 checkpoint, a UER-py / TencentPretrain `.bin` (either key generation) or a Hugging Face
+`pytorch_model.bin`; OUT comes with the proof that it computes what the source computed.
 
 Much of what the Chinese community released is not in Hugging Face form (Google's and HFL's TensorFlow
 checkpoints, every model trained with UER-py or TencentPretrain), and converting it is where models go silently
