@@ -19,7 +19,7 @@ medians are compared.
     python -m bench.finetune_speed --quick                 # tiny, 1 epoch, 64 test examples (a smoke test)
 
 Question answering (`--qa-shapes`), CMRC 2018 with 384-token windows and stride 128 on both sides: a span head
-on the same model fine-tuned on the first trial questions, `qa.train_qa` (length-bucketed batches) against
+on the same model fine-tuned on the first trial questions, `qa.SpanHead` (length-bucketed batches) against
 run_qa's recipe, the `Trainer` on the same windows and labels (random batches padded to their longest window);
 then the first dev questions answered, `qa.predict_answers` (windows sorted by length) against `Trainer.predict`
 over the windows in file order with the same answer picking (transformers 5 has no question-answering
@@ -118,7 +118,7 @@ def stock_trainer(model, tok, cfg, scratch: str, train=None, eval_strategy: str 
     from transformers import DataCollatorWithPadding, Trainer, TrainingArguments
     from transformers.trainer_callback import PrinterCallback
 
-    from zh_bert.evaluation.finetune import PREDICT_BATCHES
+    from zh_bert.evaluation.classify import PREDICT_BATCHES
 
     class CountingCollator(DataCollatorWithPadding):
         real = padded = 0
@@ -182,12 +182,7 @@ def predict_row(shape: str, ckpt: Path, tok, task, cfg, repeat: int) -> tuple[fl
     import torch
     from transformers import pipeline
 
-    from zh_bert.evaluation.finetune import (
-        PREDICT_BATCHES,
-        load_classifier,
-        predict,
-        tokenize_examples,
-    )
+    from zh_bert.evaluation.classify import PREDICT_BATCHES, load_classifier, predict, tokenize_examples
 
     torch.manual_seed(0)
     model = load_classifier(ckpt, len(task.labels), False, task.labels).eval()
@@ -220,7 +215,7 @@ def window_rows(feats: dict, labels: bool) -> list[dict]:
 
 
 def cmrc(split: str, n: int):
-    from zh_bert.evaluation.cmrc import load_squad
+    from zh_bert.corpus.squad_files import load_squad
 
     return load_squad(REPO / "corpora" / "tasks" / "cmrc2018" / f"cmrc2018_{split}.json")[:n]
 
@@ -233,10 +228,11 @@ def real_share(trainer) -> float:
 
 def qa_fit_row(shape: str, ckpt: Path, tok, n: int, cfg, repeat: int) -> tuple[float, float, float]:
     """(Trainer questions/s, zh-bert questions/s, real-token share of the Trainer's batches) fine-tuning a span
-    head on the first `n` CMRC 2018 trial questions: `qa.train_qa` against the Trainer on the same windows and
+    head on the first `n` CMRC 2018 trial questions: `qa.SpanHead` on the one loop against the Trainer on the same windows and
     labels (its time includes making them, as zh-bert's does)."""
     from zh_bert.core.fileio import scratch_dir
-    from zh_bert.evaluation.qa import QAConfig, qa_features, train_qa
+    from zh_bert.evaluation.loop import run_seed
+    from zh_bert.evaluation.qa import QAConfig, SpanHead, qa_features
 
     examples, qa = cmrc("trial", n), QAConfig()
 
@@ -252,7 +248,7 @@ def qa_fit_row(shape: str, ckpt: Path, tok, n: int, cfg, repeat: int) -> tuple[f
 
     with scratch_dir("zh-bert-bench-qa-trainer-") as scratch:
         ours, t_theirs, r_ours, r_theirs = alternate(
-            lambda: train_qa(ckpt, examples, cfg, qa, 0, tok=tok, log=lambda m: None)[1],
+            lambda: run_seed(SpanHead(ckpt, examples, None, cfg, qa, tok), cfg, 0, log=lambda m: None),
             lambda: theirs(str(scratch)), repeat)
     if r_ours["steps"] != r_theirs[0]:
         raise RuntimeError(f"{shape}: zh-bert ran {r_ours['steps']} CMRC steps, the Trainer {r_theirs[0]}")
@@ -321,8 +317,9 @@ def main(argv: list[str] | None = None) -> None:
     from transformers.utils import logging as hf_logging
 
     from zh_bert.core.fileio import scratch_dir
-    from zh_bert.evaluation.fewclue import load_fewclue
+    from zh_bert.corpus.task_registry import task_named
     from zh_bert.evaluation.finetune import FinetuneConfig
+    from zh_bert.evaluation.tasks import load_pair
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
@@ -331,7 +328,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.qa_only:
         shapes = [s for s in shapes if s in args.qa_shapes.split(",")]
     repeat = 1 if args.quick else args.repeat
-    task = load_fewclue(TASK, 0)
+    task = load_pair(task_named(TASK), 0)
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {machine()}; torch {torch.__version__}, "
           f"{args.threads} threads; load average {os.getloadavg()[0]:.2f}")
     print(f"FewCLUE {TASK}: train_0 {len(task.train)}, dev_0 {len(task.dev)}, test_public {len(task.test)}; "

@@ -11,7 +11,7 @@ from pathlib import Path
 from _hub_helpers import make_run_dir
 from zh_bert.cli import main
 from zh_bert.evaluation.eval_results import entry
-from zh_bert.evaluation.fewclue import FEWCLUE_TASKS, MULTIPLE_CHOICE
+from zh_bert.corpus.task_registry import scored, suite_named, tasks_of
 
 SCRIPT_NAME = "<script>alert(1)</script>"
 BAD_LICENCE = '"><img src=x onerror=alert(1)>'
@@ -72,7 +72,8 @@ def planted_board() -> dict:
 
 # ------------------------------------------------------------------------------------ planted runs
 
-TASKS = (*FEWCLUE_TASKS, *MULTIPLE_CHOICE)
+TASKS = tuple(t.name for t in tasks_of("fewclue"))
+SCORED = tuple(t.name for t in scored(suite_named("fewclue")))   # the eight of the FewCLUE score
 
 
 def suite_claims(accuracy: dict[str, float], em_f1=(10.0, 20.0)) -> list[dict]:

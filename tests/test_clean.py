@@ -125,7 +125,7 @@ def test_jsonl_field(tmp_path, sample_jsonl):
 
 
 def test_clue_style_json_and_squad_json(tmp_path):
-    docs, report = run([TASKS / "tnews" / "train_few_all.json"], tmp_path / "t.jsonl", "--min-chars", "8")
+    docs, report = run([TASKS / "fewclue" / "tnews" / "train_few_all.json"], tmp_path / "t.jsonl", "--min-chars", "8")
     assert report["docs_in"] > 200 and len(docs) > 150  # CLUE task file: JSON lines with 'sentence'
     docs, report = run([DRCD], tmp_path / "d.jsonl")
     articles = json.loads(DRCD.read_text(encoding="utf-8"))["data"]

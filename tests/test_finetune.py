@@ -11,8 +11,11 @@ from conftest import REPO
 
 from zh_bert import cli
 from zh_bert.core.errors import ZhBertError
-from zh_bert.evaluation.finetune import eval_entries, macro_f1, summarize
-from zh_bert.evaluation.tasks import load_task, read_tsv
+from zh_bert.corpus.task_files import read_tsv
+from zh_bert.corpus.task_registry import task_named
+from zh_bert.evaluation.classify import macro_f1
+from zh_bert.evaluation.finetune import eval_entries, summarize
+from zh_bert.evaluation.tasks import load_pair, load_task
 
 CHNSENTI = REPO / "corpora" / "tasks" / "chnsenticorp"
 
@@ -114,8 +117,11 @@ def test_chnsenticorp_duplicates_dropped_from_train_and_test_texts_from_dev():
 def test_tnews_and_unknown_task():
     task = load_task("tnews")
     assert len(task.labels) == 15 and "news_sports" in task.labels and len(task.test) == 2010
+    assert task.roles["reports"] == str(REPO / "corpora" / "tasks" / "fewclue" / "tnews" / "test_public.json")
     with pytest.raises(ZhBertError, match="did you mean 'chnsenticorp'"):
         load_task("chnsenticrop")
+    with pytest.raises(ZhBertError, match="eprstmt: EPRSTMT has no train/dev/test files .* --only eprstmt"):
+        load_task("eprstmt")        # a FewCLUE task without unions runs under its suite
 
 
 def test_metrics_and_seed_summary():
@@ -127,7 +133,10 @@ def test_metrics_and_seed_summary():
     assert s["test_acc"] == pytest.approx(0.9) and s["test_acc_std"] == pytest.approx(0.1)  # sample std
     entries = eval_entries({"task": "chnsenticorp", "seeds": [1, 2, 3], **s}, "chnsenticorp")
     assert {e["metric_name"] for e in entries} == {"dev accuracy", "test accuracy", "test macro-F1"}
-    assert all(e["dataset_name"] == "ChnSentiCorp" for e in entries)
+    assert all(e["dataset_name"] == "ChnSentiCorp" and e["protocol"] == "finetune-v1" for e in entries)
+    tnews = eval_entries({"task": "tnews", "seeds": [1], **s}, "tnews")     # one TNEWS: FewCLUE's dataset and split
+    assert {(e["dataset_type"], e["metric_name"]) for e in tnews} == {("fewclue-tnews", "dev_few_all accuracy"),
+                                                                      ("fewclue-tnews", "test_public accuracy")}
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -179,7 +188,9 @@ def test_one_class_task_is_refused_before_any_model_is_loaded(tmp_path, monkeypa
     from zh_bert.evaluation.finetune import FinetuneConfig
     from zh_bert.evaluation.tasks import Example, TaskData
 
-    monkeypatch.setattr(finetune, "load_tokenizer", lambda *a: pytest.fail("loaded a tokenizer"))
+    from zh_bert.evaluation import classify
+
+    monkeypatch.setattr(classify, "load_tokenizer", lambda *a: pytest.fail("loaded a tokenizer"))
     task = TaskData("t", [Example("好", "1"), Example("棒", "1")], [Example("差", "0")], None, ["0", "1"])
     with pytest.raises(ZhBertError, match="fewer than two classes"):
         finetune.run(tmp_path, task, FinetuneConfig(), [1])
@@ -222,14 +233,9 @@ def test_unbuildable_config_is_one_line(tiny_model_dir, tmp_path, capsys, random
 
 
 def _eprstmt_encoded(tiny_model_dir, n: int, seq_len: int = 64):
-    from zh_bert.evaluation.fewclue import load_fewclue
-    from zh_bert.evaluation.finetune import (
-        load_classifier,
-        tokenize_examples,
-        tokenizer_for,
-    )
+    from zh_bert.evaluation.classify import load_classifier, tokenize_examples, tokenizer_for
 
-    task = load_fewclue("eprstmt", 0)
+    task = load_pair(task_named("eprstmt"), 0)
     tok = tokenizer_for(tiny_model_dir)
     data = tokenize_examples(tok, task.test[:n], {l: i for i, l in enumerate(task.labels)}, seq_len)
     return task, tok, data, load_classifier(tiny_model_dir, len(task.labels), False, task.labels)
@@ -240,16 +246,17 @@ def test_length_sorted_predict_returns_the_unsorted_predictions(tiny_model_dir):
     example as batches in file order give, and the model's train/eval mode as it was."""
     import torch
 
-    from zh_bert.evaluation.finetune import batches, logits, predict
+    from zh_bert.evaluation.classify import collate, logits, predict
 
     torch.set_num_threads(1)
     _, tok, data, model = _eprstmt_encoded(tiny_model_dir, 80)
     lengths = [len(x) for x in data["input_ids"]]
     assert len(set(lengths)) > 20   # real reviews of many lengths: the sorted order differs from file order
     model.eval()
+    in_order = [collate(data, np.arange(s, min(s + 16, len(lengths))), tok.pad_token_id) for s in range(0, 80, 16)]
     with torch.no_grad():
         ref = np.concatenate([logits(model, {k: v for k, v in b.items() if k != "labels"}, "cls").argmax(-1).numpy()
-                              for b in batches(data, np.arange(len(lengths)), 16, tok.pad_token_id)])
+                              for b in in_order])
     model.train()
     for batch_size in (3, 16):
         assert np.array_equal(predict(model, data, batch_size, tok.pad_token_id, "fp32"), ref), batch_size
@@ -260,7 +267,7 @@ def test_length_sorted_predict_returns_the_unsorted_predictions(tiny_model_dir):
 
 
 def test_train_batches_are_seeded_length_buckets_of_the_whole_epoch():
-    from zh_bert.evaluation.finetune import train_batches
+    from zh_bert.evaluation.classify import train_batches
 
     lengths = np.random.default_rng(0).integers(5, 200, size=1000)
     epochs = [train_batches(lengths, 16, np.random.default_rng(3)) for _ in range(2)]
@@ -300,7 +307,7 @@ def test_a_step_by_length_groups_has_the_gradient_of_the_padded_batch(tiny_model
     gradient of the whole padded batch's mean loss (dropout off to compare)."""
     import torch
 
-    from zh_bert.evaluation.finetune import collate, logits
+    from zh_bert.evaluation.classify import collate, logits
     from zh_bert.evaluation.length_groups import length_groups
 
     torch.set_num_threads(1)
@@ -330,14 +337,13 @@ def test_fine_tuning_is_deterministic_for_a_seed_and_tokenizes_once(tiny_model_d
 
     import torch
 
-    from zh_bert.evaluation import finetune
-    from zh_bert.evaluation.fewclue import load_fewclue
+    from zh_bert.evaluation import classify, finetune
 
     torch.set_num_threads(1)
-    task = load_fewclue("eprstmt", 0)
+    task = load_pair(task_named("eprstmt"), 0)
     task = dataclasses.replace(task, test=task.test[:64])
-    calls, real = [], finetune.tokenize_examples
-    monkeypatch.setattr(finetune, "tokenize_examples", lambda tok, ex, *a: calls.append(len(ex)) or real(tok, ex, *a))
+    calls, real = [], classify.tokenize_examples
+    monkeypatch.setattr(classify, "tokenize_examples", lambda tok, ex, *a: calls.append(len(ex)) or real(tok, ex, *a))
     cfg = finetune.FinetuneConfig(epochs=2, seq_len=32, batch_size=8, lr=1e-3)
     logs = [[], []]
     runs = [finetune.run(tiny_model_dir, task, cfg, [5], log=logs[i].append) for i in range(2)]

@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from _board_helpers import TASKS, build, planted_run, record_for, suite_claims
+from _board_helpers import SCORED, TASKS, build, planted_run, record_for, suite_claims
 from _hub_helpers import TOKEN, make_run_dir
 from zh_bert.cli import main
-from zh_bert.evaluation.fewclue import FEWCLUE_TASKS
 
 SMALL_SUITE = ["--only", "eprstmt", "--splits", "1", "--epochs", "1", "--lr", "2e-3", "--seq-len", "64"]
 
@@ -52,7 +51,7 @@ def test_build_marks_verified_self_reported_and_mismatch(runs, tmp_path, capsys)
     assert agree["fewclue-eprstmt"] == {"status": "verified", "value": 40.2, "claimed": 40.0, "verified": 40.2,
                                         "split": "test_public"}
     assert agree["cmrc2018-em"]["status"] == "verified" and agree["cmrc2018-em"]["verified"] == 10.3
-    score = round(sum(ACC[t] * 100 for t in FEWCLUE_TASKS) / 8, 2)
+    score = round(sum(ACC[t] * 100 for t in SCORED) / 8, 2)
     assert agree["fewclue"]["claimed"] == score and agree["fewclue"]["status"] == "verified"
     assert "fewclue-chid" in agree and "fewclue" in agree
 

@@ -50,20 +50,18 @@ def _squad_slice(path: Path, questions: int) -> dict:
 
 
 def task_slices(root: Path) -> Path:
-    """A ZH_BERT_TASK_DATA folder of small slices of the bundled tasks (both TNEWS layouts: the FewCLUE folder
-    and the older `tnews/` one, so the same slices run before and after TNEWS became one task)."""
+    """A ZH_BERT_TASK_DATA folder of small slices of the bundled tasks (TNEWS's unions beside its pairs; the figures
+    were recorded when they sat in a `tnews/` folder of their own, with the same bytes)."""
     for task, sizes in {"eprstmt": (32, 32, 40), "chid": (12, 12, 16)}.items():
         out = root / "fewclue" / task
         out.mkdir(parents=True)
         for name, n in zip(("train_0", "dev_0", "test_public"), sizes):
             (out / f"{name}.json").write_text(_lines(TASKS / "fewclue" / task / f"{name}.json", n), encoding="utf-8")
-    tnews_src = TASKS / "fewclue" / "tnews"
-    for folder in (root / "tnews", root / "fewclue" / "tnews"):
-        folder.mkdir(parents=True)
-        for name, every in (("train_few_all", 10), ("dev_few_all", 20), ("test_public", 40)):
-            src = tnews_src / f"{name}.json"
-            src = src if src.is_file() else TASKS / "tnews" / f"{name}.json"
-            (folder / f"{name}.json").write_text(_lines(src, 200, every), encoding="utf-8")
+    folder = root / "fewclue" / "tnews"
+    folder.mkdir(parents=True)
+    for name, every in (("train_few_all", 10), ("dev_few_all", 20), ("test_public", 40)):
+        (folder / f"{name}.json").write_text(_lines(TASKS / "fewclue" / "tnews" / f"{name}.json", 200, every),
+                                             encoding="utf-8")
     (root / "cmrc2018").mkdir()
     for name, n in (("cmrc2018_trial.json", 24), ("cmrc2018_dev.json", 16)):
         (root / "cmrc2018" / name).write_text(json.dumps(_squad_slice(TASKS / "cmrc2018" / name, n),
@@ -137,8 +135,10 @@ def measure(tmp: Path, model: Path, modern: Path, monkeypatch) -> dict:
 
     torch.set_num_threads(1)
     monkeypatch.setenv("ZH_BERT_TASK_DATA", str(task_slices(tmp / "tasks")))
-    out = {}
+    out, only = {}, os.environ.get("NUMERICS_ONLY", "").split(",")   # NUMERICS_ONLY=a,b: those runs only
     for name, argv in runs(model, modern, chnsenti_tsv(tmp)).items():
+        if only != [""] and name not in only:
+            continue
         preds = tmp / "preds" / name
         extra = ["--predictions", str(preds), "--report", str(tmp / "report" / name)] if argv[0] == "eval" else []
         buf = io.StringIO()
@@ -156,7 +156,7 @@ def test_every_head_gives_the_pinned_figures(tmp_path, tiny_model_dir, tiny_mode
     if os.environ.get("NUMERICS_WRITE"):
         REF.write_text(json.dumps(got, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     ref = json.loads(REF.read_text(encoding="utf-8"))
-    assert set(got) == set(ref)
-    for name in ref:
+    assert set(got) == set(ref) or os.environ.get("NUMERICS_ONLY")
+    for name in got:
         assert got[name] == ref[name], f"{name} moved:\nnow {json.dumps(got[name])[:3000]}\nref " \
                                        f"{json.dumps(ref[name])[:3000]}"

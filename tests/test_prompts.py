@@ -1,4 +1,4 @@
-"""FewCLUE as cloze (`zh_bert.evaluation.prompts`): every task's pattern on its real bundled data, zero-shot
+"""Tasks as cloze (`zh_bert.evaluation.prompts`): every declared pattern on its real bundled data, zero-shot
 picking exactly the word a hand-set masked-LM head makes best (a two-character word filled jointly where a
 per-position choice would pick the other), PET choosing its state on dev_k alone, ModernBERT too, and the
 refusal of a checkpoint without a masked-LM head."""
@@ -12,18 +12,22 @@ import numpy as np
 import pytest
 
 from zh_bert.core.errors import ZhBertError
+from zh_bert.corpus.task_registry import task_named, tasks
 from zh_bert.evaluation import prompts
-from zh_bert.evaluation.fewclue import load_fewclue
 from zh_bert.evaluation.finetune import FinetuneConfig
-from zh_bert.evaluation.prompts import (
-    PATTERNS,
-    candidate_scores,
-    check_mlm_head,
-    load_chid,
-    predict_items,
-    prompt_data,
-    run_prompt_task,
-)
+from zh_bert.evaluation.prompts import candidate_scores, check_mlm_head, predict_items, run_prompt_task
+from zh_bert.evaluation.tasks import load_pair
+
+PATTERNS = {t.name: t.pattern for t in tasks() if t.pattern is not None}
+CHID, CSL, EPRSTMT = task_named("chid"), task_named("csl"), task_named("eprstmt")
+
+
+def load_fewclue(name: str, k: int):
+    return load_pair(task_named(name), k)
+
+
+def prompt_data(name: str, k: int):
+    return prompts.prompt_data(task_named(name), k)
 
 TINY = FinetuneConfig(epochs=2, lr=1e-3, seq_len=48, batch_size=16, patience=1)
 
@@ -70,20 +74,22 @@ def test_every_pattern_builds_valid_items_on_the_bundled_data(tok):
         words = set(data.test[0].candidates) if pattern.words is None else set(pattern.words.values())
         for w in words:
             assert len(tok(w, add_special_tokens=False)["input_ids"]) >= 1, (name, w)
-    train, dev, test = load_chid(0)
+    train, dev, test = prompts.load_items(CHID, 0)
     assert all(len(it.candidates) == 7 for it in train + dev + test)
 
 
 def test_unknown_task_method_and_label_are_one_line_errors():
     with pytest.raises(ZhBertError, match="did you mean 'csl'"):
-        prompts.check_prompt_task("csll")
+        task_named("csll")
     with pytest.raises(ZhBertError, match="--method"):
-        prompts.check_prompt_task("csl", "few-shot")
+        prompts.check_prompt_task(CSL, "few-shot")
+    with pytest.raises(ZhBertError, match="task chnsenticorp: no pattern declared, so no pet"):
+        prompts.check_prompt_task(task_named("chnsenticorp"), "pet")
     task = load_fewclue("csl", 0)
     with pytest.raises(ZhBertError, match="no label word for 'maybe'"):
-        prompts.pattern_items("csl", task.dev, task.labels + ["maybe"])
+        prompts.pattern_items(CSL, task.dev, task.labels + ["maybe"])
     with pytest.raises(ZhBertError, match="pairs are 0..4"):
-        load_chid(5)
+        prompts.load_items(CHID, 5)
 
 
 def test_zero_shot_fills_the_two_character_word_jointly(tiny_model_dir, tmp_path, tok):
@@ -105,10 +111,10 @@ def test_zero_shot_fills_the_two_character_word_jointly(tiny_model_dir, tmp_path
 def test_zero_shot_run_on_a_hand_set_head(tiny_model_dir, tmp_path, tok, monkeypatch):
     """eprstmt with 很 boosted: every test review is called Positive; the summary has finetune.run's shape."""
     ckpt = _with_bias(tiny_model_dir, tmp_path / "m", tok, {"很": 30.0})
-    real = prompts.load_fewclue
-    monkeypatch.setattr(prompts, "load_fewclue", lambda n, k: dataclasses.replace(real(n, k), test=real(n, k).test[:40]))
-    res = run_prompt_task(ckpt, "eprstmt", 0, "zero-shot", TINY, [3, 4], log=lambda m: None)
-    test = real("eprstmt", 0).test[:40]
+    real = prompts.load_pair
+    monkeypatch.setattr(prompts, "load_pair", lambda t, k: dataclasses.replace(real(t, k), test=real(t, k).test[:40]))
+    res = run_prompt_task(ckpt, EPRSTMT, 0, "zero-shot", TINY, [3, 4], log=lambda m: None)
+    test = real(EPRSTMT, 0).test[:40]
     assert res["test_predictions"] == ["Positive"] * 40
     assert res["test_acc"] == pytest.approx(np.mean([e.label == "Positive" for e in test]))
     assert res["seeds"] == [3] and "only seed 3 ran" in res["note"]
@@ -133,20 +139,20 @@ def test_training_scores_are_the_scores_eval_ranks(fixture, request):
 
 
 def _pet(ckpt, monkeypatch, corrupt_test: bool):
-    real = prompts.load_fewclue
+    real = prompts.load_pair
 
-    def load(name, k):   # a slice of each split: two steps of 16, dev_k of 8, test_public of 16
-        task = real(name, k)
+    def load(t, k):   # a slice of each split: two steps of 16, dev_k of 8, test_public of 16
+        task = real(t, k)
         test = task.test[:16]
         if corrupt_test:   # every test label shuffled: the choice must not move
             labels = np.random.default_rng(0).permutation([e.label for e in test])
             test = [dataclasses.replace(e, label=str(lab)) for e, lab in zip(test, labels)]
         return dataclasses.replace(task, train=task.train[:16], dev=task.dev[:8], test=test)
 
-    monkeypatch.setattr(prompts, "load_fewclue", load)
+    monkeypatch.setattr(prompts, "load_pair", load)
     logs = []
     cfg = dataclasses.replace(TINY, seq_len=24, patience=2)
-    return run_prompt_task(ckpt, "eprstmt", 0, "pet", cfg, [0], log=logs.append), logs
+    return run_prompt_task(ckpt, EPRSTMT, 0, "pet", cfg, [0], log=logs.append), logs
 
 
 def test_pet_trains_and_chooses_on_dev_only(tiny_model_dir, monkeypatch):
@@ -168,9 +174,9 @@ def test_pet_steps_like_every_fine_tuning_loop(tiny_model_dir, monkeypatch, opti
 @pytest.mark.slow
 def test_pet_modernbert_and_chid(tiny_modernbert_dir, monkeypatch):
     """ModernBERT trains through the same blank (no token types, its own head); CHID's seven idioms too."""
-    real = prompts.load_chid
-    monkeypatch.setattr(prompts, "load_chid", lambda k: tuple(s[:24] for s in real(k)))
-    res = run_prompt_task(tiny_modernbert_dir, "chid", 0, "pet", TINY, [0], log=lambda m: None)
+    real = prompts.load_items
+    monkeypatch.setattr(prompts, "load_items", lambda t, k: tuple(s[:24] for s in real(t, k)))
+    res = run_prompt_task(tiny_modernbert_dir, CHID, 0, "pet", TINY, [0], log=lambda m: None)
     assert res["per_seed"][0]["steps"] >= 2 and all(0 <= p < 7 for p in res["test_predictions"])
     _pet(tiny_modernbert_dir, monkeypatch, corrupt_test=False)
 
@@ -186,7 +192,7 @@ def test_a_checkpoint_without_a_masked_lm_head_is_refused(tiny_model_dir, tmp_pa
     shutil.copy(tiny_model_dir / "vocab.txt", cls / "vocab.txt")
     monkeypatch.setattr(prompts, "prompt_data", lambda *a: pytest.fail("data loaded before the refusal"))
     with pytest.raises(ZhBertError, match="BertForSequenceClassification has no masked-LM head") as e:
-        run_prompt_task(cls, "eprstmt", 0, "zero-shot", TINY, [0])
+        run_prompt_task(cls, EPRSTMT, 0, "zero-shot", TINY, [0])
     assert "\n" not in str(e.value)
     bare = tmp_path / "bare"        # an encoder without a head whose config claims a masked LM
     BertModel.from_pretrained(str(tiny_model_dir)).save_pretrained(str(bare))

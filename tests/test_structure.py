@@ -246,6 +246,51 @@ def variant_comparisons() -> list[str]:
     return found
 
 
+#: the one module that declares benchmark tasks and suites, and may therefore spell their names
+TASK_HOME = PKG / "corpus" / "task_registry.py"
+
+
+def task_names() -> set[str]:
+    """Every declared task's and suite's name, the dataset types and board column keys they give their figures,
+    and the prefixes those are made from (`fewclue-`, `fewclue/`)."""
+    from zh_bert.corpus.task_registry import suites, tasks
+
+    names = {t.name for t in tasks()} | {s.name for s in suites()} | {t.dataset_type for t in tasks() if t.dataset_type}
+    names |= {c.key for t in tasks() for c in t.columns} | {s.score.column.key for s in suites() if s.score}
+    return names | {f"{s.name}{sep}" for s in suites() for sep in "-/"}
+
+
+def _names_task(node: ast.AST, names: set[str]) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, str) and (
+        node.value in names or any(node.value.startswith(n) for n in names if n[-1] in "-/"))
+
+
+def task_name_uses(root: Path = PKG) -> list[str]:
+    """A task or suite named outside the registry: compared (`name == "cmrc2018"`, `t in ("tnews", ...)`), looked
+    up (`res["cmrc2018"]`, `.get("fewclue")`), a dict keyed by one, or a name built from a suite's prefix
+    (`f"fewclue-{t}"`). Each is a branch on a task that its declaration should answer."""
+    names, found = task_names(), []
+    for path in modules(root).values():
+        if path == TASK_HOME:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            sides: list[ast.AST] = []
+            if isinstance(node, ast.Compare):
+                for side in [node.left, *node.comparators]:
+                    sides += side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
+            elif isinstance(node, ast.Subscript):
+                sides = [node.slice]
+            elif isinstance(node, ast.Call) and getattr(node.func, "attr", None) in ("get", "pop", "setdefault"):
+                sides = node.args[:1]
+            elif isinstance(node, ast.Dict):
+                sides = [k for k in node.keys if k is not None]
+            elif isinstance(node, ast.JoinedStr):
+                sides = node.values[:1]
+            if any(_names_task(side, names) for side in sides):
+                found.append(f"{path.relative_to(root.parent)}:{node.lineno} {ast.unparse(node)[:80]}")
+    return sorted(set(found))
+
+
 def scaler_none_checks() -> list[str]:
     """`scaler is None` / `is not None`: the loss scaler is always an object (disabled unless fp16)."""
     found = []
@@ -474,7 +519,34 @@ def test_function_local_imports_only_for_heavy_dependencies():
 
 def test_variants_are_asked_not_compared():
     assert not variant_comparisons(), f"family/objective names compared outside zh_bert/train/arch and " \
-                                      f"train/objective.py: {variant_comparisons()}"
+                                      f"train/objectives: {variant_comparisons()}"
+
+
+def test_every_family_and_objective_is_a_variant_the_comparison_test_knows():
+    """A new family or objective (a module of train/arch/ or train/objectives/) is covered by the test above:
+    its name is in VARIANTS."""
+    from zh_bert.train.arch import ARCHITECTURES
+    from zh_bert.train.objectives import OBJECTIVES
+
+    assert set(ARCHITECTURES) | set(OBJECTIVES) <= VARIANTS, sorted(set(ARCHITECTURES) | set(OBJECTIVES) - VARIANTS)
+
+
+def test_tasks_are_asked_not_named():
+    """No module outside the task registry compares, looks up or builds a task's or a suite's name: a new task is
+    one declaration (zh_bert/corpus/task_registry.py), and every command asks its object."""
+    assert not task_name_uses(), f"task/suite names used outside {TASK_HOME.name}: {task_name_uses()}"
+
+
+def test_the_task_name_check_finds_each_kind_of_use(tmp_path):
+    """The check above is not blind: each form it looks for, planted in a module, is found."""
+    planted = tmp_path / "zh_bert" / "evaluation"
+    planted.mkdir(parents=True)
+    (planted / "planted.py").write_text(
+        'def f(name, res, t):\n'
+        '    if name == "cmrc2018":\n        return res["fewclue"]\n'
+        '    return {"tnews": 1}.get("csl"), f"fewclue-{t}", t in ("eprstmt", "x")\n', encoding="utf-8")
+    found = task_name_uses(tmp_path / "zh_bert")
+    assert len(found) == 6, found
 
 
 def test_no_scaler_none_branch():
@@ -519,6 +591,7 @@ if __name__ == "__main__":
     print("functions named like a zh_bert module:", *functions_named_like_modules(), sep="\n  ")
     print("needless function-local imports:", *needless_local_imports(), sep="\n  ")
     print("family/objective name comparisons:", *variant_comparisons(), sep="\n  ")
+    print("task/suite names outside the registry:", *task_name_uses(), sep="\n  ")
     print("options declared more than once:", *options_declared_twice(), sep="\n  ")
     print(f"hand-written add_argument calls: {len(hand_written_options())}", *hand_written_options(), sep="\n  ")
     sys.exit(0)

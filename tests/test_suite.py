@@ -11,11 +11,19 @@ import pytest
 
 from zh_bert import cli
 from zh_bert.core.errors import ZhBertError
-from zh_bert.evaluation import suite
-from zh_bert.evaluation.fewclue import official_predictions, public_records
+from zh_bert.corpus.squad_files import load_squad
+from zh_bert.corpus.task_registry import task_named
+from zh_bert.evaluation import heads, loop, suite
 from zh_bert.evaluation.finetune import FinetuneConfig
+from zh_bert.evaluation.heads import head_kind
 from zh_bert.evaluation.suite import LR_GRID, SuiteArgs, run_pair, run_suite
 from zh_bert.evaluation.suite_report import suite_entries
+from zh_bert.evaluation.tasks import public_records
+
+
+def official_predictions(name: str, predicted: list) -> list[dict]:
+    task = task_named(name)
+    return head_kind(task).official(task, predicted)
 
 
 def _fake_run(dev_by_lr: dict, test_by_lr: dict, calls: list):
@@ -34,8 +42,9 @@ def test_the_grid_is_chosen_on_dev_k_whatever_test_public_says(monkeypatch):
     dev = dict(zip(LR_GRID, (0.50, 0.70, 0.60)))
     for test in (dict(zip(LR_GRID, (0.9, 0.1, 0.8))), dict(zip(LR_GRID, (0.1, 0.2, 0.3)))):
         calls = []
-        monkeypatch.setattr(suite, "run", _fake_run(dev, test, calls))
-        r = run_pair("unused", "eprstmt", 0, SuiteArgs(only=["eprstmt"]), FinetuneConfig(), log=lambda m: None)
+        monkeypatch.setattr(heads, "run", _fake_run(dev, test, calls))
+        r = run_pair("unused", task_named("eprstmt"), 0, SuiteArgs(only=["eprstmt"]), FinetuneConfig(),
+                     log=lambda m: None)
         assert calls == list(LR_GRID) and r["lr"] == LR_GRID[1] and r["test_acc"] == test[LR_GRID[1]]
 
 
@@ -43,10 +52,10 @@ def test_each_task_gets_a_progress_bar_on_a_terminal_and_none_elsewhere(monkeypa
     """On a terminal, a bar per task counts its runs (pairs x rates x seeds) with the last dev figure, and the
     log lines still arrive; in CI or a pipe nothing is drawn."""
     dev = dict(zip(LR_GRID, (0.50, 0.70, 0.60)))
-    monkeypatch.setattr(suite, "run", _fake_run(dev, dev, []))
+    monkeypatch.setattr(heads, "run", _fake_run(dev, dev, []))
     args = SuiteArgs(only=["eprstmt", "bustm"], splits=2, seeds=2)
     for terminal in (True, False):
-        monkeypatch.setattr(suite, "bars_shown", lambda terminal=terminal: terminal)
+        monkeypatch.setattr(loop, "bars_shown", lambda terminal=terminal: terminal)
         lines = []
         suite.run_suite("unused", args, FinetuneConfig(), log=lines.append)
         err = capsys.readouterr().err
@@ -61,11 +70,11 @@ def test_each_task_gets_a_progress_bar_on_a_terminal_and_none_elsewhere(monkeypa
 def test_zero_shot_trains_nothing_and_runs_once(monkeypatch):
     seen = []
 
-    def prompt(ckpt, name, k, method, cfg, seeds, log=print):
-        seen.append((name, k, method))
+    def prompt(ckpt, task, k, method, cfg, seeds, log=print):
+        seen.append((task.name, k, method))
         return {"dev_acc": 0.5, "test_acc": 0.5, "per_seed": [{"seed": seeds[0], "dev_acc": 0.5, "test_acc": 0.5}]}
 
-    monkeypatch.setattr(suite, "run_prompt_task", prompt)
+    monkeypatch.setattr(heads, "run_prompt_task", prompt)
     res = run_suite("unused", SuiteArgs(only=["eprstmt", "chid"], method="zero-shot"), FinetuneConfig(),
                     log=lambda m: None)
     assert seen == [("eprstmt", 0, "zero-shot"), ("chid", 0, "zero-shot")]
@@ -74,20 +83,21 @@ def test_zero_shot_trains_nothing_and_runs_once(monkeypatch):
 
 def test_chid_is_pet_under_finetune(monkeypatch):
     seen = []
-    monkeypatch.setattr(suite, "run_prompt_task", lambda ckpt, name, k, method, cfg, seeds, log=print: seen.append(
+    monkeypatch.setattr(heads, "run_prompt_task", lambda ckpt, task, k, method, cfg, seeds, log=print: seen.append(
         method) or {"dev_acc": 0.2, "test_acc": 0.2, "per_seed": [{"seed": 0, "dev_acc": 0.2, "test_acc": 0.2}]})
-    run_pair("unused", "chid", 0, SuiteArgs(only=["chid"], lrs=[1e-3]), FinetuneConfig(), log=lambda m: None)
+    run_pair("unused", task_named("chid"), 0, SuiteArgs(only=["chid"], lrs=[1e-3]), FinetuneConfig(),
+             log=lambda m: None)
     assert seen == ["pet"]
 
 
 def test_official_prediction_formats_round_trip():
     """FewCLUE submissions hold the official label field (TNEWS: the code, not the name); gold in, gold out."""
     for name, field in (("tnews", "label_desc"), ("cluewsc", "label"), ("eprstmt", "label")):
-        rows, key = public_records(name)
+        rows, key = public_records(task_named(name))
         lines = official_predictions(name, [r[field] for r in rows])
         assert [x["label"] for x in lines] == [r["label"] for r in rows]
         assert [x["id"] for x in lines] == [r[key] for r in rows] and key == ("idx" if name == "cluewsc" else "id")
-    with pytest.raises(ZhBertError, match="3 predictions for 610 test records"):
+    with pytest.raises(ZhBertError, match="FewCLUE eprstmt: 3 predictions for 610 reported records"):
         official_predictions("eprstmt", ["Positive"] * 3)
 
 
@@ -116,7 +126,7 @@ def test_suite_end_to_end_writes_report_predictions_and_entries(tiny_model_dir, 
 
 
 def test_entries_name_split_protocol_seeds_sha_and_version():
-    res = {"zh_bert_version": "9.9", "method": "finetune", "protocols": suite.PROTOCOLS,
+    res = {"zh_bert_version": "9.9", "method": "finetune", "protocols": {"fewclue": "fewclue-v2"},
            "pretrained": {"eprstmt": {"seeds": [42], "data_sha256": "ab" * 32, "pairs": 5, "test_acc": 0.61}}}
     (e,) = suite_entries(res)
     assert e["split"] == "test_public" and e["protocol"] == "fewclue-v2" and e["seeds"] == [42]
@@ -128,7 +138,7 @@ def test_outputs_are_refused_before_any_training(tiny_model_dir, tmp_path, capsy
     user = tmp_path / "mine"
     user.mkdir()
     (user / "notes.txt").write_text("the user's")
-    monkeypatch.setattr(suite, "run", lambda *a, **k: pytest.fail("trained before refusing"))
+    monkeypatch.setattr(heads, "run", lambda *a, **k: pytest.fail("trained before refusing"))
     assert cli.main(["eval", "suite", str(tiny_model_dir), "--only", "eprstmt", "--predictions", str(user)]) == 2
     assert "--predictions" in capsys.readouterr().err and (user / "notes.txt").read_text() == "the user's"
 
@@ -136,14 +146,15 @@ def test_outputs_are_refused_before_any_training(tiny_model_dir, tmp_path, capsy
 @pytest.mark.parametrize("argv, message", [
     (["--suite", "fewclu"], "--suite"),
     (["--method", "pett"], "--method"),
-    (["--only", "tnew"], "unknown FewCLUE task 'tnew'"),
+    (["--only", "tnew"], "--only tnew: not a task of --suite fewclue"),
+    (["--suite", "cmrc2018", "--only", "eprstmt"], "--only eprstmt: not a task of --suite cmrc2018"),
     (["--splits", "6"], "--splits must be in 1..5"),
     (["--cmrc-train", "/nonexistent/cmrc"], "--cmrc-train /nonexistent/cmrc: no such file or folder"),
     (["--lrs", "3"], "a learning rate must be in (0, 1)"),
     (["--suite", "all", "--cmrc-train", "README.md"], "README.md:1: not valid JSON"),
 ])
 def test_bad_requests_are_one_line(tiny_model_dir, capsys, argv, message, monkeypatch):
-    monkeypatch.setattr(suite, "run", lambda *a, **k: pytest.fail("trained before refusing"))
+    monkeypatch.setattr(heads, "run", lambda *a, **k: pytest.fail("trained before refusing"))
     assert cli.main(["eval", "suite", str(tiny_model_dir), *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) <= 3, err
@@ -181,13 +192,13 @@ def _small_squad(src, dst, paragraphs: int):
 def test_cmrc2018_in_the_suite_trains_on_trial_and_says_so(tiny_model_dir, tmp_path, capsys, monkeypatch):
     """Without the official train file the suite trains on trial, says so, scores dev with the official
     definitions and writes {question id: answer} predictions for every dev question."""
-    from zh_bert.evaluation.tasks import task_data_dir
+    from zh_bert.corpus.task_files import task_data_dir
 
     real = task_data_dir("cmrc2018")
     (tmp_path / "cmrc2018").mkdir()
     for name, n in (("cmrc2018_trial.json", 4), ("cmrc2018_dev.json", 3)):
         _small_squad(real / name, tmp_path / "cmrc2018" / name, n)
-    monkeypatch.setattr(suite, "task_data_dir", lambda name: tmp_path / name)
+    monkeypatch.setenv("ZH_BERT_TASK_DATA", str(tmp_path))
     preds = tmp_path / "preds"
     rc = cli.main(["eval", "suite", str(tiny_model_dir), "--suite", "cmrc2018", "--cmrc-epochs", "1", "--cmrc-seq-len", "128",
                    "--doc-stride", "64", "--baselines", "--no-record", "--predictions", str(preds)])
@@ -197,13 +208,14 @@ def test_cmrc2018_in_the_suite_trains_on_trial_and_says_so(tiny_model_dir, tmp_p
     assert rc == 0 and r["trained_on"] == "trial" and r["reported_split"] == "dev" and 0 <= r["f1"] <= 100
     assert "training on the trial set" in out and "RoBERTa-wwm-ext" in out and "random init" in out
     answers = json.loads((preds / "cmrc2018_predict.json").read_text(encoding="utf-8"))
-    dev = suite.load_squad(tmp_path / "cmrc2018" / "cmrc2018_dev.json")
+    dev = load_squad(tmp_path / "cmrc2018" / "cmrc2018_dev.json")
     assert set(answers) == {e.id for e in dev} and all(isinstance(a, str) for a in answers.values())
     # the official train file, when the user has it, is what it trains on
     train = tmp_path / "mine" / "cmrc2018_train.json"
     train.parent.mkdir()
     _small_squad(real / "cmrc2018_trial.json", train, 2)
-    assert suite.cmrc_train_file(str(train.parent)) == train
+    cmrc = task_named("cmrc2018")
+    assert head_kind(cmrc).train_file(cmrc, str(train.parent)) == train
 
 
 def test_ablate_takes_suite_tasks_as_downstream_columns(monkeypatch):
@@ -215,8 +227,8 @@ def test_ablate_takes_suite_tasks_as_downstream_columns(monkeypatch):
 
     seen = {}
 
-    def fake_task(model_dir, name, args, cfg, log=print):
-        seen.update(name=name, splits=args.splits, lrs=args.lrs, seeds=args.seed_list(), random_init=cfg.random_init)
+    def fake_task(model_dir, task, args, cfg, log=print):
+        seen.update(name=task.name, splits=args.splits, lrs=args.lrs, seeds=args.seed_list(), random_init=cfg.random_init)
         return {"dev_acc": 0.6, "test_acc": 0.55, "test_acc_std": 0.02}
 
     monkeypatch.setattr(suite, "run_task", fake_task)
@@ -224,7 +236,7 @@ def test_ablate_takes_suite_tasks_as_downstream_columns(monkeypatch):
     s = ablation_results._finetune(spec, "suite:bustm", "model", random_init=True)
     assert seen == {"name": "bustm", "splits": 5, "lrs": [2e-3], "seeds": [1, 2], "random_init": True}
     assert s["test_acc"] == 0.55 and s["protocol"] == "fewclue-v2"
-    with pytest.raises(ZhBertError, match="unknown FewCLUE task 'bustn'"):
+    with pytest.raises(ZhBertError, match="suite:bustn: not a task of a suite that chooses.*did you mean 'bustm'"):
         ablation_results._finetune(spec, "suite:bustn", "model")
 
 
@@ -235,7 +247,8 @@ def test_every_fewclue_task_trains_and_scores_on_its_real_files(tiny_model_dir, 
     64-example train subset): a test_public figure, the dev figure that chose it, and predictions in the
     official format for every test record."""
     cfg = FinetuneConfig(epochs=1, seq_len=32, batch_size=32, max_train=64, lr=1e-3)
-    r = suite.run_task(tiny_model_dir, name, SuiteArgs(only=[name], splits=1, lrs=[1e-3]), cfg, log=lambda m: None)
+    r = suite.run_task(tiny_model_dir, task_named(name), SuiteArgs(only=[name], splits=1, lrs=[1e-3]), cfg,
+                       log=lambda m: None)
     assert 0 <= r["test_acc"] <= 1 and 0 <= r["dev_acc"] <= 1 and r["runs"] == 1
     preds = r["per_pair"][0]["test_predictions"]
-    assert len(official_predictions(name, preds)) == len(public_records(name)[0])
+    assert len(official_predictions(name, preds)) == len(public_records(task_named(name))[0])

@@ -16,12 +16,12 @@ from conftest import TASKS
 
 from zh_bert import cli
 from zh_bert.core.errors import ZhBertError
-from zh_bert.evaluation import evaluate, finetune, suite
+from zh_bert.corpus.task_registry import task_named
+from zh_bert.evaluation import classify, evaluate, finetune, heads, suite
 from zh_bert.evaluation.eval_results import entry, record
-from zh_bert.evaluation.fewclue import load_fewclue
-from zh_bert.evaluation.prompts import load_chid
+from zh_bert.evaluation.prompts import load_items
 from zh_bert.evaluation.suite import SuiteArgs
-from zh_bert.evaluation.tasks import load_task
+from zh_bert.evaluation.tasks import load_pair, load_task
 
 CMRC = TASKS / "cmrc2018"
 
@@ -44,8 +44,8 @@ def no_model(monkeypatch):
     def loaded(*a, **k):
         pytest.fail("a model was resolved, loaded or trained before the files were checked")
 
-    for module, name in ((evaluate, "local_model"), (suite, "run"), (suite, "run_cmrc"),
-                         (suite, "run_prompt_task"), (finetune, "load_classifier"), (finetune, "tokenizer_for")):
+    for module, name in ((evaluate, "local_model"), (heads, "run"), (heads, "run_cmrc"), (heads, "run_prompt_task"),
+                         (classify, "load_classifier"), (classify, "tokenizer_for"), (finetune, "tokenizer_for")):
         monkeypatch.setattr(module, name, loaded)
 
 
@@ -186,12 +186,12 @@ def test_trust_nothing_read_fewclue_dev_or_train_copied_from_the_reported_split_
 def test_trust_nothing_read_fewclue_shared_texts_are_never_chosen_on():
     """The bundled files as published: csl's dev_2 holds 2 of test_public's examples; they are left out of the
     choice (and said so), test_public stays whole. CHID's splits share no passage."""
-    task = load_fewclue("csl", 2)
+    task = load_pair(task_named("csl"), 2)
     test = {(e.text_a, e.text_b) for e in task.test}
     assert len(task.dev) == 30 and len(task.test) == 2838 and not any((e.text_a, e.text_b) in test for e in task.dev)
     assert "dev: dropped 2 examples whose text is also in test (30 left)" in task.notes[1]
     assert task.roles["chooses"].endswith("dev_2.json") and task.roles["reports"].endswith("test_public.json")
-    assert [len(s) for s in load_chid(0)] == [42, 42, 2002]
+    assert [len(s) for s in load_items(task_named("chid"), 0)] == [42, 42, 2002]
 
 
 # --------------------------------------------------------------------------- finetune TSV files

@@ -151,7 +151,7 @@ def plan_ablation(args: AblateArgs) -> AblationPlan:
                                                                    cli_set))
     for task in spec.finetune.tasks:
         try:
-            if suite_task_of(task):      # a FewCLUE task: its five pairs are checked data
+            if suite_task_of(task):      # a suite's task: its pairs are checked data
                 continue
             check_trainable(load_task(task), spec.finetune.config, spec.finetune.seed_list())
         except ZhBertError as e:   # the spec file spells --max-train finetune_max_train

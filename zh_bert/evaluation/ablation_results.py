@@ -84,9 +84,9 @@ SUMMARY_KEYS = ("dev_acc", "dev_acc_std", "test_acc", "test_acc_std", "test_macr
 def _finetune(spec: AblationSpec, task: str, model_dir: Path, random_init: bool = False) -> dict:
     """`zh-bert finetune` of `model_dir` on `task` with the spec's settings, seeds 1..N; the summary dict."""
     cfg = replace(spec.finetune.config, random_init=random_init)
-    fewclue = suite_task_of(task)
-    if fewclue:      # `suite:TASK`: the FewCLUE protocol (five pairs, chosen on dev_k, test_public)
-        return suite_summary(model_dir, fewclue, cfg, spec.finetune.seed_list())
+    suite_task = suite_task_of(task)
+    if suite_task:      # `suite:TASK`: its suite's protocol (FewCLUE: five pairs, chosen on dev_k, test_public)
+        return suite_summary(model_dir, suite_task, cfg, spec.finetune.seed_list())
     return run_finetune(model_dir, load_task(task), cfg, spec.finetune.seed_list(), log=lambda m: None)
 
 

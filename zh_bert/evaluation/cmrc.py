@@ -1,4 +1,5 @@
-"""CMRC 2018 (SQuAD-style Chinese span extraction): read the data and score predictions as the official script does.
+"""CMRC 2018 (SQuAD-style Chinese span extraction): score predictions as the official script does (the files are
+read by `zh_bert.corpus.squad_files`).
 
 The scorer reimplements ymcui/cmrc2018 `squad-style-data/cmrc2018_evaluate.py` (v5 - special) in Python 3, so
 figures stay comparable with published CMRC 2018 dev results: EM after punctuation removal, F1 from the longest
@@ -11,21 +12,14 @@ They part only where such a run holds ASCII punctuation outside the official lis
 never EM: 59 of the 9,657 dev reference answers segment differently, and on noisy predictions our dev F1 was
 0.02 points below the official script's (which ours matches exactly when given nltk's tokenizer). In exchange
 there is no nltk dependency and no punkt download.
-
-In the official data an answer's `answer_start` is sometimes not where its text is: off by a few characters,
-or -1 where the annotator wrote an answer that is not a span of the passage (193 of the 9,657 dev answers).
-Two official trial questions are empty strings. Scoring uses only the id and the answer texts, so such files
-load; `quirk_counts` says how many of each, and `SpanExample.spans` keeps only the answers that are spans.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from pathlib import Path
 
 from zh_bert.core.errors import ZhBertError
-from zh_bert.core.fileio import Record, read_object
+from zh_bert.corpus.squad_files import SpanExample
 
 # The official list, in its order. '……' is two characters, so the char-by-char test never matches it and a
 # lone '…' is kept, as in the official script.
@@ -33,84 +27,6 @@ CMRC_PUNCTUATION = ('-', ':', '_', '*', '^', '/', '\\', '~', '`', '+', '=',
                     '，', '。', '：', '？', '！', '“', '”', '；', '’', '《', '》', '……', '·', '、',
                     '「', '」', '（', '）', '－', '～', '『', '』')
 _CMRC_CHINESE = re.compile("[\u4e00-\u9fa5]")     # the official range: CJK Unified Ideographs, BMP block only
-
-
-@dataclass(frozen=True)
-class SpanExample:
-    id: str
-    context: str
-    question: str
-    answers: list[tuple[str, int]]      # (text, answer_start); answer_start -1: the text is not a span
-
-    @property
-    def spans(self) -> list[tuple[str, int]]:
-        """The answers whose text stands at their answer_start (what span training can use)."""
-        return [(t, s) for t, s in self.answers if s >= 0 and self.context[s:s + len(t)] == t]
-
-
-# --------------------------------------------------------------------------- loading
-
-MAX_CONTEXT = 1_000_000     # characters of one context (CMRC's longest is under 1,000; DRCD's under 2,000)
-
-
-def _answers(qa: Record, context: str) -> list[tuple[str, int]]:
-    answers = qa.records("answers")
-    if not answers:
-        raise qa.error("answers", "no answers (nothing to score against)")
-    out = []
-    for ans in answers:
-        text, start = ans.text("text", max_len=MAX_CONTEXT), ans.integer("answer_start", lo=-1)
-        if not text.strip():
-            raise ans.error("text", "empty answer text")
-        if start >= len(context):
-            raise ans.error("answer_start", f"{start} beyond the context ({len(context)} characters)")
-        out.append((text, start))
-    return out
-
-
-def _paragraph(para: Record, seen: dict[str, str]) -> list[SpanExample]:
-    context = para.text("context", max_len=MAX_CONTEXT)
-    if not context.strip():
-        raise para.error("context", "empty context")
-    out = []
-    for qa in para.records("qas"):
-        qid = qa.text("id").strip()     # the official script strips ids before matching
-        if not qid:
-            raise qa.error("id", "empty id")
-        if qid in seen:
-            raise qa.error("id", f"{qid!r} repeated from {seen[qid]}")
-        seen[qid] = qa.path
-        question = qa.text("question", max_len=MAX_CONTEXT)    # may be empty, as two official trial ones are
-        out.append(SpanExample(qid, context, question, _answers(qa, context)))
-    return out
-
-
-def load_squad(path: str | Path) -> list[SpanExample]:
-    """The questions of a SQuAD-v1-style file (CMRC 2018, DRCD...), in file order, read through the reading
-    layer: anything that makes a question unusable is one line naming the file and the field's path
-    (`data[1].paragraphs[0].qas[2].answers[0].answer_start: expected an integer ≥ -1, got text '0'`); an
-    answer_start that misses its text, and an empty question, are kept (see `quirk_counts`)."""
-    path = Path(path)
-    doc = read_object(path, what="a SQuAD-style object with a 'data' list")
-    out: list[SpanExample] = []
-    seen: dict[str, str] = {}
-    for article in doc.records("data"):
-        for para in article.records("paragraphs"):
-            out += _paragraph(para, seen)
-    if not out:
-        raise ZhBertError(f"{path}: no questions")
-    return out
-
-
-def quirk_counts(examples: list[SpanExample]) -> dict[str, int]:
-    """How many answers there are, how many are not a span (answer_start -1), how many have an answer_start
-    that is not where their text is, and how many questions are empty: what a loader kept but training may not
-    want."""
-    answers = [(e.context, t, s) for e in examples for t, s in e.answers]
-    unplaced = sum(s < 0 for _, _, s in answers)
-    misplaced = sum(s >= 0 and c[s:s + len(t)] != t for c, t, s in answers)
-    return {"answers": len(answers), "unplaced": unplaced, "misplaced": misplaced,
-            "empty_questions": sum(not e.question.strip() for e in examples)}
 
 
 # --------------------------------------------------------------------------- scoring (official script)

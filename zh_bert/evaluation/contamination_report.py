@@ -1,4 +1,4 @@
-"""`zh-bert eval contamination CORPUS... --suite fewclue|cmrc2018|all`: how much of each benchmark test set a
+"""`zh-bert eval contamination CORPUS... --suite SUITE|all`: how much of each benchmark test set a
 pretraining corpus already holds, so that a figure on it can say whether the model may have read its test text.
 
 The corpus is streamed document by document (zh_bert/corpus/contamination.py decides which test examples a
@@ -15,7 +15,6 @@ import argparse
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from zh_bert.core.config import config_from_args, option, option_of
 from zh_bert.core.errors import ZhBertError
@@ -25,6 +24,7 @@ from zh_bert.corpus.clean.source import Problems
 from zh_bert.corpus.clean.wikitext import wikitext_to_text
 from zh_bert.corpus.contamination import OverlapOptions, check_ngram, check_share, overlap_index, scan
 from zh_bert.corpus.corpus_io import CLEAN_REPORT, JOB_MARKER, corpus_files
+from zh_bert.corpus.task_registry import suite_names
 from zh_bert.evaluation.suite import SuiteArgs
 
 
@@ -33,9 +33,8 @@ class ContaminationArgs:
     """What `eval contamination` scans for what."""
     corpus: list[str] = option(positional=True, metavar="CORPUS", help="pretraining corpus: files or directories "
                                "as `zh-bert clean` reads them (text, JSONL, ...) or writes them (OUT.jsonl, OUTDIR)")
-    suite: Literal["fewclue", "cmrc2018", "all"] = option_of(
-        SuiteArgs, "suite", default="all", help="benchmark whose test sets are looked for: fewclue (its nine "
-        "test_public sets), cmrc2018 (dev) or all")
+    suite: str = option_of(SuiteArgs, "suite", default="all", help="benchmark suite whose reported splits are "
+                           f"looked for: {', '.join(suite_names())} (every suite)")
     overlap_ngram: int = option_of(OverlapOptions, "overlap_ngram")
     overlap_share: float = option_of(OverlapOptions, "overlap_share")
     show_ids: int = option(5, metavar="K", help="contaminated examples printed per task, each with the document, "

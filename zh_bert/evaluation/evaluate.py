@@ -32,12 +32,12 @@ from zh_bert.corpus.corpus_io import read_documents
 from zh_bert.corpus.segment import SEGMENTERS, Segmenter, SegmenterName
 from zh_bert.corpus.shard.build import ShardConfig
 from zh_bert.corpus.shard.encode import Specials, TextEncoder, pack_sequences
+from zh_bert.corpus.cloze_items import read_cloze
 from zh_bert.evaluation.cloze import (
     eval_cloze,
     load_mlm,
     masked_logits,
     model_batch,
-    read_cloze,
     sparse_head,  # noqa: F401 (re-exported: the demo imports it from here)
 )
 from zh_bert.evaluation.contamination_report import ContaminationArgs, main_contamination
@@ -194,8 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
                 (CheckpointArgs, MlmText, MlmEvalConfig, MaskingConfig)),
         "cloze": ("multiple-choice cloze (ChID #idiom# or [MASK] sentences)", (CheckpointArgs, ClozeEvalConfig)),
         "suite": ("the benchmarks under their own protocols: FewCLUE (train on train_k, choose on dev_k, report "
-                  "test_public), CMRC 2018 (span extraction, dev EM/F1)", (CheckpointArgs, SuiteArgs, FinetuneConfig,
-                                                                          QAConfig)),
+                  "test_public), CMRC 2018 (span extraction, dev EM/F1), any declared suite",
+                  (CheckpointArgs, SuiteArgs, FinetuneConfig, QAConfig)),
         "contamination": ("share of each benchmark test set whose text (character n-grams) is in a pretraining "
                           "corpus", (ContaminationArgs,))})
 

@@ -35,3 +35,18 @@ def length_groups(lengths: np.ndarray, max_rows: int, overhead: int = GROUP_OVER
         groups.append(order[cut[i]:i])
         i = int(cut[i])
     return groups[::-1]
+
+
+def length_buckets(lengths: np.ndarray, batch_size: int, rng: np.random.Generator,
+                   chunk_batches: int) -> list[np.ndarray]:
+    """One epoch's training batches, drawn from `rng` alone (a seed trains the same way every time): a shuffle,
+    each chunk of `chunk_batches` batches sorted by length and cut into batches (little padding: a step costs what
+    its real tokens cost), then the batch order shuffled. A chunk of one batch is not sorted."""
+    order = rng.permutation(len(lengths))
+    per_chunk = batch_size * chunk_batches
+    out = []
+    for s in range(0, len(order), per_chunk):
+        chunk = order[s:s + per_chunk]
+        chunk = chunk[np.argsort(lengths[chunk], kind="stable")] if chunk_batches > 1 else chunk
+        out += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)]
+    return [out[i] for i in rng.permutation(len(out))]

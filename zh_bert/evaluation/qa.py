@@ -29,9 +29,13 @@ from zh_bert.core.config import at_least, check_finite, option
 from zh_bert.core.errors import ZhBertError
 from zh_bert.core.hardware import resolve_precision
 from zh_bert.corpus.tokenizer_files import load_tokenizer
-from zh_bert.evaluation.cmrc import SpanExample, evaluate_cmrc
-from zh_bert.evaluation.finetune import PREDICT_BATCHES, FinetuneConfig, mean_std
-from zh_bert.evaluation.step import no_tick, optimizer_step, precision_autocast, stepping
+from zh_bert.corpus.squad_files import SpanExample
+from zh_bert.evaluation.classify import PREDICT_BATCHES
+from zh_bert.evaluation.cmrc import evaluate_cmrc
+from zh_bert.evaluation.finetune import FinetuneConfig, mean_std
+from zh_bert.evaluation.length_groups import length_buckets
+from zh_bert.evaluation.loop import run_seed
+from zh_bert.evaluation.step import no_tick, precision_autocast
 from zh_bert.train.arch import of_config
 from zh_bert.train.rundir import model_dir
 from zh_bert.train.weights import init_from_config, load_pretrained
@@ -128,16 +132,6 @@ def qa_batches(feats: dict, order, batch_size: int, pad_id: int, token_types: bo
         yield idx, batch
 
 
-def bucketed_order(lengths: np.ndarray, batch_size: int, rng: np.random.Generator) -> np.ndarray:
-    """A random order of the windows in which each batch holds windows of similar length (little padding):
-    shuffle, sort by length within chunks of QA_BUCKET batches, then shuffle the batches."""
-    perm = rng.permutation(len(lengths))
-    chunk = batch_size * QA_BUCKET
-    perm = np.concatenate([c[np.argsort(lengths[c], kind="stable")] for c in np.split(perm, range(chunk, len(perm), chunk))])
-    groups = [perm[s:s + batch_size] for s in range(0, len(perm), batch_size)]
-    return np.concatenate([groups[g] for g in rng.permutation(len(groups))])
-
-
 def takes_token_types(model) -> bool:
     """Whether the model's forward reads token types (BERT does; ModernBERT has none)."""
     return bool(getattr(model.config, "type_vocab_size", None)) and of_config(model.config).uses_token_types
@@ -170,47 +164,68 @@ def span_loss(model, batch: dict, starts, ends):
     return (ce(out.start_logits.float(), starts) + ce(out.end_logits.float(), ends)) / 2
 
 
-def train_qa(ckpt_dir, train_examples: list[SpanExample], cfg: FinetuneConfig, qa: QAConfig, seed: int,
-             tok=None, log=print, tick=no_tick):
-    """Fine-tune for `cfg.epochs` epochs with `seed`; returns (model in eval mode, info). No selection: the
-    last state is the model. `cfg.max_train` draws that many questions with the seed; patience, eval_every
-    and pooling do not apply."""
-    import torch
+class SpanHead:
+    """Span extraction on the one loop (`loop`): windows of question + context, the start/end cross-entropy, a
+    fixed number of epochs (nothing is chosen: the reported split, CMRC's dev, is the only held-out one, and the
+    last state is the model); the report is the official scorer's EM and F1 on `dev_examples` with the answers.
+    `cfg.max_train` draws that many questions with the seed; patience, eval_every and pooling do not apply.
 
-    ckpt_dir = Path(ckpt_dir)
-    tok = tok or load_tokenizer(ckpt_dir)
-    rng = np.random.default_rng(seed)
-    if cfg.max_train and cfg.max_train < len(train_examples):
-        train_examples = [train_examples[i] for i in sorted(rng.permutation(len(train_examples))[:cfg.max_train])]
-    qa.check_windows(cfg.seq_len, train_examples, tok)
-    feats = qa_features(tok, train_examples, cfg.seq_len, qa.doc_stride, labels=True)
-    pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
-    torch.manual_seed(seed)
-    model = load_qa_model(ckpt_dir, cfg.random_init, tok, cfg.seq_len)
-    model.to("cuda" if torch.cuda.is_available() else "cpu").train()
-    token_types = takes_token_types(model)
-    lengths = np.array([len(x) for x in feats["input_ids"]])
-    total = math.ceil(len(lengths) / cfg.batch_size) * cfg.epochs
-    opt, scaler, sched, precision = stepping(model, cfg, total)
-    tick(0, total)
-    starts, ends = torch.tensor(feats["start"]), torch.tensor(feats["end"])
-    step, t0 = 0, time.perf_counter()
-    for epoch in range(cfg.epochs):
-        losses = []
-        for idx, batch in qa_batches(feats, bucketed_order(lengths, cfg.batch_size, rng), cfg.batch_size,
-                                     pad_id, token_types):
-            batch = {k: v.to(model.device) for k, v in batch.items()}
-            with precision_autocast(model.device, precision):
-                loss = span_loss(model, batch, starts[idx].to(model.device), ends[idx].to(model.device))
-            optimizer_step(loss, model, opt, scaler, sched)
-            step += 1
-            losses.append(loss.item())
-            tick()
-        log(f"  seed {seed} epoch {epoch + 1}/{cfg.epochs} step {step}/{total} mean loss {np.mean(losses):.4f}")
-    info = {"seed": seed, "steps": step, "n_train": len(feats["examples"]), "n_train_skipped": feats["skipped"],
-            "windows": len(lengths), "last_epoch_loss": float(np.mean(losses)),
-            "precision": precision, "train_s": round(time.perf_counter() - t0, 1)}
-    return model.eval(), info
+    A training batch is cut from one epoch's window order made by `length_buckets` (chunks of QA_BUCKET batches
+    sorted by length): the order's windows are taken `batch_size` at a time, as this head has always cut them (the
+    pinned figures are of this order; a short batch of the epoch may thus stand between two others)."""
+    trains, chooses, choose_key = True, False, "f1"
+
+    def __init__(self, ckpt_dir, train_examples: list[SpanExample], dev_examples: list[SpanExample] | None,
+                 cfg: FinetuneConfig, qa: QAConfig, tok):
+        self.ckpt_dir, self.examples, self.dev_examples = Path(ckpt_dir), train_examples, dev_examples
+        self.cfg, self.qa, self.tok = cfg, qa, tok
+        self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
+        self.dev = qa_features(tok, dev_examples, cfg.seq_len, qa.doc_stride) if dev_examples else None
+
+    def draw(self, rng: np.random.Generator) -> None:
+        import torch
+
+        examples, cfg = self.examples, self.cfg
+        if cfg.max_train and cfg.max_train < len(examples):
+            examples = [examples[i] for i in sorted(rng.permutation(len(examples))[:cfg.max_train])]
+        self.qa.check_windows(cfg.seq_len, examples, self.tok)
+        self.feats = qa_features(self.tok, examples, cfg.seq_len, self.qa.doc_stride, labels=True)
+        self.lengths = np.array([len(x) for x in self.feats["input_ids"]])
+        self.starts, self.ends = torch.tensor(self.feats["start"]), torch.tensor(self.feats["end"])
+
+    @property
+    def train_size(self) -> int:
+        return len(self.lengths)
+
+    def model(self):
+        import torch
+
+        model = load_qa_model(self.ckpt_dir, self.cfg.random_init, self.tok, self.cfg.seq_len)
+        model.to("cuda" if torch.cuda.is_available() else "cpu").train()
+        self.token_types = takes_token_types(model)
+        return model
+
+    def epoch(self, rng: np.random.Generator, batch_size: int) -> list[np.ndarray]:
+        order = np.concatenate(length_buckets(self.lengths, batch_size, rng, QA_BUCKET))
+        return [order[s:s + batch_size] for s in range(0, len(order), batch_size)]
+
+    def loss(self, model, idx: np.ndarray):
+        ((_, batch),) = qa_batches(self.feats, idx, len(idx), self.pad_id, self.token_types)
+        batch = {k: v.to(model.device) for k, v in batch.items()}
+        return span_loss(model, batch, self.starts[idx].to(model.device), self.ends[idx].to(model.device))
+
+    def report(self, model, tick=no_tick) -> dict:
+        """EM and F1 (percent, the official rules) of the answers predicted for dev, the answers, and how many
+        questions and windows trained."""
+        out = {"n_train": len(self.feats["examples"]), "n_train_skipped": self.feats["skipped"],
+               "windows": len(self.lengths)}
+        if self.dev is None:
+            return out
+        t0 = time.perf_counter()
+        preds = predict_from_features(model.eval(), self.dev, self.cfg, self.qa, self.tok, tick)
+        score = evaluate_cmrc(self.dev_examples, preds)
+        return {**out, "em": score["em"], "f1": score["f1"], "predictions": preds,
+                "predict_s": round(time.perf_counter() - t0, 1)}
 
 
 # --------------------------------------------------------------------------- prediction
@@ -295,22 +310,17 @@ def run_cmrc(ckpt, train_examples: list[SpanExample], dev_examples: list[SpanExa
     tok = load_tokenizer(ckpt_dir)
     qa.check_windows(cfg.seq_len, train_examples, tok)   # both splits checked before any training
     qa.check_windows(cfg.seq_len, dev_examples, tok)
-    dev = qa_features(tok, dev_examples, cfg.seq_len, qa.doc_stride)
-    runs, first, info = [], None, {}
+    head = SpanHead(ckpt_dir, train_examples, dev_examples, cfg, qa, tok)
+    runs, first, r = [], None, {}
     for seed in seeds:
-        model, info = train_qa(ckpt_dir, train_examples, cfg, qa, seed, tok=tok, log=log, tick=tick)
-        t0 = time.perf_counter()
-        preds = predict_from_features(model, dev, cfg, qa, tok, tick)
-        predict_s = round(time.perf_counter() - t0, 1)
-        score = evaluate_cmrc(dev_examples, preds)
-        log(f"seed {seed}: dev EM {score['em']:.2f} F1 {score['f1']:.2f} "
-            f"({info['train_s']} s training, {predict_s} s predicting)")
-        runs.append({"seed": seed, "em": score["em"], "f1": score["f1"],
-                     "train_s": info["train_s"], "predict_s": predict_s})
-        first = first if first is not None else preds
-    em, em_std = mean_std([r["em"] for r in runs])
-    f1, f1_std = mean_std([r["f1"] for r in runs])
+        r = run_seed(head, cfg, seed, log=log, tick=tick)
+        log(f"seed {seed}: dev EM {r['em']:.2f} F1 {r['f1']:.2f} "
+            f"({r['train_s']} s training, {r['predict_s']} s predicting)")
+        runs.append({k: r[k] for k in ("seed", "em", "f1", "train_s", "predict_s")})
+        first = first if first is not None else r["predictions"]
+    em, em_std = mean_std([x["em"] for x in runs])
+    f1, f1_std = mean_std([x["f1"] for x in runs])
     return {"checkpoint": str(ckpt_dir), "init": "random" if cfg.random_init else "pretrained", "seeds": seeds,
             "per_seed": runs, "em": em, "em_std": em_std, "f1": f1, "f1_std": f1_std,
-            "n_train": info["n_train"], "n_train_skipped": info["n_train_skipped"], "n_dev": len(dev_examples),
-            "windows_train": info["windows"], "windows_dev": len(dev["input_ids"]), "predictions": first}
+            "n_train": r["n_train"], "n_train_skipped": r["n_train_skipped"], "n_dev": len(dev_examples),
+            "windows_train": r["windows"], "windows_dev": len(head.dev["input_ids"]), "predictions": first}

@@ -1,10 +1,11 @@
-"""What `eval suite` leaves behind: the printed table, `suite.md` + `suite.png` + `suite.json` per model,
-`eval_results.json` entries (each naming its split, protocol, seeds, data sha256 and zh-bert version), and
-`--predictions DIR` in the formats the benchmarks' own scorers read, so anyone can check a figure with them.
+"""What `eval suite` leaves behind: the printed tables, `suite.md` + `suite.png` + `suite.json` per model,
+`eval_results.json` entries (each naming its split, protocol, method, seeds, data sha256 and zh-bert version), and
+`--predictions DIR` in the formats the benchmarks' own scorers read, so anyone can check a figure with them. Every
+table, entry and file is made from the task declarations (`zh_bert.corpus.task_registry`): a new task gets its row.
 
-The published rows stand beside ours: FewCLUE's table (chinese-roberta-wwm-ext; test_public) and HFL's CMRC 2018
-dev figures (mean of their ten runs; the best of ten, which they print first, is a choice made on dev and is
-not shown as a comparison).
+The published rows stand beside ours (`Task.published`): FewCLUE's table (chinese-roberta-wwm-ext; test_public) and
+HFL's CMRC 2018 dev figures (mean of their ten runs; the best of ten, which they print first, is a choice made on dev
+and is not shown as a comparison).
 """
 
 from __future__ import annotations
@@ -14,79 +15,87 @@ from pathlib import Path
 
 from zh_bert.core.fileio import atomic_dir, atomic_write, claim_dir, write_json, write_text
 from zh_bert.core.hardware import machine_line
+from zh_bert.corpus.task_registry import suite_named, task_named, tasks_of
+from zh_bert.corpus.task_spec import Suite, Task
 from zh_bert.evaluation.eval_results import entry
-from zh_bert.evaluation.fewclue import MULTIPLE_CHOICE, PUBLISHED, SOURCE_URL, TEST, official_predictions
 from zh_bert.evaluation.finetune import percent
+from zh_bert.evaluation.heads import head_kind
 from zh_bert.train.curves import cjk_text
 
-#: CMRC 2018 dev EM / F1, mean of ten runs (HFL's tables: Chinese-BERT-wwm README and LERT README)
-CMRC_PUBLISHED = {
-    "BERT (google)": (64.4, 84.0), "BERT-wwm": (65.0, 84.7), "BERT-wwm-ext": (65.6, 85.0),
-    "RoBERTa-wwm-ext": (66.5, 86.5), "MacBERT-base": (67.3, 87.1), "RoBERTa-wwm-ext-large": (67.6, 87.9),
-}
-CMRC_SOURCES = ("https://github.com/ymcui/Chinese-BERT-wwm", "https://github.com/ymcui/LERT")
-#: the published FewCLUE row each --method stands beside
-PUBLISHED_ROW = {"finetune": "FineTuning", "zero-shot": "Zero-shot", "pet": "PET"}
 
-
-def _cell(r: dict | None, key: str = "test_acc") -> str:
-    """Mean ± std over the runs (pairs x seeds); one run has no spread to show."""
+def _cell(r: dict | None, key: str = "test_acc", unit: str = "fraction") -> str:
+    """Mean ± std over the runs (pairs x seeds); one run has no spread to show. A percent figure is shown as
+    it is."""
     if not r:
         return "-"
-    return percent(r[key], r.get(f"{key}_std") if r.get("runs", len(r.get("per_seed", []))) > 1 else None)
+    scale = 1 if unit == "fraction" else 0.01
+    std = r.get(f"{key}_std") if r.get("runs", len(r.get("per_seed", []))) > 1 else None
+    return percent(r[key] * scale, std * scale if std is not None else None)
 
 
-def fewclue_lines(res: dict) -> list[str]:
-    tasks = {n: r for n, r in res["pretrained"].items() if n != "cmrc2018"}
-    if not tasks:
-        return []
-    method = PUBLISHED_ROW[res["method"]]
-    ref = PUBLISHED[method]
-    lines = [f"FewCLUE ({res['protocols']['fewclue']}, {res['method']}): trained on train_k, learning rate and "
-             f"epoch chosen on dev_k, reported on {TEST} (accuracy, %)",
-             f"{'task':<9} {'test_public':>13} {'dev (chose)':>11} {'chance':>7} {'random init':>13} "
-             f"{'published':>9}"]
-    for name, r in tasks.items():
-        rand = res["random_init"].get(name)
-        lines.append(f"{name:<9} {_cell(r):>13} {r['dev_acc'] * 100:>11.1f} {r['majority_test_acc'] * 100:>7.1f} "
-                     f"{_cell(rand):>13} {ref[name]:>9.1f}" + ("  (multiple choice, not in the score)"
-                                                               if name in MULTIPLE_CHOICE else ""))
-    for key, label in (("pretrained_score", "score"), ("random_init_score", "score (random init)")):
-        if res.get(key) is not None:
-            lines.append(f"FewCLUE {label}: {res[key]:.2f} (mean of the eight tasks other than CHID)")
-    lines.append(f"published (chinese-roberta-wwm-ext, {TEST}): fine-tuning {PUBLISHED['FineTuning']['score']}, "
-                 f"PET {PUBLISHED['PET']['score']}, zero-shot {PUBLISHED['Zero-shot']['score']}, human "
-                 f"{PUBLISHED['Human']['score']} ({SOURCE_URL})")
+def _ran(res: dict, suite: Suite) -> list[Task]:
+    return [t for t in tasks_of(suite) if t.name in res["pretrained"]]
+
+
+def chosen_lines(res: dict, suite: Suite, tasks: list[Task]) -> list[str]:
+    """A suite whose tasks choose: one row per task, its reported figure beside the figure that chose, chance,
+    random init and the published row of the method; the suite's score."""
+    split, metric = tasks[0].report_name, tasks[0].main_metric
+    lines = [f"{suite.title} ({res['protocols'].get(suite.name, suite.protocol)}, {res['method']}): "
+             f"{suite.description} ({metric.name}, %)",
+             f"{'task':<9} {split:>13} {'dev (chose)':>11} {'chance':>7} {'random init':>13} {'published':>9}"]
+    for task in tasks:
+        r, rand = res["pretrained"][task.name], res["random_init"].get(task.name)
+        ref = task.beside(res["method"])
+        shown = f"{ref.figures[metric.type]:>9.1f}" if ref else f"{'-':>9}"
+        lines.append(f"{task.name:<9} {_cell(r):>13} {r['dev_acc'] * 100:>11.1f} {r['majority_test_acc'] * 100:>7.1f} "
+                     f"{_cell(rand):>13} {shown}" + ("" if task.in_score or not suite.score else
+                                                     f"  ({task.description}, not in the score)"))
+    if suite.score:
+        for key, label in (("pretrained_score", "score"), ("random_init_score", "score (random init)")):
+            if res.get(key) is not None:
+                lines.append(f"{suite.title} {label}: {res[key]:.2f} ({suite.score.definition})")
+        refs = suite.score.published
+        lines.append(f"published ({refs[0].note}, {split}): "
+                     + ", ".join(f"{r.row} {r.figures['score']}" for r in refs) + f" ({refs[0].source})")
     return lines
 
 
-def cmrc_lines(res: dict) -> list[str]:
-    r = res["pretrained"].get("cmrc2018")
-    if not r:
-        return []
-    rand = res["random_init"].get("cmrc2018")
-    lines = [f"CMRC 2018 ({res['protocols']['cmrc2018']}): fine-tuned {r['epochs']} epoch(s) on "
-             f"{r['trained_on']} ({r['n_train']} questions), reported on dev ({r['n_dev']} questions), nothing "
-             f"chosen on dev (EM / F1, %)",
-             f"{'model':<24} {'dev EM':>13} {'dev F1':>13}",
-             f"{'this model':<24} {_cell(_pc(r), 'em'):>13} {_cell(_pc(r), 'f1'):>13}"]
+def fixed_lines(res: dict, task: Task) -> list[str]:
+    """A task that chooses nothing (CMRC 2018): this model and random init as rows, the published rows below."""
+    r, rand = res["pretrained"][task.name], res["random_init"].get(task.name)
+    split = task.report_name
+    names = " / ".join(m.name for m in task.metrics)
+    heads = [f"{split} {m.name}" for m in task.metrics]
+    lines = [f"{task.title} ({res['protocols'].get(task.suites[0], task.protocol)}): fine-tuned {r['epochs']} "
+             f"epoch(s) on {r['trained_on']} ({r['n_train']} questions), reported on {split} ({r['n_dev']} questions), "
+             f"nothing chosen on {split} ({names}, %)",
+             f"{'model':<24}" + "".join(f" {h:>13}" for h in heads),
+             f"{'this model':<24}" + "".join(f" {_cell(r, m.key, m.unit):>13}" for m in task.metrics)]
     if rand:
-        lines.append(f"{'random init':<24} {_cell(_pc(rand), 'em'):>13} {_cell(_pc(rand), 'f1'):>13}")
-    if r["trained_on"] == "trial":
-        lines.append("trained on the trial set, not the official train split: not comparable with the rows below")
-    lines += [f"{name:<24} {em:>13.1f} {f1:>13.1f}" for name, (em, f1) in CMRC_PUBLISHED.items()]
-    lines.append(f"published: HFL, trained on train, mean of ten runs ({', '.join(CMRC_SOURCES)})")
+        lines.append(f"{'random init':<24}" + "".join(f" {_cell(rand, m.key, m.unit):>13}" for m in task.metrics))
+    if r["trained_on"] != "train":
+        lines.append(f"trained on the {r['trained_on']} set, not the official train split: not comparable with the "
+                     f"rows below")
+    lines += [f"{ref.row:<24}" + "".join(f" {ref.figures[m.type]:>13.1f}" for m in task.metrics)
+              for ref in task.published]
+    if task.published:
+        lines.append(f"published: {task.published[0].note} ({task.published[0].source})")
     return lines
-
-
-def _pc(r: dict) -> dict:
-    """CMRC figures are percents already; `percent` takes fractions."""
-    return {k: (v / 100 if k in ("em", "em_std", "f1", "f1_std") and v is not None else v) for k, v in r.items()}
 
 
 def report_lines(res: dict) -> list[str]:
-    return fewclue_lines(res) + ([""] if res["pretrained"].get("cmrc2018") and len(res["pretrained"]) > 1 else []) \
-        + cmrc_lines(res)
+    """Every asked suite's table, a blank line between two."""
+    out: list[str] = []
+    for name in res["suites"]:
+        suite = suite_named(name)
+        tasks = _ran(res, suite)
+        choosing = [t for t in tasks if head_kind(t).chooses]
+        blocks = ([chosen_lines(res, suite, choosing)] if choosing else []) + \
+            [fixed_lines(res, t) for t in tasks if not head_kind(t).chooses]
+        for block in blocks:
+            out += ([""] if out else []) + block
+    return out
 
 
 def suite_entries(res: dict) -> list[dict]:
@@ -94,18 +103,19 @@ def suite_entries(res: dict) -> list[dict]:
     out = []
     common = {"zh_bert_version": res["zh_bert_version"], "method": res["method"]}
     for name, r in res["pretrained"].items():
-        details = {**common, "seeds": r["seeds"], "data_sha256": r["data_sha256"]}
-        if name == "cmrc2018":
-            details = {**details, "protocol": res["protocols"]["cmrc2018"], "split": "dev", "trained_on": r["trained_on"]}
-            task = f"CMRC 2018 ({details['protocol']}, trained on {r['trained_on']}, {len(r['seeds'])} seeds)"
-            for metric, key in (("exact_match", "em"), ("f1", "f1")):
-                out.append(entry("question-answering", task, "cmrc2018", "CMRC 2018", metric, f"dev {metric}",
-                                 r[key], **details))
-            continue
-        details = {**details, "protocol": res["protocols"]["fewclue"], "split": TEST, "pairs": r["pairs"]}
-        task = f"FewCLUE {name} ({details['protocol']}, {res['method']}, {r['pairs']} pairs x {len(r['seeds'])} seeds)"
-        out.append(entry("text-classification", task, f"fewclue-{name}", f"FewCLUE {name}", "accuracy",
-                         f"{TEST} accuracy", r["test_acc"], **details))
+        task = task_named(name)
+        protocol = res["protocols"].get(task.suites[0], task.protocol)
+        details = {**common, "seeds": r["seeds"], "data_sha256": r["data_sha256"], "protocol": protocol,
+                   "split": task.report_name}
+        if "pairs" in r:
+            details["pairs"] = r["pairs"]
+            how = f"{r['pairs']} pairs x {len(r['seeds'])} seeds"
+        else:
+            details["trained_on"] = r["trained_on"]
+            how = f"trained on {r['trained_on']}, {len(r['seeds'])} seeds"
+        label = f"{task.dataset_name or task.title} ({protocol}, {res['method']}, {how})"
+        out += [entry(task.task_type, label, *task.dataset, m.type, f"{task.report_name} {m.type}", r[m.key],
+                      **details) for m in task.metrics]
     return out
 
 
@@ -117,8 +127,8 @@ def claim_outputs(predictions: str | None, report: str | None) -> None:
 
 
 def write_predictions(res: dict, folder: str | Path) -> list[str]:
-    """FewCLUE: `fewclue/pair_k/TASK_predict.json` ({"id", "label"} lines, the first seed's chosen run of each
-    pair); CMRC 2018: `cmrc2018_predict.json` ({question id: answer text}, the first seed)."""
+    """A choosing task's `SUITE/pair_k/TASK_predict.json` (its official lines, the first seed's chosen run of each
+    pair); a fixed task's `TASK_predict.json` ({question id: answer text}, the first seed)."""
     written = []
     with atomic_dir(folder, overwrite=True) as tmp:
         _write_predictions(res, tmp, written)
@@ -127,18 +137,25 @@ def write_predictions(res: dict, folder: str | Path) -> list[str]:
 
 def _write_predictions(res: dict, folder: Path, written: list[str]) -> None:
     for name, r in res["pretrained"].items():
-        if name == "cmrc2018":
-            path = folder / "cmrc2018_predict.json"
+        task = task_named(name)
+        if "per_pair" not in r:
+            path = folder / f"{name}_predict.json"
             write_json(path, r["predictions"], indent=None)
             written.append(path.relative_to(folder).as_posix())
             continue
         for pair in r["per_pair"]:
             if pair.get("test_predictions") is None:
                 continue
-            path = folder / "fewclue" / f"pair_{pair['pair']}" / f"{name}_predict.json"
-            lines = official_predictions(name, pair["test_predictions"])
+            where = folder / task.suites[0] / (f"pair_{pair['pair']}" if pair["pair"] is not None else "")
+            path = where / f"{name}_predict.json"
+            lines = head_kind(task).official(task, pair["test_predictions"])
             write_text(path, "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines))
             written.append(path.relative_to(folder).as_posix())
+
+
+def _headline(task: Task, r: dict | None) -> float | None:
+    m = task.main_metric
+    return None if r is None else m.percent(r[m.key])
 
 
 @cjk_text()
@@ -149,23 +166,20 @@ def plot_suite(res: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = list(res["pretrained"])
-    method = PUBLISHED_ROW[res["method"]]
-
-    def figure(r):
-        return None if r is None else (r["f1"] if "f1" in r and "test_acc" not in r else r["test_acc"] * 100)
-
-    fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(names) + 2), 3.6))
-    xs = range(len(names))
-    ours = [figure(res["pretrained"][n]) for n in names]
-    rand = [figure(res["random_init"].get(n)) for n in names]
+    tasks = [task_named(n) for n in res["pretrained"]]
+    fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(tasks) + 2), 3.6))
+    xs = range(len(tasks))
+    ours = [_headline(t, res["pretrained"][t.name]) for t in tasks]
+    rand = [_headline(t, res["random_init"].get(t.name)) for t in tasks]
     ax.bar([x - 0.2 for x in xs], ours, width=0.4, color="#4c72b0", label="this model")
     if any(v is not None for v in rand):
         ax.bar([x + 0.2 for x in xs], [v or 0 for v in rand], width=0.4, color="#999999", label="random init")
-    pub = [PUBLISHED[method].get(n) if n != "cmrc2018" else CMRC_PUBLISHED["RoBERTa-wwm-ext"][1] for n in names]
-    ax.scatter(list(xs), pub, marker="_", s=400, color="#c44e52", label="published (RoBERTa-wwm-ext)", zorder=3)
-    ax.set_xticks(list(xs), [n if n != "cmrc2018" else "cmrc2018 F1" for n in names], rotation=20, fontsize=8)
-    ax.set_ylabel(f"{TEST} accuracy / dev F1 (%)")
+    refs = [t.beside(res["method"]) for t in tasks]
+    pub = [r.figures.get(t.main_metric.type) if r else None for t, r in zip(tasks, refs)]
+    ax.scatter(list(xs), pub, marker="_", s=400, color="#c44e52", label="published", zorder=3)
+    ax.set_xticks(list(xs), [t.name if t.main_metric is t.metrics[0] and len(t.metrics) == 1 else
+                             f"{t.name} {t.main_metric.type}" for t in tasks], rotation=20, fontsize=8)
+    ax.set_ylabel(" / ".join(dict.fromkeys(f"{t.report_name} {t.main_metric.type}" for t in tasks)) + " (%)")
     ax.set_title(f"eval suite ({res['method']}): {Path(res['checkpoint']).name}", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()

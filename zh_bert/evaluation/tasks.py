@@ -1,15 +1,15 @@
-"""Sentence(-pair) classification datasets for `zh-bert finetune`: ChnSentiCorp, TNEWS and user TSV files.
-
-Bundled task data lives in `corpora/tasks/<name>/` of a source checkout (with its SOURCE.md), not in the
-wheel: ChnSentiCorp is research-use only and TNEWS has no published licence, so we do not redistribute them
-inside the package. `ZH_BERT_TASK_DATA=DIR` (a folder holding `chnsenticorp/`, `tnews/`) points elsewhere.
+"""A classification task's data as one fine-tuning run reads it: the examples of its train, choosing and reporting
+splits, kept apart, with the labels the classifier predicts; what `zh-bert finetune --task` names (a declared task
+of the registry, `zh_bert.corpus.task_registry`, or `tsv:TRAIN,DEV[,TEST]`, a user's files); and the reported
+split's records as the official prediction files name them.
 
 ChnSentiCorp's ERNIE/HFL split has exact duplicate reviews inside train (1,351) and across splits
 (335 train∩dev, 330 train∩test, 39 dev∩test). We keep test as published (so figures stay comparable with
 papers), drop from dev the 39 texts of test (nothing is chosen on the split it is reported on) and from train
 its internal repeats and every text that also occurs in dev or test, so that no held-out sentence is trained
-on (`splits.keep_apart`: the same rule for a user's TSV files). The counts are reported in `TaskData.notes`, and
-`TaskData.roles` names the file that trains, chooses and reports.
+on (`splits.keep_apart`: the same rule for a user's TSV files). A few-shot pair (FewCLUE's train_k, dev_k) keeps
+train_k's own repeats, as the sample was drawn. The counts are reported in `TaskData.notes`, and `TaskData.roles`
+names the file that trains, chooses and reports.
 """
 
 from __future__ import annotations
@@ -17,24 +17,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from zh_bert.core.errors import ZhBertError, suggest
-from zh_bert.core.fileio import Record, read_text
-from zh_bert.corpus.benchmark_text import task_data_dir
+from zh_bert.core.errors import ZhBertError
+from zh_bert.core.fileio import Record
 from zh_bert.corpus.corpus_io import read_jsonl
+from zh_bert.corpus.task_files import Example, TsvFile, label_of, task_data_dir
+from zh_bert.corpus.task_registry import task_named, tasks
+from zh_bert.corpus.task_spec import CLASSIFY, Splits, Task
 from zh_bert.evaluation.splits import keep_apart, roles_of
 
-TASKS = ("chnsenticorp", "tnews")
-LABEL_NAMES = ("label", "labels", "y", "class", "category", "sentiment", "target")
-TEXT_NAMES = ("text", "text_a", "sentence", "sentence1", "review", "content", "query", "title", "text1")
-TEXT_B_NAMES = ("text_b", "sentence2", "text2", "pair")
-MAX_TEXT = 100_000      # characters of one text field read from a task file
-
-
-@dataclass
-class Example:
-    text_a: str
-    label: str
-    text_b: str | None = None
+TSV_PREFIX = "tsv:"
+#: `zh-bert ablate`'s `finetune: suite:TASK` — a task under its suite's protocol as a downstream column
+SUITE_PREFIX = "suite:"
+ID_KEYS = ("id", "idx")     # a record's id in FewCLUE's files (CLUEWSC: idx), what a prediction line names
 
 
 @dataclass
@@ -51,117 +45,6 @@ class TaskData:
     @property
     def pair(self) -> bool:
         return any(e.text_b is not None for e in self.train)
-
-
-# --------------------------------------------------------------------------- TSV
-
-@dataclass(frozen=True)
-class Columns:
-    label: int
-    text_a: int
-    text_b: int | None = None
-
-
-def parse_columns(spec: str) -> Columns:
-    """`--columns label,text` / `text,label` / `label,text_a,text_b` (names or 0-based indices)."""
-    parts = [p.strip() for p in spec.split(",") if p.strip()]
-    if all(p.isdigit() for p in parts):
-        if len(parts) not in (2, 3):
-            raise ZhBertError(f"--columns {spec}: give LABEL,TEXT[,TEXT_B] column indices")
-        idx = [int(p) for p in parts]
-        return Columns(idx[0], idx[1], idx[2] if len(idx) == 3 else None)
-    roles = {}
-    for i, p in enumerate(parts):
-        role = ("label" if p in LABEL_NAMES else "text_b" if p in TEXT_B_NAMES
-                else "text_a" if p in TEXT_NAMES or p == "text" else None)
-        if role is None:
-            raise ZhBertError(f"--columns {spec}: unknown column role '{p}' (use label, text, text_b)")
-        roles[role] = i
-    if "label" not in roles or "text_a" not in roles:
-        raise ZhBertError(f"--columns {spec}: needs both 'label' and 'text'")
-    return Columns(roles["label"], roles["text_a"], roles.get("text_b"))
-
-
-def _detect_columns(header: list[str] | None, first_rows: list[list[str]], path: Path) -> Columns:
-    """From the header names, or else from the values: the label column holds short, repeated values."""
-    if header:
-        names = [h.strip().lower() for h in header]
-        lab = next((i for i, n in enumerate(names) if n in LABEL_NAMES), None)
-        txt = [i for i, n in enumerate(names) if n in TEXT_NAMES]
-        txt_b = [i for i, n in enumerate(names) if n in TEXT_B_NAMES]
-        if lab is not None and txt:
-            return Columns(lab, txt[0], txt_b[0] if txt_b else (txt[1] if len(txt) > 1 else None))
-    ncol = len(first_rows[0]) if first_rows else 0
-    if ncol not in (2, 3):
-        raise ZhBertError(f"{path}: cannot tell which column is the label ({ncol} columns); pass --columns "
-                          f"label,text or text,label")
-    distinct = [len({r[i] for r in first_rows}) for i in range(ncol)]
-    mean_len = [sum(len(r[i]) for r in first_rows) / len(first_rows) for i in range(ncol)]
-    lab = min(range(ncol), key=lambda i: (mean_len[i], distinct[i]))
-    if mean_len[lab] > 20 or (len(first_rows) >= 20 and distinct[lab] > len(first_rows) // 2):
-        raise ZhBertError(f"{path}: cannot tell which column is the label; pass --columns label,text or text,label")
-    texts = [i for i in range(ncol) if i != lab]
-    return Columns(lab, texts[0], texts[1] if len(texts) > 1 else None)
-
-
-def _looks_like_header(row: list[str]) -> bool:
-    names = {c.strip().lower() for c in row}
-    return bool(names & set(LABEL_NAMES)) and bool(names & set(TEXT_NAMES + TEXT_B_NAMES))
-
-
-def read_tsv(path: str | Path, columns: str | None = None) -> list[Example]:
-    """Read a `label<TAB>text` / `text<TAB>label` (/ pair) TSV, header optional, no quoting.
-
-    A line with the wrong number of fields or an empty text is an error naming `file:line`.
-    """
-    path = Path(path)
-    lines = read_text(path, encoding="utf-8-sig").split("\n")
-    rows = [(n, line.rstrip("\r").split("\t")) for n, line in enumerate(lines, 1) if line.strip()]
-    if not rows:
-        raise ZhBertError(f"{path}: empty file")
-    header = rows[0][1] if _looks_like_header(rows[0][1]) else None
-    if header:
-        rows = rows[1:]
-    if not rows:
-        raise ZhBertError(f"{path}: header only, no examples")
-    ncol = len(header) if header else len(rows[0][1])
-    for n, r in rows:
-        if len(r) != ncol:
-            raise ZhBertError(f"{path}:{n}: expected {ncol} tab-separated fields, found {len(r)}"
-                              f"{' (a tab inside the text?)' if len(r) > ncol else ' (missing tab?)'}")
-    cols = parse_columns(columns) if columns else _detect_columns(header, [r for _, r in rows[:200]], path)
-    if max(c for c in (cols.label, cols.text_a, cols.text_b) if c is not None) >= ncol:
-        raise ZhBertError(f"{path}: --columns {columns} names a column beyond the {ncol} in the file")
-    out = []
-    for n, r in rows:
-        label, text = r[cols.label].strip(), r[cols.text_a].strip()
-        if not label:
-            raise ZhBertError(f"{path}:{n}: empty label")
-        if not text:
-            raise ZhBertError(f"{path}:{n}: empty text")
-        out.append(Example(text, label, r[cols.text_b].strip() if cols.text_b is not None else None))
-    return out
-
-
-# --------------------------------------------------------------------------- bundled tasks
-
-def _read_examples(path: Path, text_key: str, label_key: str) -> list[Example]:
-    out = []
-    for where, obj in read_jsonl(path):
-        rec = Record.of(obj, where)
-        out.append(Example(rec.text(text_key, max_len=MAX_TEXT).strip(), label_of(rec, label_key)))
-    return out
-
-
-def label_of(rec: Record, key: str) -> str:
-    """A label field read from a task file: text or an integer code (TNEWS's `label`), as text."""
-    value = rec.raw(key)
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(rec.integer(key))
-    label = rec.text(key, max_len=1000)
-    if not label.strip():
-        raise rec.error(key, "an empty label")
-    return label
 
 
 def _pair_key(e: Example) -> tuple[str, str | None]:
@@ -198,24 +81,81 @@ def _finish(name, train, dev, test, sources) -> TaskData:
     return TaskData(name, train, dev, test, labels, notes, warnings, roles_of(files))
 
 
+def finetune_task_names() -> list[str]:
+    """The declared tasks `finetune --task` takes: classification tasks with one set of train/dev/test files."""
+    return [t.name for t in tasks() if t.splits is not None and t.splits.choose is not None and t.head == CLASSIFY]
+
+
+def files_of(task: Task, split: Splits) -> list[Path]:
+    folder = task_data_dir(task.folder)
+    return [folder / f for f in (split.train, split.choose, split.report)]
+
+
 def load_task(spec: str, columns: str | None = None) -> TaskData:
-    """`chnsenticorp`, `tnews`, or `tsv:TRAIN,DEV[,TEST]`."""
-    if spec.startswith("tsv:"):
-        paths = [p for p in spec[4:].split(",") if p]
+    """A declared task's train/dev/test files (`finetune_task_names`), or `tsv:TRAIN,DEV[,TEST]`."""
+    if spec.startswith(TSV_PREFIX):
+        paths = [p for p in spec[len(TSV_PREFIX):].split(",") if p]
         if len(paths) not in (2, 3):
             raise ZhBertError(f"--task {spec}: expected tsv:TRAIN,DEV[,TEST]")
-        splits = [read_tsv(p, columns) for p in paths]
+        reader = TsvFile(columns)
+        splits = [reader.read(Path(p)) for p in paths]
         return _finish(Path(paths[0]).parent.name or "tsv", splits[0], splits[1],
                        splits[2] if len(splits) == 3 else None, paths)
-    if spec == "chnsenticorp":
-        files = [task_data_dir("chnsenticorp") / f"{s}.tsv" for s in ("train", "dev", "test")]
-        return _finish("chnsenticorp", *(read_tsv(f, columns or "label,text_a") for f in files), files)
-    if spec == "tnews":
-        d = task_data_dir("tnews")
-        files = [d / f for f in ("train_few_all.json", "dev_few_all.json", "test_public.json")]
-        return _finish("tnews", *(_read_examples(f, "sentence", "label_desc") for f in files), files)
-    raise ZhBertError(f"--task {spec}: unknown task{suggest(spec, TASKS)}; use {', '.join(TASKS)} or "
-                      f"tsv:TRAIN,DEV[,TEST]")
+    task = task_named(spec)
+    if spec not in finetune_task_names():
+        raise ZhBertError(f"--task {spec}: {task.title} has no train/dev/test files to fine-tune a classifier on "
+                          f"(it runs under its suite: zh-bert eval suite MODEL --only {spec}); use "
+                          f"{', '.join(finetune_task_names())} or tsv:TRAIN,DEV[,TEST]")
+    files = files_of(task, task.splits)
+    reader = task.reader.with_columns(columns)
+    return _finish(task.name, *(reader.read(f) for f in files), files)
 
 
-DATASET_NAMES = {"chnsenticorp": ("ChnSentiCorp", "seamew/ChnSentiCorp"), "tnews": ("TNEWS (FewCLUE)", "fewclue")}
+def load_pair(task: Task, k: int | None) -> TaskData:
+    """A suite task as (train, choose, report) examples: pair k of a few-shot task (`Pairs`), kept apart
+    (`splits.keep_apart`: a dev_k text that is in test_public is not chosen on; a train_k text in either is not
+    trained on; train_k's own repeats are kept, as the few-shot sample was drawn), labels every label name of the
+    three splits; a task of one set of splits (k None) as `finetune --task` reads it."""
+    if task.pairs is None:
+        return load_task(task.name)
+    if not 0 <= (k or 0) < task.pairs.count:
+        raise ZhBertError(f"{task.dataset_name} pair {k}: the pairs are 0..{task.pairs.count - 1}")
+    split = task.pairs.split(k)
+    files = files_of(task, split)
+    train, dev, test = (task.reader.read(f) for f in files)
+    train, dev, notes = keep_apart(task.dataset[0], (train, dev, test), files, _pair_key, drop_repeats=False)
+    labels = sorted({e.label for e in train + dev + test})
+    train_name, dev_name, test_name = split.names
+    return TaskData(task.dataset[0], train, dev, test, labels,
+                    notes=[f"{task.dataset_name} ({task.description}): {train_name} {len(train)}, {dev_name} "
+                           f"{len(dev)}, {test_name} {len(test)}; the checkpoint is chosen on {dev_name}, reported on "
+                           f"{test_name}", *notes], roles=roles_of(files))
+
+
+def report_file(task: Task) -> Path:
+    """The file every figure of a suite task is reported on (test_public, CMRC's dev)."""
+    return task_data_dir(task.folder) / task.layout.report
+
+
+def public_records(task: Task) -> tuple[list[dict], str]:
+    """The reported split's records as written, and their id field, each record checked for what its line of the
+    prediction file needs: the id (a number or text, in every record), and the official label field where the
+    task classifies by another one (TNEWS, IFLYTEK: the code). Read before any training, so a record that
+    cannot be written is one line naming `file:line` and the field, not an error after hours of training."""
+    path = report_file(task)
+    if getattr(task.reader, "numbered", False):     # a file without ids (TSV): its lines are numbered from 0
+        return [{"id": i} for i in range(len(task.reader.read(path)))], "id"
+    code, label = getattr(task.reader, "code", None), getattr(task.reader, "label", None)
+    rows, key = [], None
+    for where, row in read_jsonl(path):
+        rec = Record.of(row, where, f"{task.reader.what if code else 'a task record'} (a JSON object)")
+        key = key or next((k for k in ID_KEYS if k in rec), ID_KEYS[0])
+        if not isinstance(rec.raw(key), (int, str)) or isinstance(rec.raw(key), bool) or rec.raw(key) == "":
+            raise rec.error(key, f"{'missing' if key not in rec else 'not a number or text'}: the id each line of "
+                                 f"the prediction file names (every record of {task.report_name} needs one)")
+        if code and code != label:
+            label_of(rec, code)
+        rows.append(row)
+    if not rows:
+        raise ZhBertError(f"{path}: no records")
+    return rows, key

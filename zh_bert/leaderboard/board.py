@@ -14,10 +14,11 @@ from pathlib import Path
 
 from zh_bert.core.errors import ZhBertError
 from zh_bert.core.fileio import MANIFEST, RUN_RECIPE, RUN_SUMMARY, Record, atomic_dir, claim_dir, read_text, write_json, write_text
+from zh_bert.corpus.benchmark_text import suite_tasks
+from zh_bert.corpus.task_registry import suites
 from zh_bert.evaluation.contamination_report import ContaminationArgs, contamination
-from zh_bert.evaluation.suite import PROTOCOLS
 from zh_bert.leaderboard.html import render_html
-from zh_bert.leaderboard.record import COLUMNS, TOLERANCE, cell, group_notes, sort_entries
+from zh_bert.leaderboard.record import TOLERANCE, cell, columns, group_notes, sort_entries
 from zh_bert.leaderboard.sources import Model, gather, note
 from zh_bert.train.arch import of_config
 
@@ -108,10 +109,10 @@ def contamination_of(m: Model) -> dict | None:
         return None
     res = contamination(ContaminationArgs(corpus=files, suite="all"))
     out = {}
-    for suite in PROTOCOLS:
-        tasks = [t for name, t in res["tasks"].items() if name.split("/")[0] == suite]
+    for suite in suites():
+        tasks = [res["tasks"][key] for key in suite_tasks(suite.name) if key in res["tasks"]]
         total = sum(t["examples"] for t in tasks)
-        out[suite] = round(sum(t["contaminated"] for t in tasks) / total, 5) if total else None
+        out[suite.name] = round(sum(t["contaminated"] for t in tasks) / total, 5) if total else None
     return out
 
 
@@ -132,7 +133,7 @@ def scores_and_notes(m: Model, tolerance: float) -> tuple[dict, list[dict]]:
         figures, unplaced = sort_entries(rec["entries"], f"verification record {Path(where).name}")
         verified.update(figures)
         notes += unplaced
-    scores = {c.key: cell(claimed.get(c.key), verified.get(c.key), c.split, tolerance) for c in COLUMNS
+    scores = {c.key: cell(claimed.get(c.key), verified.get(c.key), c.split, tolerance) for c in columns()
               if c.key in claimed or c.key in verified}
     return scores, notes
 
@@ -162,9 +163,9 @@ def build_board(sources: list[str], endpoint: str | None = None, tolerance: floa
     text, ref = reference_text()
     with gather(sources, endpoint, log) as models:
         rows = [row_of(m, text, tolerance, with_contamination) for m in models]
-    return {"schema": SCHEMA, "generated_by": "zh-bert " + version("zh-bert"), "protocols": dict(PROTOCOLS),
+    return {"schema": SCHEMA, "generated_by": "zh-bert " + version("zh-bert"), "protocols": {s.name: s.protocol for s in suites()},
             "tolerance": tolerance, "reference_text": ref,
-            "columns": [{"key": c.key, "label": c.label, "split": c.split, "unit": "%"} for c in COLUMNS],
+            "columns": [{"key": c.key, "label": c.label, "split": c.split, "unit": "%"} for c in columns()],
             "rows": rows}
 
 

@@ -16,10 +16,9 @@ from __future__ import annotations
 import math
 import re
 
+from zh_bert.corpus.task_registry import suites, tasks, tasks_of
 from zh_bert.evaluation.eval_results import metric_range
-from zh_bert.evaluation.fewclue import FEWCLUE_TASKS, MULTIPLE_CHOICE
 
-FEWCLUE = (*FEWCLUE_TASKS, *MULTIPLE_CHOICE)
 #: CLUE's tasks (the full-data benchmark; `clue` on the Hub), FewCLUE's few-shot versions aside
 CLUE_TASKS = ("afqmc", "tnews", "iflytek", "cmnli", "ocnli", "cluewsc2020", "csl", "cmrc2018", "drcd", "chid",
               "c3", "diagnostics")
@@ -29,9 +28,6 @@ CARD_SPLITS = {"validation": "dev", "valid": "dev", "val": "dev", "dev": "dev", 
 #: a card's metric ids -> the board's
 METRICS = {"accuracy": "accuracy", "acc": "accuracy", "exact_match": "exact_match", "exact": "exact_match",
            "em": "exact_match", "f1": "f1"}
-#: Hub dataset ids of ChnSentiCorp are ORG/ChnSentiCorp (seamew/, lansinuote/: both the ERNIE/HFL split of
-#: 9,600 / 1,200 / 1,200 reviews that zh-bert fine-tunes on)
-CHNSENTICORP = "chnsenticorp"
 #: the most claims of one card the board reads (a hostile card cannot make it build a huge board)
 MAX_CLAIMS = 5000
 
@@ -42,36 +38,46 @@ def _letters_digits(text: object) -> str:
 
 
 def _clue_task(word: str) -> str | None:
+    """CLUE's name of a task a card names (its WSC is `cluewsc2020`, which cards write `wsc` or `cluewsc`)."""
     plain = _letters_digits(word)
-    plain = "cluewsc2020" if plain in ("wsc", "cluewsc") else plain
-    return plain if plain in CLUE_TASKS else None
+    return next((c for c in (plain, f"{plain}2020", f"clue{plain}2020") if c in CLUE_TASKS), None)
+
+
+def _suite_task(e: dict, low: str, pname: str, config: str) -> str | None:
+    """A task of a suite the card names by the suite's dataset (`type: fewclue` with `config: tnews`, `FewCLUE
+    tnews`): the config, else the longest task name the dataset's name ends with."""
+    for suite in suites():
+        if not any(low == a or a in pname for a in suite.aliases):
+            continue
+        names = [t.name for t in tasks_of(suite)]
+        task = _letters_digits(config) or next((n for n in sorted(names, key=len, reverse=True) if n in pname), "")
+        return task if task in names else None
+    return None
 
 
 def identity(e: dict) -> str | None:
-    """The task an entry is about: `fewclue-<task>`, `tnews` (zh-bert's FewCLUE TNEWS fine-tuning),
-    `cmrc2018`, `chnsenticorp`, `clue-<task>` (CLUE's full-data tasks), `mteb`, or None (unknown)."""
+    """The task an entry is about: a declared task's name (`zh_bert.corpus.task_registry`: its dataset type, a
+    suite's dataset with the task as config or name, one of its aliases such as a Hub id), `clue-<task>` (CLUE's
+    full-data tasks), `mteb`, or None (unknown)."""
     dtype, name = str(e.get("dataset_type") or ""), str(e.get("dataset_name") or "")
     config = str(e.get("config") or "")
     low, pname = dtype.lower(), _letters_digits(name)
-    if low.startswith("fewclue-") and low[8:] in FEWCLUE:
-        return low
-    if low == "fewclue" or "fewclue" in pname:
-        if not config and "TNEWS" in name.upper() and low == "fewclue":
-            return "tnews"                          # zh-bert finetune: TNEWS (FewCLUE), train_few_all
-        task = _letters_digits(config) or next((t for t in FEWCLUE if pname.endswith(t)), "")
-        return f"fewclue-{task}" if task in FEWCLUE else None
+    declared = tasks()
+    exact = next((t.name for t in declared if t.dataset[0].lower() == low), None)
+    if exact:
+        return exact
+    if any(low == a or a in pname for s in suites() for a in s.aliases):
+        return _suite_task(e, low, pname, config)
     if low.startswith(("c-mteb/", "mteb/")) or name.upper().startswith("MTEB "):
         return "mteb"
-    if low.rsplit("/", 1)[-1] == CHNSENTICORP or pname == CHNSENTICORP:
-        return CHNSENTICORP
-    if low in ("cmrc2018", "hfl/cmrc2018") or pname in ("cmrc2018", "cluecmrc2018"):
-        return "cmrc2018"
+    for t in declared:
+        if t.aliases and (low in t.aliases or low.rsplit("/", 1)[-1] in t.aliases or pname in t.aliases):
+            return t.name
     words = (config, pname, pname.removeprefix("clue")) if low in ("clue", "clue/clue") or pname.startswith(
         "clue") else (dtype, name)
     task = next((t for t in map(_clue_task, words) if t), None)
-    if task == "cmrc2018":
-        return "cmrc2018"
-    return f"clue-{task}" if task else None
+    same = next((t.name for t in declared if task and task in t.aliases), None)   # CLUE's copy of our dataset
+    return same or (f"clue-{task}" if task else None)
 
 
 def card_split(e: dict) -> str | None:

@@ -14,9 +14,6 @@ import json
 import math
 from typing import Any, Callable
 
-#: the score column the scatter plots against compute (the first column where the board has none)
-SCATTER_KEY = "fewclue"
-
 #: status -> (the mark after the figure, what the legend says it means)
 STATUS_MARKS = {
     "verified": ("✓", "re-run here under the same protocol, within the tolerance"),
@@ -340,7 +337,7 @@ def _ticks(lo: float, hi: float) -> list[float]:
 
 def _scatter_key(board: dict) -> dict | None:
     cols = board.get("columns") or []
-    return next((c for c in cols if c.get("key") == SCATTER_KEY), cols[0] if cols else None)
+    return cols[0] if cols else None     # the board's first column: the first suite's score (FewCLUE's)
 
 
 def render_scatter(board: dict) -> str:

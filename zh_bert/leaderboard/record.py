@@ -11,15 +11,14 @@ note with the reason, and the notes travel with the row into board.json, board.m
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from zh_bert.core.errors import ZhBertError
 from zh_bert.core.fileio import Record, read_json
+from zh_bert.corpus.task_registry import scored, suite_named, suites, task_named, tasks
+from zh_bert.corpus.task_spec import Column
 from zh_bert.evaluation.eval_results import checked_entries
-from zh_bert.evaluation.fewclue import FEWCLUE_TASKS, MULTIPLE_CHOICE, fewclue_score
-from zh_bert.evaluation.suite import PROTOCOLS
-from zh_bert.leaderboard.cards import FEWCLUE, card_split, claim_text, identity, metric_of, percent_of
+from zh_bert.leaderboard.cards import card_split, claim_text, identity, metric_of, percent_of
 
 RECORD_SCHEMA = "zh-bert-verification/1"
 #: the fine-tuning protocol is what the board compares; zero-shot and PET figures are other columns' business
@@ -28,40 +27,33 @@ BOARD_METHOD = "finetune"
 TOLERANCE = 0.5
 
 
-@dataclass(frozen=True)
-class Column:
-    key: str
-    label: str
-    split: str
+def columns() -> list[Column]:
+    """The board's columns, from the task declarations: each suite's score, then each task's columns, in
+    declaration order (a task declared later gets its columns on the next board)."""
+    return [s.score.column for s in suites() if s.score] + [c for t in tasks() for c in t.columns]
 
 
-COLUMNS: tuple[Column, ...] = (
-    Column("fewclue", "FewCLUE score", "test_public"),
-    *(Column(f"fewclue-{t}", t.upper(), "test_public") for t in (*FEWCLUE_TASKS, *MULTIPLE_CHOICE)),
-    Column("cmrc2018-em", "CMRC 2018 EM", "dev"),
-    Column("cmrc2018-f1", "CMRC 2018 F1", "dev"),
-    Column("chnsenticorp", "ChnSentiCorp", "test"),
-    Column("tnews", "TNEWS", "test"),
-)
-COLUMN_KEYS = tuple(c.key for c in COLUMNS)
+def task_columns() -> dict[str, dict[str, Column]]:
+    """A task (`cards.identity`) -> {metric: the column it fills}."""
+    return {t.name: {c.metric: c for c in t.columns} for t in tasks() if t.columns}
 
 
-#: a task (`cards.identity`) -> {metric: the column it fills}
-TASK_COLUMNS = {**{f"fewclue-{t}": {"accuracy": f"fewclue-{t}"} for t in FEWCLUE},
-                "cmrc2018": {"exact_match": "cmrc2018-em", "f1": "cmrc2018-f1"},
-                "chnsenticorp": {"accuracy": "chnsenticorp"}, "tnews": {"accuracy": "tnews"}}
-_BY_KEY = {c.key: c for c in COLUMNS}
+def protocols() -> set[str]:
+    return {t.protocol for t in tasks()} | {s.protocol for s in suites()}
+
+
 #: the most claims one note lists in board.json (the rest are counted); an MTEB card holds a few hundred
 NOTE_CLAIMS = 1000
 
 
 def _method_of(e: dict) -> str:
-    """`method` detail, else read from the suite's task name "FewCLUE x (fewclue-v2, pet, ...)" (cards drop details)."""
+    """`method` detail, else read from a suite task's name "FewCLUE x (fewclue-v2, pet, ...)" (cards drop
+    details)."""
     if e.get("method"):
         return str(e["method"])
     name = str(e.get("task_name", ""))
     inner = name[name.find("(") + 1:name.find(")")].split(", ") if "(" in name else []
-    return inner[1] if len(inner) > 1 and inner[0] in PROTOCOLS.values() else BOARD_METHOD
+    return inner[1] if len(inner) > 1 and inner[0] in protocols() else BOARD_METHOD
 
 
 def _no_column(task: str | None) -> str:
@@ -69,13 +61,16 @@ def _no_column(task: str | None) -> str:
     if task == "mteb":
         return ("an MTEB embedding evaluation (a classifier or a similarity on frozen sentence embeddings), not the "
                 "fine-tuning the columns compare")
+    named = {t.name: t for t in tasks()}
     if task and task.startswith("clue-"):
         name = task[5:]
-        if f"fewclue-{name.removesuffix('2020')}" in TASK_COLUMNS or name == "tnews":
-            return (f"CLUE's full-data {name.upper()} (its own train and test sets): the board's {name.upper()} "
-                    f"columns hold FewCLUE's {name.upper()}, another training set and test set")
+        ours = named.get(name) or named.get(name.removesuffix("2020"))
+        if ours and ours.columns and ours.suites:
+            return (f"CLUE's full-data {name.upper()} (its own train and test sets): the board's {ours.title} "
+                    f"columns hold {suite_named(ours.suites[0]).title}'s {ours.title}, another training set and "
+                    f"test set")
         return f"CLUE's {name.upper()}: the board has no column for it"
-    return "the board has no column for this task (FewCLUE, CMRC 2018, ChnSentiCorp and FewCLUE TNEWS only)"
+    return f"the board has no column for this task (its columns: {', '.join(c.label for c in columns())})"
 
 
 def _out_of_range(metric: str, value: float) -> str:
@@ -86,15 +81,17 @@ def _out_of_range(metric: str, value: float) -> str:
 def placement(e: dict) -> tuple[str | None, float | None, str]:
     """(column, percent, "") for a claim the board shows, else (None, None, the reason it is not shown)."""
     task, metric, split = identity(e), metric_of(e), card_split(e)
-    columns = TASK_COLUMNS.get(task or "")
-    if columns is None:
+    cols = task_columns().get(task or "")
+    if cols is None:
         return None, None, _no_column(task)
-    key = columns.get(metric)
-    if key is None:
-        labels = " and ".join(_BY_KEY[k].label for k in columns.values())
-        return None, None, f"metric {metric or '(none)'}: the {labels} column{'s' * (len(columns) > 1)} " \
-                           f"show{'s' * (len(columns) == 1)} {' and '.join(columns)}"
-    column = _BY_KEY[key]
+    column = cols.get(metric)
+    if column is None:
+        labels = " and ".join(c.label for c in cols.values())
+        return None, None, f"metric {metric or '(none)'}: the {labels} column{'s' * (len(cols) > 1)} " \
+                           f"show{'s' * (len(cols) == 1)} {' and '.join(cols)}"
+    protocol = task_named(task).protocol
+    if e.get("protocol") and e["protocol"] != protocol:
+        return None, None, f"protocol {e['protocol']}: the {column.label} column holds {protocol} figures"
     if split != column.split:
         given = "no split given" if split is None else f"split {split}"
         return None, None, f"{given}: the {column.label} column holds {column.split} figures"
@@ -104,12 +101,12 @@ def placement(e: dict) -> tuple[str | None, float | None, str]:
     value = percent_of(metric, float(e["metric_value"]))
     if value is None:
         return None, None, _out_of_range(metric, e["metric_value"])
-    return key, round(value, 2), ""
+    return column.key, round(value, 2), ""
 
 
 def sort_entries(entries: list[dict], source: str) -> tuple[dict[str, float], list[dict]]:
     """{column: percent} of a list of entries (the last one of a column wins, as in eval_results.json), with
-    the FewCLUE score when all eight of its tasks are there; and a note for each entry not placed."""
+    a suite's score when all its scored tasks are there (FewCLUE's eight); and a note for each entry not placed."""
     out: dict[str, float] = {}
     notes = []
     for e in entries:
@@ -118,9 +115,10 @@ def sort_entries(entries: list[dict], source: str) -> tuple[dict[str, float], li
             notes.append({"source": source, "reason": why, "claim": claim_text(e)})
         else:
             out[key] = value
-    tasks = {k.removeprefix("fewclue-"): v for k, v in out.items() if k.startswith("fewclue-")}
-    if all(t in tasks for t in FEWCLUE_TASKS):
-        out["fewclue"] = round(fewclue_score(tasks), 2)
+    for suite in suites():
+        keys = [t.columns[0].key for t in scored(suite) if t.columns]
+        if suite.score and keys and all(k in out for k in keys):
+            out[suite.score.column.key] = round(sum(out[k] for k in keys) / len(keys), 2)
     return out, notes
 
 

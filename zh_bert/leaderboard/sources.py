@@ -19,11 +19,13 @@ from pathlib import Path
 from zh_bert.core.errors import ZhBertError
 from zh_bert.core.fileio import RUN_SUMMARY, SUITE_DIR, VERIFICATION_FILE, Record, copy_file, read_json, read_text, scratch_dir
 from zh_bert.evaluation import eval_results
+from zh_bert.corpus.task_registry import task_named, tasks_of
+from zh_bert.evaluation.heads import head_kind
 from zh_bert.evaluation.suite_report import suite_entries
 from zh_bert.hub.catalog import BY_ALIAS, resolve
 from zh_bert.hub.endpoint import endpoint_and_host, hub_errors, repo_info
 from zh_bert.hub.listing import card_metadata, facts_of_files, repo_facts
-from zh_bert.leaderboard.cards import FEWCLUE, model_index_entries
+from zh_bert.leaderboard.cards import model_index_entries
 from zh_bert.leaderboard.record import is_record, read_record
 from zh_bert.train.rundir import FINAL, is_model_dir, is_run_dir
 
@@ -168,20 +170,22 @@ def hub_model(source: str, scratch: Path, endpoint: str | None = None, revision:
 
 
 def _suite_result(name: str, r: Record) -> None:
-    """One task of a suite report's random-init run, typed as `suite_entries` reads it."""
-    if name not in (*FEWCLUE, "cmrc2018"):
-        raise ZhBertError(f"{r.where}: {r.path}: not a task of the suite ({', '.join(FEWCLUE)}, cmrc2018)")
+    """One task of a suite report's random-init run, typed as `suite_entries` reads it (the task's metrics in
+    their units, its pairs or what it trained on)."""
+    every = [t.name for t in tasks_of("all")]
+    if name not in every:
+        raise ZhBertError(f"{r.where}: {r.path}: not a task of a suite ({', '.join(every)})")
     seeds = r.list("seeds", max_len=10_000)
     if not seeds or any(isinstance(s, bool) or not isinstance(s, int) for s in seeds):
         raise r.error("seeds", f"expected a list of integer seeds, got {str(seeds)[:40]!r}")
     r.raw("data_sha256")
-    if name == "cmrc2018":
-        r.text("trained_on", max_len=100)
-        for key in ("em", "f1"):
-            r.number(key, lo=0, hi=100)
-    else:
+    task = task_named(name)
+    if head_kind(task).chooses:
         r.integer("pairs", lo=1, hi=1000)
-        r.number("test_acc", lo=0, hi=1)
+    else:
+        r.text("trained_on", max_len=100)
+    for m in task.metrics:
+        r.number(m.key, lo=0, hi=1 if m.unit == "fraction" else 100)
 
 
 def baseline_of(m: Model) -> Model | None:
@@ -197,7 +201,7 @@ def baseline_of(m: Model) -> Model | None:
     for key in ("zh_bert_version", "method"):
         rec.text(key, max_len=100)
     protocols = rec.record("protocols")
-    for key in ("fewclue", "cmrc2018"):
+    for key, _ in protocols.items():
         protocols.text(key, max_len=100)
     runs = dict(rec.records_in("random_init"))
     for name, r in runs.items():

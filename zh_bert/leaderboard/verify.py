@@ -31,7 +31,7 @@ from zh_bert.evaluation.qa import QAConfig
 from zh_bert.evaluation.suite import SuiteArgs, run_suite
 from zh_bert.evaluation.suite_report import report_lines, suite_entries
 from zh_bert.hub.download import local_model, refuse_model_code
-from zh_bert.leaderboard.record import COLUMNS, RECORD_SCHEMA, TOLERANCE, cell, scores_of
+from zh_bert.leaderboard.record import RECORD_SCHEMA, TOLERANCE, cell, columns, scores_of
 from zh_bert.leaderboard.sources import Model, folder_model, hub_model, kind_of, weights_sha256
 from zh_bert.train.rundir import find_run_dir
 
@@ -82,7 +82,7 @@ def claims_of(model: str, endpoint: str | None, revision: str | None, scratch: P
 def compare(claims: list[dict], entries: list[dict], tolerance: float) -> list[dict]:
     claimed, verified = scores_of(claims), scores_of(entries)
     return [{"column": c.key, **cell(claimed.get(c.key), verified.get(c.key), c.split, tolerance)}
-            for c in COLUMNS if c.key in verified]
+            for c in columns() if c.key in verified]
 
 
 def verify(args: VerifyArgs, suite: SuiteArgs, cfg: FinetuneConfig, qa: QAConfig, log=print) -> tuple[dict, Path]:
