@@ -37,7 +37,7 @@ def write_recipe(path: Path, char_shards, **over) -> Path:
 
 def tiny_electra(char_shards, dropout: float = 0.0):
     from zh_bert.train.arch.bert import build_config
-    from zh_bert.train.model import ElectraPretrainModel, build_electra
+    from zh_bert.train.objectives.electra_net import ElectraPretrainModel, build_electra
     from zh_bert.corpus.tokenizer_files import load_tokenizer
 
     torch.manual_seed(0)
@@ -56,7 +56,7 @@ def loader_batches(char_shards, n: int, size: int, seed: int = 3) -> list[dict]:
 # ------------------------------------------------------------------------------------------------ the pieces
 
 def test_sampler_draws_from_the_softmax_and_a_sure_generator_replaces_nothing():
-    from zh_bert.train.model import replaced_token_labels, sample_replacements
+    from zh_bert.train.objectives.electra_net import replaced_token_labels, sample_replacements
 
     probs = torch.tensor([0.5, 0.0, 0.25, 0.25])
     u = torch.rand(20000, generator=torch.Generator().manual_seed(0))
@@ -75,7 +75,7 @@ def test_rtd_labels_are_one_exactly_where_the_sampled_token_differs(char_shards)
     """A real tiny generator/discriminator on a real masked batch: the discriminator sees the original text
     with the masked positions replaced by the generator's samples, and its labels are 1 exactly where that
     differs from the original; a generator whose logits put all mass on the original gives all zeros."""
-    from zh_bert.train.model import add_sampling_noise
+    from zh_bert.train.objectives.electra_net import add_sampling_noise
 
     model = tiny_electra(char_shards)
     batch = add_sampling_noise(loader_batches(char_shards, 1, 8), seed=7, step=0, rank=0, world=1)[0]
@@ -127,7 +127,8 @@ def test_accumulation_4x8_equals_1x32(char_shards):
         stats = StepStats()
         train_step(model, opt, sched, acc, batches, recipe, stats, step=5)
         params[name] = {k: v.detach().clone() for k, v in model.named_parameters()}
-        rows[name] = (float(stats.loss) / stats.masked, float(stats.rtd_loss) / stats.tokens, float(stats.replaced))
+        rows[name] = (float(stats.loss) / stats.masked, float(stats.sums["rtd_loss_sum"]) / stats.tokens,
+                      float(stats.sums["replaced"]))
     assert rows["4x8"][2] == rows["1x32"][2] > 0                     # the very same samples
     assert all(abs(a - b) < 1e-5 for a, b in zip(rows["4x8"][:2], rows["1x32"][:2])), rows
     worst = max((params["4x8"][k] - params["1x32"][k]).abs().max().item() for k in params["4x8"])
@@ -142,7 +143,8 @@ def test_plan_counts_both_networks(capsys):
     """plan's parameter count equals the built pair's, and its FLOPs are the generator's encoder + embedding
     projection + sparse head plus the discriminator's encoder + RTD head, counted by hand here."""
     from zh_bert.cli import main
-    from zh_bert.train.model import build_electra, count_params, electra_configs, electra_flops_per_token
+    from zh_bert.train.model import count_params
+    from zh_bert.train.objectives.electra_net import build_electra, electra_configs, electra_flops_per_token
     from zh_bert.plan.memory_model import ModelShape, model_config
 
     for preset in ("tiny", "mini"):

@@ -223,8 +223,8 @@ def needless_local_imports() -> list[str]:
 
 
 #: the names of model families and objectives, and the one place each kind is defined as objects
-VARIANTS = {"bert", "modernbert", "mlm", "mlm+nsp", "mlm+sop", "electra"}
-VARIANT_HOMES = (PKG / "train" / "arch", PKG / "train" / "objective.py")
+VARIANTS = {"bert", "modernbert", "mlm", "mlm+nsp", "mlm+sop", "electra", "distill"}
+VARIANT_HOMES = (PKG / "train" / "arch", PKG / "train" / "objectives")
 
 
 def variant_comparisons() -> list[str]:

@@ -62,8 +62,9 @@ PRESET_ORDER = ("tiny", "mini", "small", "medium", "base", "large")
 
 #: the recipe keys a plan depends on: the same declarations as `zh-bert pretrain`'s (type, default, help)
 RecipeKeys = keys_of(Recipe, "model", "architecture", "global_attn_every_n_layers", "local_attention",
-                     "objective", "generator_ratio", "mask_rate", "seq_len", "global_batch", "attention_dropout",
-                     "precision", "grad_checkpointing", "vocab_size", name="RecipeKeys")
+                     "objective", "generator_ratio", "teacher", "hidden_weight", "projection", "mask_rate", "seq_len",
+                     "global_batch", "attention_dropout", "precision", "grad_checkpointing", "vocab_size",
+                     name="RecipeKeys")
 
 
 @dataclass
@@ -106,7 +107,7 @@ class PlanArgs(RecipeKeys):
         if self.measure_steps < 1:
             raise ZhBertError(f"--measure-steps must be at least 1, got {self.measure_steps}")
         plan_recipe(self.model, 0.1, self.attention_dropout, self.global_attn_every_n_layers,   # what pretrain
-                    self.local_attention, self.objective, self.architecture)              # would refuse
+                    self.local_attention, self.objective, self.architecture, self.teacher)  # would refuse
 
     @property
     def device(self) -> str:

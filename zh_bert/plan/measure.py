@@ -17,14 +17,13 @@ from zh_bert.plan.memory_model import (
     shape_and_flops,
 )
 from zh_bert.train.arch import of_config
-from zh_bert.train.objective import OBJECTIVES
 
 
 def measure(model: str, seq_len: int, micro_batch: int, precision: str, *, vocab_size: int = 21128,
             steps: int = 3, mask_rate: float = 0.15, dropout: float = 0.1, attention_dropout: float = 0.0,
             device: str | None = None, grad_checkpointing: bool = False, objective: str = "mlm",
             generator_ratio: float = 0.25, architecture: str = "bert", global_attn_every_n_layers: int = 3,
-            local_attention: int = 128) -> dict:
+            local_attention: int = 128, teacher: str | None = None) -> dict:
     """Time real training steps (`training.train_step` with its model, optimizer and precision handling) on
     the local device ('cpu' or 'cuda'; None = the GPU if there is one), of the model `architecture`'s object
     builds for pretrain (`memory_model.model_config`: `Architecture.config` of the same recipe keys).
@@ -35,7 +34,6 @@ def measure(model: str, seq_len: int, micro_batch: int, precision: str, *, vocab
 
     import torch
 
-    from zh_bert.train.model import ElectraPretrainModel, PretrainModel, build_electra
     from zh_bert.train.recipe import Recipe
     from zh_bert.train.training import (
         StepStats,
@@ -49,18 +47,23 @@ def measure(model: str, seq_len: int, micro_batch: int, precision: str, *, vocab
     acc = make_accelerator(precision, cpu=(device or ("cuda" if torch.cuda.is_available() else "cpu")) == "cpu")
     dev = acc.device
     recipe = Recipe(lr=1e-4, warmup_steps=0, max_steps=steps + 1, global_batch=micro_batch, micro_batch=micro_batch,
-                    objective=objective, generator_ratio=generator_ratio)
+                    objective=objective, generator_ratio=generator_ratio, teacher=teacher)
     torch.manual_seed(0)
-    cfg = model_config(model, vocab_size, dropout, attention_dropout, architecture=architecture,
-                       global_attn_every_n_layers=global_attn_every_n_layers, local_attention=local_attention)
-    net = (ElectraPretrainModel(*build_electra(cfg, generator_ratio)) if recipe.objective_spec.generator
-           else PretrainModel(of_config(cfg).model_class("mlm")(cfg)))
-    for hf in (net.hf, getattr(net, "generator", None)):
-        if grad_checkpointing and hf is not None:
+
+    def config_of(name: str, arch_name: str):
+        return model_config(name, vocab_size, dropout, attention_dropout, architecture=arch_name,
+                            global_attn_every_n_layers=global_attn_every_n_layers, local_attention=local_attention)
+
+    cfg = config_of(model, architecture)
+    nets = recipe.objective_spec.random_networks(recipe, cfg, of_config(cfg), config_of)
+    net = recipe.objective_spec.module(nets, recipe)
+    for hf in (nets.hf, *nets.trained.values()):
+        if grad_checkpointing:
             hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     opt, _ = make_optimizer(net, recipe)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(recipe))
     net, opt = acc.prepare(net, opt)
+    recipe.objective_spec.place(nets, dev, precision)
     net.train()
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(1000, vocab_size, (micro_batch, seq_len), generator=g)
@@ -116,8 +119,8 @@ def measure_utilisation(args, spec: GPUSpec, plan) -> dict:
     measured = measure(args.model, args.seq_len, mb, plan.precision, vocab_size=args.vocab_size,
                        steps=args.measure_steps, mask_rate=args.mask_rate, device=dev,
                        attention_dropout=args.attention_dropout, grad_checkpointing=plan.grad_checkpointing,
-                       objective=args.objective if OBJECTIVES[args.objective].generator else "mlm",
-                       generator_ratio=args.generator_ratio, architecture=args.architecture,
+                       objective=args.objective, generator_ratio=args.generator_ratio, teacher=args.teacher,
+                       architecture=args.architecture,
                        global_attn_every_n_layers=args.global_attn_every_n_layers,
                        local_attention=args.local_attention)
     recompute = RECOMPUTE if plan.grad_checkpointing else 1.0

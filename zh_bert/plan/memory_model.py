@@ -9,12 +9,22 @@ a CPU with attention dropout > 0, which PyTorch's CPU flash kernel does not supp
 add 4·heads·s bytes per token, with attention dropout 9·heads·s (mask + dropped copy; 6 / 11 under AMP). The sparse MLM head stores per *masked* token its 4 h-sized inputs and
 2 V-sized fp32 tensors (logits, log-softmax), plus 2 more V-sized gradients at the start of backward.
 
-`--objective electra` plans both networks (`zh_bert.train.model.electra_configs`): parameters = discriminator +
-generator with the embeddings counted once; FLOPs = `model.electra_flops_per_token` (the generator's encoder
+`--objective electra` plans both networks (`zh_bert.train.objectives.electra_net.electra_configs`): parameters =
+discriminator + generator with the embeddings counted once; FLOPs = `electra_net.electra_flops_per_token` (the generator's encoder
 and sparse head, the discriminator's encoder and per-token RTD head); activations = the generator's encoder at
 its width (its embeddings E = the discriminator's hidden size, plus the projection input) and sparse head with
 E in place of h, plus the discriminator's encoder and RTD head (3 h-sized inputs per token: 12h bytes fp32, 6h
 under AMP).
+
+`--objective distill --teacher T` plans the student (and its learned projections, one linear map per hidden-state
+pair) as what trains, and the teacher as a frozen network (`objectives.distill.Distill.plan_shape`): its weights
+at the run's precision (2 bytes per parameter under bf16/fp16, as the run casts them once; 4 in fp32), no
+gradients or AdamW state, no saved activations, but what a step keeps of its forward: the hidden states of
+the layer map's pairs (tokens × H_teacher each), one layer's working set (16·H_teacher per token) and its MLM
+logits and soft targets at the masked positions (2 × 4·V bytes per masked token); on the student's side the
+projected states (4·H_teacher per token per pair) and its soft cross-entropy (2 × 4·V per masked token).
+FLOPs: the student's training FLOPs + the teacher's forward (a third of its training FLOPs, its head at the
+masked positions) + the projections' matmuls.
 
 `--architecture modernbert` (block `pre-norm-glu`, stock ModernBertForMaskedLM; measured tensor by
 tensor with saved-tensor hooks, transformers 5.24): per layer the residual stream before the MLP norm and the
@@ -37,7 +47,7 @@ from typing import Optional
 from zh_bert.train.arch import get as get_architecture
 from zh_bert.train.arch import of_config
 from zh_bert.train.arch.bert import layer_params
-from zh_bert.train.objective import OBJECTIVES
+from zh_bert.train.objectives import objective_named
 
 GiB = 2 ** 30
 CUDA_CONTEXT_BYTES = 0.5 * GiB       # CUDA context + cuBLAS workspace + kernels, outside the allocator
@@ -61,6 +71,8 @@ class ModelShape:
     #   tests/test_plan.py checks it equals model.count_params of the built model
     generator: Optional["ModelShape"] = None   # electra: the generator (its params: only what it adds)
     embedding: int = 0                         # electra: the generator's embedding width (= hidden here)
+    frozen: Optional["ModelShape"] = None      # distill: the teacher (runs forward only; not in params)
+    frozen_pairs: int = 0                      # distill: hidden-state pairs the loss compares
     architecture: str = "bert"                 # a zh_bert.train.arch family: its block picks the activation formula
     sliding_layers: int = 0                    # modernbert: layers attending in a window (each keeps its mask)
     window: int = 0                            # modernbert: local_attention, in tokens
@@ -90,8 +102,15 @@ class ModelShape:
         return cls(l, h, disc.num_attention_heads, i, v, disc.max_position_embeddings, disc.hidden_dropout_prob,
                    disc.attention_probs_dropout_prob, d_params + g_params, generator=g, embedding=e)
 
+    @classmethod
+    def with_teacher(cls, student: "ModelShape", teacher: "ModelShape", projection: int, pairs: int) -> "ModelShape":
+        """A distillation student (its params + the projections' `projection` weights) and its frozen teacher."""
+        return dataclasses.replace(student, params=student.params + projection, frozen=teacher, frozen_pairs=pairs)
+
     def label(self) -> str:
         own = get_architecture(self.architecture).shape_label(self)
+        if self.frozen is not None:
+            own += f" + teacher {self.frozen.label()} (frozen, {self.frozen.params / 1e6:.1f}M)"
         return own if self.generator is None else f"{own} + generator {self.generator.label()}"
 
 
@@ -105,14 +124,14 @@ def model_config(model: str, vocab_size: int, dropout: float = 0.1, attention_dr
 
 
 def plan_recipe(model: str, dropout: float, attention_dropout: float, global_attn_every_n_layers: int,
-                local_attention: int, objective: str = "mlm", architecture: str = "bert"):
+                local_attention: int, objective: str = "mlm", architecture: str = "bert", teacher: str | None = None):
     """The `Recipe` of a run with these keys: building it applies the recipe's own one-line checks
     (the architecture's objectives, window, global period), so plan refuses what pretrain would."""
     from zh_bert.train.recipe import Recipe
 
     return Recipe(architecture=architecture, model=model, objective=objective, dropout=dropout,
                   attention_dropout=attention_dropout, global_attn_every_n_layers=global_attn_every_n_layers,
-                  local_attention=local_attention)
+                  local_attention=local_attention, teacher=teacher)
 
 
 def plan_config(args, dropout: float = 0.1):
@@ -142,7 +161,21 @@ def activation_bytes(shape: ModelShape, seq_len: int, micro_batch: int, precisio
     """Bytes autograd keeps for backward in one micro-batch, by the architecture's block (see module docstring
     for the derivations); keywords: mask_rate, fused_attention, grad_checkpointing, device ('cpu' | 'cuda',
     which only changes the pre-norm GLU block's dropout masks)."""
-    return BLOCKS[get_architecture(shape.architecture).block](shape, seq_len, micro_batch, precision, **kw)
+    own = BLOCKS[get_architecture(shape.architecture).block](shape, seq_len, micro_batch, precision, **kw)
+    return own + (teacher_bytes(shape, seq_len, micro_batch, precision, kw.get("mask_rate", 0.15))
+                  if shape.frozen is not None else 0.0)
+
+
+def teacher_bytes(shape: ModelShape, seq_len: int, micro_batch: int, precision: str, mask_rate: float) -> float:
+    """What a distillation step keeps of its frozen teacher's forward and of the losses against it (module
+    docstring): the pairs' hidden states, one teacher layer's working set, logits and soft targets at the masked
+    positions; the student's projected states and soft cross-entropy."""
+    t, tokens = shape.frozen, micro_batch * seq_len
+    x = 2 if precision in ("fp16", "bf16") else 4
+    masked = tokens * mask_rate
+    teacher = tokens * (shape.frozen_pairs + 1) * t.hidden * x + tokens * 16 * t.hidden * x + masked * 8 * t.vocab
+    student = tokens * shape.frozen_pairs * 4 * t.hidden + masked * 8 * t.vocab
+    return teacher + student
 
 
 def post_norm_activation_bytes(shape: ModelShape, seq_len: int, micro_batch: int, precision: str, *,
@@ -219,12 +252,13 @@ def estimate_memory(shape: ModelShape, seq_len: int, micro_batch: int, precision
     `bench/plan_memory_check.py` measures.
     """
     p = shape.params
+    frozen = shape.frozen.params * (2 if precision in ("fp16", "bf16") else 4) if shape.frozen is not None else 0
     acts = activation_bytes(shape, seq_len, micro_batch, precision, mask_rate=mask_rate,
                             fused_attention=fused_attention, grad_checkpointing=grad_checkpointing, device=device)
     cache = 2 * p if precision in ("fp16", "bf16") else 0   # autocast's half copies of the weights
-    dynamic = 4 * p + 4 * p + 8 * p + cache + acts
+    dynamic = 4 * p + frozen + 4 * p + 8 * p + cache + acts
     overhead = 0.0 if device == "cpu" else CUDA_CONTEXT_BYTES + ALLOCATOR_SLACK * dynamic
-    return Memory(4 * p, 4 * p, 8 * p, cache, acts, overhead)
+    return Memory(4 * p + frozen, 4 * p, 8 * p, cache, acts, overhead)
 
 
 def divisors(n: int) -> list[int]:
@@ -232,12 +266,15 @@ def divisors(n: int) -> list[int]:
 
 
 def shape_and_flops(args, cfg) -> tuple[ModelShape, float]:
-    """(what trains, its training FLOPs per token) for `args.objective` on `cfg` (`plan_config(args)`); `args` is
-    a `zh_bert.plan.PlanArgs` (its architecture, objective, generator_ratio, seq_len and mask_rate)."""
-    from zh_bert.train.model import electra_configs, electra_flops_per_token
+    """(what a step runs, its training FLOPs per token) for `args.objective` on `cfg` (`plan_config(args)`), asked
+    of the objective; `args` is a `zh_bert.plan.PlanArgs` (its architecture, objective and their keys, seq_len,
+    mask_rate)."""
+    objective, arch = objective_named(args.objective), of_config(cfg)
 
-    if OBJECTIVES[args.objective].generator:
-        disc, gen = electra_configs(cfg, args.generator_ratio)
-        return ModelShape.from_electra(disc, gen), electra_flops_per_token(disc, gen, args.seq_len, args.mask_rate)
-    shape = ModelShape.from_config(cfg, pairs=OBJECTIVES[args.objective].pairs is not None)
-    return shape, of_config(cfg).flops_per_token(cfg, args.seq_len, args.mask_rate)
+    def config_of(model: str, architecture: str):
+        return model_config(model, args.vocab_size, 0.1, args.attention_dropout, architecture=architecture,
+                            global_attn_every_n_layers=args.global_attn_every_n_layers,
+                            local_attention=args.local_attention)
+
+    return (objective.plan_shape(cfg, arch, args, ModelShape, config_of),
+            objective.flops_per_token(cfg, arch, args, args.mask_rate, config_of))

@@ -17,6 +17,7 @@ from zh_bert.core.fileio import (CURVES_PNG, EVAL_RESULTS, METRICS_LOG, RUN_RECI
                                  parse_yaml, read_json, read_text)
 from zh_bert.evaluation import eval_results
 from zh_bert.train.arch import of_config
+from zh_bert.train.objectives import OBJECTIVES
 from zh_bert.train.rundir import GENERATOR
 
 WIDGET_TEXT = "北京是中国的{mask}都。"
@@ -311,6 +312,7 @@ def _model_section(facts: _Facts, name: str) -> list[str]:
                   f"({_arch(gen)}), a masked LM that shares the discriminator's embeddings; fills blanks |"]
     if objective:
         lines.append(f"| objective | {objective} |")
+        lines += OBJECTIVES[objective].card_rows(run) if isinstance(objective, str) and objective in OBJECTIVES else []
     if masking:
         lines.append(f"| masking | {masking} |")
     if _find(run, "attention_init") == "neighbour":

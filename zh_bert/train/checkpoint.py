@@ -2,8 +2,11 @@
 
 Layout of `out_dir/checkpoints/step-NNNNNNN/`:
   config.json + model.safetensors   stock HF model (the main process writes it)
-  generator/                        objective electra: the generator, a stock model folder too (the
-                                    discriminator is the top-level model)
+  generator/                        the objective's other trained stock models, each a model folder too
+                                    (electra: the generator; the discriminator is the top-level model)
+  objective_state.safetensors       tensors of the training module in no stock model (distill: the learned
+                                    projections); a frozen teacher is never saved, trainer_state.json
+                                    `objective` records its path and sha256
   optimizer.pt                      optimizer, scheduler, grad-scaler state (tensors + plain types only,
                                     loaded with weights_only=True: nothing is unpickled)
   rng-rankR.pt                      torch/cuda/numpy/python RNG of each process
@@ -52,6 +55,7 @@ from zh_bert.core.fileio import (
     rename_owned,
     replace_dir,
     save_pretrained,
+    save_safetensors,
     torch_save,
     write_json,
 )
@@ -60,6 +64,7 @@ from zh_bert.train.rundir import GENERATOR
 from zh_bert.train.scaler import NO_SCALING
 
 STATE = "trainer_state.json"
+OBJECTIVE_STATE = "objective_state.safetensors"   # the training module's tensors in no stock model
 CHECKPOINT_MANIFEST = "manifest.json"   # a checkpoint's files and sizes (not fileio.MANIFEST, the ownership proof)
 HASH_LIMIT = 16 << 20        # files up to this size also get a sha256 in the manifest
 FAULT_POINTS = ("tmp-dir", "rng-rank0", "model", "optimizer", "trainer-state", "manifest", "renamed", "trashed")
@@ -127,7 +132,8 @@ def _together(accelerator, work) -> None:
 
 
 def save_checkpoint(ckpt_root: Path, step: int, *, accelerator, hf_model, optimizer, scheduler,
-                    trainer_state: dict, keep_last: int, generator=None, scaler=NO_SCALING, name: str | None = None) -> Path:
+                    trainer_state: dict, keep_last: int, trained: dict | None = None, scaler=NO_SCALING,
+                    name: str | None = None, module_state: dict | None = None) -> Path:
     """Every process calls this (each saves its RNG); returns the final dir: `step-N`, or `name` (NODECAY), a
     complete checkpoint like the others that `keep_last` never removes.
 
@@ -150,8 +156,11 @@ def save_checkpoint(ckpt_root: Path, step: int, *, accelerator, hf_model, optimi
         if main:
             save_pretrained(hf_model, tmp, safe_serialization=True)
             of_config(hf_model.config).save_config(tmp)
-            if generator is not None:
-                save_pretrained(generator, tmp / GENERATOR, safe_serialization=True)
+            for sub, net in (trained or {}).items():
+                save_pretrained(net, tmp / sub, safe_serialization=True)
+            if module_state:
+                save_safetensors({k: v.detach().contiguous().cpu() for k, v in module_state.items()},
+                                 tmp / OBJECTIVE_STATE)
             fault_point("after:model", step)
             torch_save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
                         "scaler": scaler.state_dict()}, tmp / "optimizer.pt")
@@ -400,20 +409,22 @@ def check_resaves(ckpt_root: Path, resume_from: Path | None) -> None:
                               f"saves that step ({why}); move it out of {ckpt_root} first")
 
 
-def load_checkpoint(path: Path, *, accelerator, hf_model, optimizer, scheduler, generator=None,
-                    scaler=NO_SCALING) -> dict:
-    """Restore model (and the ELECTRA generator), optimizer, scheduler, scaler and this process's RNG; return
-    the trainer state."""
+def load_checkpoint(path: Path, *, accelerator, hf_model, optimizer, scheduler, trained: dict | None = None,
+                    scaler=NO_SCALING, module=None, objective=None) -> dict:
+    """Restore the model (and the objective's other trained models, e.g. ELECTRA's generator, and the training
+    module's own tensors), optimizer, scheduler, scaler and this process's RNG; return the trainer state."""
     path = Path(path)
     state = read_state(path)
     if state.get("num_processes", 1) != accelerator.num_processes:
         accelerator.print(f"note: checkpoint was written by {state.get('num_processes')} processes, resuming with "
                           f"{accelerator.num_processes}: data order continues, exact-loss resume is not guaranteed")
     _load_weights(path, hf_model)
-    if generator is not None:
-        if not (path / GENERATOR / "model.safetensors").is_file():
-            raise ZhBertError(f"{path}: no {GENERATOR}/ in this checkpoint: it was not written by an electra run")
-        _load_weights(path / GENERATOR, generator)
+    for sub, net in (trained or {}).items():
+        if not (path / sub / "model.safetensors").is_file():
+            raise ZhBertError(f"{path}: no {sub}/ in this checkpoint: it was not written by a run of this objective")
+        _load_weights(path / sub, net)
+    if objective is not None:
+        _load_module_state(path, module, objective)
     opt = torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True)
     optimizer.load_state_dict(opt["optimizer"])
     scheduler.load_state_dict(opt["scheduler"])
@@ -423,6 +434,18 @@ def load_checkpoint(path: Path, *, accelerator, hf_model, optimizer, scheduler, 
     if rng_file.is_file():
         set_rng_state(torch.load(rng_file, map_location="cpu", weights_only=True))
     return state
+
+
+def _load_module_state(path: Path, module, objective) -> None:
+    """The training module's own tensors (`Objective.module_state`), which the checkpoint must hold exactly."""
+    from safetensors.torch import load_file
+
+    file = path / OBJECTIVE_STATE
+    tensors = load_file(str(file)) if file.is_file() else {}
+    if objective.module_state(module) and not tensors:
+        raise ZhBertError(f"{path}: no {OBJECTIVE_STATE} in this checkpoint: it was not written by a run of this "
+                          f"objective")
+    objective.load_module_state(module, tensors, path)
 
 
 def _load_weights(folder: Path, model) -> None:

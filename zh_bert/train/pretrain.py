@@ -50,7 +50,7 @@ from zh_bert.train.arch.base import PRESETS, config_path
 from zh_bert.train.arch.modernbert import layer_types
 from zh_bert.train.curves import plot_curves
 from zh_bert.train.recipe import Recipe, load_recipe, save_recipe
-from zh_bert.train.rundir import GENERATOR, final_entry
+from zh_bert.train.rundir import final_entry
 from zh_bert.train.training_run import (
     MetricsLog,
     TrainingRun,
@@ -148,38 +148,34 @@ def load_datasets(recipe: Recipe, prepared):
     return tokdir, tokenizer, train_ds, valid_ds
 
 
-def _hf_model(recipe: Recipe, tokenizer, train_ds):
-    """(the stock HF model to train: `init_from` fitted to the tokenizer, or a fresh preset (seeded); the
-    ELECTRA generator, sharing its embeddings, or None)."""
+def _networks(recipe: Recipe, tokenizer, train_ds):
+    """The run's networks (`objectives.Networks`): the stock model to train (`init_from` fitted to the tokenizer,
+    or a fresh one of `model:`, seeded) and what the objective adds (ELECTRA's generator, a frozen teacher)."""
     from accelerate.utils import set_seed
 
-    from zh_bert.train.model import build_electra, load_init, neighbour_attention_init
+    from zh_bert.train.model import load_init, neighbour_attention_init
 
     set_seed(recipe.seed)
-    generator, arch = None, recipe.arch
-    if recipe.init_from:
-        hf = load_init(recipe.init_from, tokenizer, recipe.objective, recipe.seq_len, arch)
-    else:
-        ids = {"pad": train_ds.pad_id, "cls": train_ds.cls_id, "sep": train_ds.sep_id}
-        cfg = arch.config(recipe, len(tokenizer), ids)
-        try:
-            if recipe.objective_spec.generator:
-                hf, generator = build_electra(cfg, recipe.generator_ratio)
-            else:
-                hf = arch.model_class(recipe.objective)(cfg)
-        except (ValueError, TypeError, KeyError, AttributeError) as e:   # a config.json the config cannot vet
-            raise ZhBertError(f"model {recipe.model}: cannot build the model: {str(e).splitlines()[0][:300]}") from None
-        if arch.attention_init(recipe) == "neighbour":
-            neighbour_attention_init(hf)
-    if hf.config.vocab_size < train_ds.vocab_size:
-        raise ZhBertError(f"model vocab_size {hf.config.vocab_size} < shard vocab_size {train_ds.vocab_size}")
-    train_ds.check_positions(hf.config.max_position_embeddings)
-    for net in (hf, generator):
-        if recipe.grad_checkpointing and net is not None:
+    arch, objective = recipe.arch, recipe.objective_spec
+    hf = load_init(recipe.init_from, tokenizer, recipe.objective, recipe.seq_len, arch) if recipe.init_from else None
+    cfg = None if hf is not None else arch.config(recipe, len(tokenizer), {"pad": train_ds.pad_id,
+                                                                           "cls": train_ds.cls_id, "sep": train_ds.sep_id})
+    try:
+        nets = objective.build(recipe, cfg, arch, tokenizer, hf)
+    except (ValueError, TypeError, KeyError, AttributeError) as e:   # a config.json the config cannot vet
+        raise ZhBertError(f"model {recipe.model}: cannot build the model: {str(e).splitlines()[0][:300]}") from None
+    if hf is None and arch.attention_init(recipe) == "neighbour" and recipe.student_init == "random":
+        neighbour_attention_init(nets.hf)
+    if nets.hf.config.vocab_size < train_ds.vocab_size:
+        raise ZhBertError(f"model vocab_size {nets.hf.config.vocab_size} < shard vocab_size {train_ds.vocab_size}")
+    train_ds.check_positions(nets.hf.config.max_position_embeddings)
+    for net in (nets.hf, *nets.trained.values()):
+        if recipe.grad_checkpointing:
             net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        if recipe.compile and net is not None:   # in place: the weights keep their names in every checkpoint
+    for net in (nets.hf, *nets.trained.values(), *nets.frozen.values()):
+        if recipe.compile:   # in place: the weights keep their names in every checkpoint
             getattr(net.base_model, "encoder", net.base_model).compile()
-    return hf, generator
+    return nets
 
 
 def build_run(recipe: Recipe, resume: str | None = None, log: Callable[[str], None] | None = None) -> TrainingRun:
@@ -244,15 +240,17 @@ def _assemble(recipe: Recipe, accelerator, precision: str, warnings: list[str], 
 
     from zh_bert.corpus.pipeline import prepare_data
     from zh_bert.train.data import ShardLoader
-    from zh_bert.train.model import ElectraPretrainModel, PretrainModel
     from zh_bert.train.training import lr_lambda, make_optimizer, make_scaler
 
     world, rank = accelerator.num_processes, accelerator.process_index
+    objective = recipe.objective_spec
+    data_recipe = objective.data_recipe(recipe)   # distillation: the teacher's tokenizer
     with accelerator.main_process_first():   # the main process builds the shards, the others find the cache
-        prepared = prepare_data(recipe, log=say)
-    tokdir, tokenizer, train_ds, valid_ds = load_datasets(recipe, prepared)
-    hf, generator = _hf_model(recipe, tokenizer, train_ds)
-    model = PretrainModel(hf) if generator is None else ElectraPretrainModel(hf, generator)
+        prepared = prepare_data(data_recipe, log=say)
+    tokdir, tokenizer, train_ds, valid_ds = load_datasets(data_recipe, prepared)
+    nets = _networks(recipe, tokenizer, train_ds)
+    model = objective.module(nets, recipe)
+    objective.place(nets, accelerator.device, precision)
     optimizer, adam_kind = make_optimizer(model, recipe)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(recipe))
     model, optimizer = accelerator.prepare(model, optimizer)
@@ -265,18 +263,16 @@ def _assemble(recipe: Recipe, accelerator, precision: str, warnings: list[str], 
                tokdir=tokdir, tokenizer=tokenizer, train_ds=train_ds, loader=loader, valid_loader=valid_loader,
                model=model, hf=accelerator.unwrap_model(model).hf, optimizer=optimizer, scheduler=scheduler,
                adam_kind=adam_kind, accum=recipe.global_batch // (recipe.micro_batch * world), say=say, warn=warn,
-               generator=generator, scaler=make_scaler(precision, accelerator.device, recipe))
+               nets=nets, scaler=make_scaler(precision, accelerator.device, recipe))
 
 
 def _say_model(run: TrainingRun) -> None:
     from zh_bert.train.model import count_params
 
-    recipe, generator, world = run.recipe, run.generator, run.accelerator.num_processes
-    gen = "" if generator is None else (f" + generator ElectraForMaskedLM L{generator.config.num_hidden_layers}/H"
-                                        f"{generator.config.hidden_size}, {count_params(generator) / 1e6:.1f}M "
-                                        f"incl. the shared embeddings")
-    run.say(f"model {recipe.model} ({type(run.hf).__name__}, {count_params(run.hf) / 1e6:.1f}M params{gen}, vocab "
-            f"{run.hf.config.vocab_size}) | objective {recipe.objective}, masking {recipe.masking.strategy} | {world} "
+    recipe, world = run.recipe, run.accelerator.num_processes
+    run.say(f"model {recipe.model} ({type(run.hf).__name__}, {count_params(run.hf) / 1e6:.1f}M params"
+            f"{recipe.objective_spec.describe(run.nets)}, vocab {run.hf.config.vocab_size}) | objective "
+            f"{recipe.objective}, masking {recipe.masking.strategy} | {world} "
             f"process(es) on {run.accelerator.device}, precision {run.precision} (requested {recipe.precision}) | "
             f"global batch {recipe.global_batch} = {recipe.micro_batch} × {run.accum} accumulation × {world} | AdamW "
             f"{run.adam_kind} | {len(run.train_ds)} train sequences of {run.train_ds.seq_len}")
@@ -346,6 +342,7 @@ def check_recipe(recipe: Recipe) -> None:
         if recipe.seq_len > cfg.max_position_embeddings:
             raise ZhBertError(f"seq_len {recipe.seq_len} exceeds model {recipe.model}'s max_position_embeddings "
                               f"{cfg.max_position_embeddings}")
+    recipe.objective_spec.check_inputs(recipe)
     check_objective_data(recipe)
     paths = recipe.data_paths
     if recipe.masking.strategy == "correction" and len(paths) == 1 and is_sharddir(paths[0]):
@@ -354,37 +351,33 @@ def check_recipe(recipe: Recipe) -> None:
 
 
 def check_objective_data(recipe: Recipe) -> None:
-    """Refuse a SHARDDIR that does not fit the objective before any data work: ELECTRA trains on single-segment
-    shards (sentence-pair shards carry NSP/SOP labels it would ignore, and segments cut for pairs)."""
+    """Refuse a SHARDDIR that does not fit the objective before any data work (`Objective.check_shards`)."""
     from zh_bert.corpus.pipeline import is_sharddir
     from zh_bert.corpus.sharddir import read_meta
 
     paths = recipe.data_paths
-    if not recipe.objective_spec.generator or len(paths) != 1 or not is_sharddir(paths[0]):
-        return
-    pairs = read_meta(paths[0]).get("pairs")
-    if pairs:
-        raise ZhBertError(f"objective electra needs shards without sentence pairs, but {paths[0]} was built with "
-                          f"--pairs {pairs}; give the raw corpus or shards built without --pairs")
+    if len(paths) == 1 and is_sharddir(paths[0]):
+        recipe.objective_spec.check_shards(recipe, read_meta(paths[0]), paths[0])
 
 
-def save_final(out: Path, hf_model, tokenizer, tokdir: Path | None, generator=None) -> Path:
+def save_final(out: Path, hf_model, tokenizer, tokdir: Path | None, trained: dict | None = None) -> Path:
     """`out/final/`: stock HF model (safetensors) + tokenizer files + vocab.txt, written atomically (a full
-    disk leaves the previous `final/`, if any, and is one line). ELECTRA: `final/` is the discriminator and
-    `final/generator/` the generator (a masked LM), each with the tokenizer files so either loads alone."""
+    disk leaves the previous `final/`, if any, and is one line). `trained`: the objective's other trained stock
+    models, each a subfolder (ELECTRA: `final/` is the discriminator and `final/generator/` the generator, a
+    masked LM), each with the tokenizer files so every one loads alone."""
     try:
-        _write_final(out, hf_model, tokenizer, tokdir, generator)
+        _write_final(out, hf_model, tokenizer, tokdir, trained or {})
     except OSError as e:
         raise ZhBertError(f"cannot write {out / FINAL}: {e.strerror or e}; the checkpoints in "
                           f"{out / CHECKPOINTS} are intact") from None
     return out / FINAL
 
 
-def _write_final(out: Path, hf_model, tokenizer, tokdir: Path | None, generator=None) -> None:
+def _write_final(out: Path, hf_model, tokenizer, tokdir: Path | None, trained: dict) -> None:
     with atomic_dir(out / FINAL, overwrite=True, legacy=final_entry) as tmp:
         _write_model_dir(tmp, hf_model, tokenizer, tokdir)
-        if generator is not None:
-            _write_model_dir(tmp / GENERATOR, generator, tokenizer, tokdir)
+        for name, net in trained.items():
+            _write_model_dir(tmp / name, net, tokenizer, tokdir)
 
 
 def _write_model_dir(folder: Path, hf_model, tokenizer, tokdir: Path | None) -> None:
@@ -419,7 +412,7 @@ def finish(run: TrainingRun) -> dict:
     if acc.is_main_process:
         run.metrics.close()
         if run.status == "finished":
-            save_final(run.out, run.hf, run.tokenizer, run.tokdir, run.generator)
+            save_final(run.out, run.hf, run.tokenizer, run.tokdir, run.nets.trained)
         try:
             plot_curves(run.metrics.path, run.out / CURVES_PNG,
                         title=f"{run.out.name}: {run.recipe.model} {run.recipe.objective}")

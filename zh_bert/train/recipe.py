@@ -29,7 +29,8 @@ from zh_bert.core.errors import ZhBertError, unknown_key_error
 from zh_bert.core.fileio import atomic_write
 from zh_bert.train.arch import get as get_architecture
 from zh_bert.train.masking import MaskingConfig, scheduled_mask_rate
-from zh_bert.train.objective import OBJECTIVES, Objective
+from zh_bert.train.objectives import Objective
+from zh_bert.train.objectives import objective_named
 from zh_bert.train.recipe_keys import (
     SECTIONS,
     BatchKeys,
@@ -86,8 +87,8 @@ class Recipe(RawCorpusKeys, BookkeepingKeys, PrecisionKeys, OptimizerKeys, Batch
 
     @property
     def objective_spec(self) -> Objective:
-        """The `Objective` of `objective`: what it trains besides the masked-LM loss."""
-        return OBJECTIVES[self.objective]
+        """The `Objective` object of `objective`: everything that differs between the objectives."""
+        return objective_named(self.objective)
 
     @property
     def pairs(self) -> Optional[str]:
@@ -131,10 +132,8 @@ class Recipe(RawCorpusKeys, BookkeepingKeys, PrecisionKeys, OptimizerKeys, Batch
         if self.rtd_weight < 0:
             raise ZhBertError(f"'rtd_weight' must be >= 0, got {self.rtd_weight}")
         self.arch.check_recipe(self)
+        self.objective_spec.check_recipe(self)
         self._check_schedules()
-        if self.objective_spec.generator and self.init_from:
-            raise ZhBertError("objective electra trains a generator and a discriminator from scratch; init_from "
-                              "is not supported with it (set init_from: null)")
 
     def mask_rate_at(self, step: int) -> float:
         """The mask rate of training step `step` (`mask_rate_schedule`)."""

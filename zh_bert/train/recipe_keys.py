@@ -16,7 +16,7 @@ from zh_bert.corpus.clean.readers import DocSep, ReadOptions
 from zh_bert.corpus.shard.build import ShardConfig
 from zh_bert.train.arch import names as architecture_names
 from zh_bert.train.masking import MaskingConfig
-from zh_bert.train.objective import ObjectiveName
+from zh_bert.train.objectives import ObjectiveName
 
 ARCHITECTURE = Literal[architecture_names()]    # the families of zh_bert.train.arch, by name
 
@@ -63,10 +63,39 @@ class ObjectiveKeys:
     objective: ObjectiveName = option(
         "mlm", help="mlm; mlm+nsp / mlm+sop also train next-sentence / sentence-order prediction on shards built "
                     "with --pairs; electra = generator MLM + rtd_weight × the discriminator's replaced-token "
-                    "detection (final/ = discriminator, final/generator/ = the masked LM)")
+                    "detection (final/ = discriminator, final/generator/ = the masked LM); distill = the model "
+                    "learns from `teacher` (soft targets at `temperature`, hidden states, attention maps)")
     generator_ratio: float = option(0.25, help="electra: generator hidden size / discriminator's, in (0, 1] "
                                     "(same layers, intermediate size scaled alike, one head per 64 dims)")
     rtd_weight: float = option(50.0, help="electra: λ in loss = generator MLM + λ · RTD, >= 0 (Clark et al.: 50)")
+    teacher: Optional[str] = option(
+        None, help="distill: the teacher, a BERT or ModernBERT masked LM: a model folder, run dir, checkpoint, catalog "
+                   "alias or Hub id (downloaded once, as `zh-bert download`). Its tokenizer is the student's; it runs "
+                   "frozen at the run's precision and is never saved (its sha256 is recorded: a resume refuses a "
+                   "changed teacher)")
+    temperature: float = option(8.0, help="distill: T of the soft targets, softmax(logits / T) of teacher and student "
+                                "on the masked positions, > 0 (MiniRBT: 8)")
+    kd_weight: float = option(1.0, help="distill: weight of the soft cross-entropy at `temperature`, per masked "
+                              "token, >= 0")
+    hidden_weight: float = option(1.0, help="distill: weight of the hidden-state MSE (the student's states through "
+                                  "`projection`, per real token and teacher dimension, summed over layer_map's "
+                                  "pairs), >= 0")
+    attention_weight: float = option(0.0, help="distill: weight of the attention-map MSE on layer_map's pairs past "
+                                     "the embeddings (per real query token, summed over keys, averaged over heads; "
+                                     "the heads must agree; eager attention, slower), >= 0")
+    mlm_weight: float = option(0.0, help="distill: weight of the student's own masked-LM loss on the true tokens "
+                               "(hard labels), >= 0")
+    layer_map: Optional[list[list[int]]] = option(
+        None, help="distill: [student layer, teacher layer] pairs whose hidden states (and attention maps) are "
+                   "compared, 0 = the embeddings' output; null = uniform (MiniRBT, TextBrewer): [0, 0] and student "
+                   "layer i with teacher layer i × L_teacher / L_student")
+    projection: Literal["linear", "none"] = option(
+        "linear", help="distill: linear = a learned linear map per pair from the student's width to the teacher's "
+                       "(in checkpoints, not in final/); none = states compared as they are (widths must agree)")
+    student_init: Literal["random", "teacher-layers"] = option(
+        "random", help="distill: random = the architecture's init; teacher-layers = the teacher's embeddings, MLM "
+                       "head and, per student layer, the teacher layer layer_map pairs it with (RBT3-style; the "
+                       "student's family and widths must be the teacher's)")
     masking: MaskingConfig = option(default_factory=MaskingConfig,
                                     help="the masking strategy and its settings (flat keys below)")
     mask_rate_schedule: Literal["constant", "rise-decay"] = option(

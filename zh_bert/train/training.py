@@ -13,7 +13,7 @@ when they run.
 
 What makes it safe: the loss is normalised by the masked-token count of the whole global batch (so
 accumulation and DDP give the same update as one big batch; ELECTRA's RTD loss by the batch's real-token
-count, its generator samples keyed per sequence, see `model.ElectraPretrainModel`), and steps whose
+count, its generator samples keyed per sequence, see `objectives.electra_net.ElectraPretrainModel`), and steps whose
 backpropagated loss or gradient norm is non-finite are skipped and a streak of them stops the run.
 """
 
@@ -33,7 +33,8 @@ from accelerate import Accelerator
 from accelerate.state import AcceleratorState, GradientState
 
 from zh_bert.train.checkpoint import NODECAY
-from zh_bert.train.model import add_sampling_noise, decay_groups, sampling_uniforms
+from zh_bert.train.model import decay_groups
+from zh_bert.train.objectives import MLM
 from zh_bert.train.scaler import NO_SCALING, make_scaler  # noqa: F401  (make_scaler: what callers of the step build)
 
 if TYPE_CHECKING:
@@ -115,27 +116,30 @@ def _inject_overflow(params: list, step: int) -> None:
 
 
 class StepStats:
-    """Sums over a logging window, kept as device tensors: reading them (every log_every steps) syncs."""
+    """Sums over a logging window, kept as device tensors: reading them (every log_every steps) syncs. `loss`
+    and `correct` are the MLM ones; `sums` every sum the objective logs (`Objective.logged`)."""
 
     def __init__(self):
         self.reset()
 
     def reset(self):
-        self.loss = self.correct = self.nsp_loss = self.nsp_correct = 0.0
-        self.rtd_loss = self.rtd_correct = self.replaced = 0.0
+        self.sums: dict = {}
         self.masked = self.tokens = self.seqs = self.steps = self.skipped = 0
         self.t0 = time.perf_counter()
 
-    def add(self, out: dict):
-        self.loss = self.loss + out["mlm_loss_sum"].detach().float()
-        self.correct = self.correct + out["mlm_correct"].detach()
-        if "nsp_loss_sum" in out:
-            self.nsp_loss = self.nsp_loss + out["nsp_loss_sum"].detach().float()
-            self.nsp_correct = self.nsp_correct + out["nsp_correct"].detach()
-        if "rtd_loss_sum" in out:
-            self.rtd_loss = self.rtd_loss + out["rtd_loss_sum"].detach().float()
-            self.rtd_correct = self.rtd_correct + out["rtd_correct"].detach()
-            self.replaced = self.replaced + out["replaced"].detach()
+    @property
+    def loss(self):
+        return self.sums.get("mlm_loss_sum", 0.0)
+
+    @property
+    def correct(self):
+        return self.sums.get("mlm_correct", 0.0)
+
+    def add(self, out: dict, keys: tuple[str, ...]):
+        for key in keys:
+            if key in out:
+                value = out[key].detach()
+                self.sums[key] = self.sums.get(key, 0.0) + (value.float() if key.endswith("_sum") else value)
 
 
 def train_step(model, optimizer, scheduler, accelerator, micro_batches: list[dict], recipe, stats: StepStats,
@@ -146,8 +150,8 @@ def train_step(model, optimizer, scheduler, accelerator, micro_batches: list[dic
     Returns {'finite', 'loss_finite', 'grad_norm', 'loss' (device tensors: reading them syncs), 'skipped',
     'zero_norm' (the gradient norm is exactly 0: fp16 gradients that all underflowed), 'tokens' (of all
     processes)}. This is the whole training computation; `fit` runs it step by step.
-    ELECTRA adds the RTD loss, normalised by the global batch's real-token count as the MLM loss is by its
-    masked-token count.
+    The loss is the objective's terms (`Objective.loss_terms`), each normalised by its count over the global
+    batch: masked tokens (MLM, soft targets), sequences (NSP/SOP), real tokens (ELECTRA's RTD, hidden states).
 
     `finite`: the loss that was backpropagated (weighted, as summed here: a huge rtd_weight overflows it or
     only its gradient) and the gradient norm are both finite. A step that is not is never applied and comes
@@ -157,8 +161,8 @@ def train_step(model, optimizer, scheduler, accelerator, micro_batches: list[dic
     """
     device = accelerator.device
     world = accelerator.num_processes
-    if recipe.objective_spec.generator:   # the generator's sampling noise, keyed per sequence (exact resume, N ranks)
-        micro_batches = add_sampling_noise(micro_batches, recipe.seed, step, accelerator.process_index, world)
+    objective = recipe.objective_spec
+    micro_batches = objective.step_batches(micro_batches, recipe, step, accelerator.process_index, world)
     masked = sum(int((b["labels"] != -100).sum()) for b in micro_batches)   # host tensors: no device sync
     seqs = sum(int(b["input_ids"].shape[0]) for b in micro_batches)
     real = [int(b["attention_mask"].sum()) for b in micro_batches]
@@ -166,7 +170,9 @@ def train_step(model, optimizer, scheduler, accelerator, micro_batches: list[dic
     counts = torch.tensor([masked, seqs, tokens], dtype=torch.float64)
     if accelerator.num_processes > 1:  # normalise by the global batch's counts: DDP then averages exactly
         counts = accelerator.reduce(counts.to(device), reduction="sum").cpu()
-    n_masked, n_seqs, n_tokens = max(counts[0].item(), 1.0), max(counts[1].item(), 1.0), max(counts[2].item(), 1.0)
+    n = {"masked": max(counts[0].item(), 1.0), "sequences": max(counts[1].item(), 1.0),
+         "tokens": max(counts[2].item(), 1.0)}
+    terms, logged = objective.loss_terms(recipe), objective.logged
     step_loss = 0.0
     for i, batch in enumerate(micro_batches):
         # packed rows have no padding: without a mask SDPA takes its fused kernel instead of the math path
@@ -176,13 +182,9 @@ def train_step(model, optimizer, scheduler, accelerator, micro_batches: list[dic
         sync = contextlib.nullcontext() if last or world == 1 else accelerator.no_sync(model)
         with sync, autocast(accelerator, scaler.is_enabled()):
             out = model(**batch)
-            loss = out["mlm_loss_sum"] * (world / n_masked)
-            if "nsp_loss_sum" in out:
-                loss = loss + out["nsp_loss_sum"] * (world / n_seqs)
-            if "rtd_loss_sum" in out:
-                loss = loss + out["rtd_loss_sum"] * (recipe.rtd_weight * world / n_tokens)
+            loss = _weighted_sum(out, terms, world, n)
             accelerator.backward(scaler.scale(loss))
-        stats.add(out)
+        stats.add(out, logged)
         step_loss = step_loss + loss.detach().float()   # what was backpropagated, weights included
     stats.masked += masked
     stats.seqs += seqs
@@ -209,6 +211,17 @@ def train_step(model, optimizer, scheduler, accelerator, micro_batches: list[dic
     stats.skipped += int(skipped)
     return {"finite": finite, "loss_finite": loss_finite, "grad_norm": grad_norm, "loss": step_loss,
             "skipped": skipped, "zero_norm": bool(zero) and grad_norm is not None, "tokens": int(counts[2].item())}
+
+
+def _weighted_sum(out: dict, terms, world: int, n: dict):
+    """Σ out[key] × weight × world / n[per] over the loss terms the module returned (a pair objective's NSP
+    term only where its batch carries the labels)."""
+    loss = None
+    for term in terms:
+        if term.key in out:
+            part = out[term.key] * (term.weight * world / n[term.per])
+            loss = part if loss is None else loss + part
+    return loss
 
 
 STOP_SIGNALS = ("SIGINT", "SIGTERM")   # what stops a run cleanly (a checkpoint first), in this order under DDP
@@ -244,45 +257,38 @@ def _stop_on_signals():
             signal.signal(s, h)
 
 
-def validation_metrics(model, loader, accelerator, max_batches: int, fp16: bool = False) -> dict:
-    """Validation MLM loss/accuracy with fixed masks (same batches every call): comparable over time. ELECTRA:
-    the generator's MLM figures, and the discriminator's RTD loss/accuracy on fixed generator samples."""
+def validation_metrics(model, loader, accelerator, max_batches: int, fp16: bool = False, objective=None) -> dict:
+    """Validation MLM loss/accuracy with fixed masks (same batches every call): comparable over time; and what
+    the objective adds (`Objective.validated`, `validation_batch`): ELECTRA's RTD figures on fixed generator
+    samples, distillation's agreement with the teacher."""
+    objective = objective or MLM
     inner = accelerator.unwrap_model(model)   # no DDP hooks: ranks may see different batch counts
     was_training = inner.training
     inner.eval()
-    keys = ("mlm_loss_sum", "mlm_correct", "mlm_count")
-    electra = getattr(inner, "needs_noise", False)
-    if electra:
-        keys += ("rtd_loss_sum", "rtd_correct", "rtd_count")
+    keys = objective.validated
     sums = torch.zeros(len(keys), dtype=torch.float64, device=accelerator.device)
     with torch.no_grad(), autocast(accelerator, fp16):
         for k, batch in enumerate(loader.one_pass()):
             if k >= max_batches:
                 break
-            if electra:   # fixed samples: (validation, batch k, rank, row)
-                rows, seq_len = batch["input_ids"].shape
-                batch["sample_u"] = torch.from_numpy(sampling_uniforms(
-                    [(2**31 - 1, k, accelerator.process_index, j) for j in range(rows)], seq_len, loader.seed))
+            batch = objective.validation_batch(batch, k, accelerator.process_index, loader.seed)
             batch = {key: v.to(accelerator.device) for key, v in batch.items()}
             out = inner(**batch)
             sums += torch.stack([out[key].double() for key in keys])
     if accelerator.num_processes > 1:
         sums = accelerator.reduce(sums, reduction="sum")
     inner.train(was_training)
-    loss, correct, count = sums.tolist()[:3]
-    count = max(count, 1.0)
+    got = dict(zip(keys, sums.tolist()))
+    loss, correct, count = got["mlm_loss_sum"], got["mlm_correct"], max(got["mlm_count"], 1.0)
     val = {"val_mlm_loss": loss / count, "val_mlm_acc": correct / count,
            "val_ppl": math.exp(min(loss / count, 50.0)), "val_masked_tokens": int(count)}
-    if electra:
-        rtd_loss, rtd_correct, tokens = sums.tolist()[3:]
-        val.update(val_rtd_loss=rtd_loss / max(tokens, 1.0), val_rtd_acc=rtd_correct / max(tokens, 1.0))
-    return val
+    return {**val, **objective.validation_row(got)}
 
 
 def validate(run: TrainingRun) -> dict:
     """Validation on the fixed-mask batches, logged; also kept as `run.val` for run.json."""
     run.val = validation_metrics(run.model, run.valid_loader, run.accelerator, run.recipe.eval_batches,
-                                 fp16=run.scaler.is_enabled())
+                                 fp16=run.scaler.is_enabled(), objective=run.recipe.objective_spec)
     run.metrics.write({"step": run.step, **run.val})
     return run.val
 
@@ -294,13 +300,13 @@ def _due(every: int, step: int, last: int) -> bool:
 
 def _train_row(run: TrainingRun, stats: StepStats, res: dict) -> dict:
     """The metrics line for the logging window in `stats` (summed over processes): the logging sync."""
-    acc = run.accelerator
-    sums = torch.tensor([float(stats.loss), float(stats.correct), stats.masked, float(stats.nsp_loss),
-                         float(stats.nsp_correct), stats.seqs, stats.tokens, float(stats.rtd_loss),
-                         float(stats.rtd_correct), float(stats.replaced)], dtype=torch.float64)
+    acc, objective = run.accelerator, run.recipe.objective_spec
+    keys = [k for k in objective.logged if k not in ("mlm_loss_sum", "mlm_correct")]
+    sums = torch.tensor([float(stats.loss), float(stats.correct), stats.masked, stats.seqs, stats.tokens,
+                         *(float(stats.sums.get(k, 0.0)) for k in keys)], dtype=torch.float64)
     if acc.num_processes > 1:
         sums = acc.reduce(sums.to(acc.device), reduction="sum").cpu()
-    loss_s, corr, masked, nsp_l, nsp_c, seqs, toks, rtd_l, rtd_c, replaced = sums.tolist()
+    loss_s, corr, masked, seqs, toks, *extra = sums.tolist()
     row = {"step": run.step, "loss": loss_s / max(masked, 1), "mlm_acc": corr / max(masked, 1),
            "lr": run.scheduler.get_last_lr()[0], "tokens_per_s": toks / max(time.perf_counter() - stats.t0, 1e-9),
            "grad_norm": float(res["grad_norm"]) if res["grad_norm"] is not None else None,
@@ -310,19 +316,15 @@ def _train_row(run: TrainingRun, stats: StepStats, res: dict) -> dict:
         row["loss_scale"] = run.scaler.get_scale()
     if run.recipe.mask_rate_schedule != "constant":
         row["mask_rate"] = run.loader.mask_rate
-    if run.recipe.pairs:
-        row.update(nsp_loss=nsp_l / max(seqs, 1), nsp_acc=nsp_c / max(seqs, 1))
-    if run.recipe.objective_spec.generator:
-        # per real token: a discriminator that calls every token original scores rtd_acc = 1 - replaced_frac
-        row.update(rtd_loss=rtd_l / max(toks, 1), rtd_acc=rtd_c / max(toks, 1), replaced_frac=replaced / max(toks, 1))
+    row.update(objective.train_row(dict(zip(keys, extra)), {"masked": masked, "sequences": seqs, "tokens": toks}))
     return row
 
 
-def progress_text(row: dict) -> str:
-    """The progress line of a metrics row (without a terminal, or every log_every steps)."""
+def progress_text(row: dict, fields: tuple[str, ...] = ()) -> str:
+    """The progress line of a metrics row (without a terminal, or every log_every steps); `fields` the
+    objective's (`Objective.progress_fields`)."""
     text = f"loss {row['loss']:.4f} mlm_acc {row['mlm_acc']:.4f} "
-    if "rtd_acc" in row:
-        text += f"rtd_loss {row['rtd_loss']:.4f} rtd_acc {row['rtd_acc']:.4f} "
+    text += "".join(f"{k} {row[k]:.4f} " for k in fields if k in row)
     if "loss_scale" in row:
         text += f"loss_scale {row['loss_scale']:g} skipped {row['skipped_steps']} "
     return text + f"lr {row['lr']:.3e} tokens/s {row['tokens_per_s']:.0f}"
@@ -330,9 +332,8 @@ def progress_text(row: dict) -> str:
 
 def validation_text(val: dict) -> str:
     text = f"mlm_loss {val['val_mlm_loss']:.4f} mlm_acc {val['val_mlm_acc']:.4f}"
-    if "val_rtd_acc" in val:
-        text += f" rtd_loss {val['val_rtd_loss']:.4f} rtd_acc {val['val_rtd_acc']:.4f}"
-    return text
+    return text + "".join(f" {k.removeprefix('val_')} {v:.4f}" for k, v in val.items()
+                          if k not in ("val_mlm_loss", "val_mlm_acc", "val_ppl", "val_masked_tokens"))
 
 
 def _stop_requested(run: TrainingRun, flag: dict) -> str | None:
@@ -362,7 +363,7 @@ def _guard(run: TrainingRun, res: dict, streak: int) -> int:
                      f"even unscaled; stopping. Lower lr, raise warmup_steps, or use precision: bf16/fp32.")
         return streak
     r, streak = run.recipe, streak + 1
-    hint = ("Lower lr" + (f" or rtd_weight ({r.rtd_weight:g})" if r.objective_spec.generator else "")
+    hint = ("Lower lr" + r.objective_spec.divergence_hint(r)
             + (", raise warmup_steps, or use precision: bf16/fp32 instead of fp16." if run.precision == "fp16"
                else " or raise warmup_steps."))
     norm = res["grad_norm"]
@@ -444,7 +445,7 @@ def fit(run: TrainingRun) -> None:
                 bar.set_postfix(loss=f"{row['loss']:.3f}", acc=f"{row['mlm_acc']:.3f}", lr=f"{row['lr']:.2e}",
                                 tok_s=f"{row['tokens_per_s']:.0f}")
                 if not tty:
-                    say(f"step {run.step}/{r.max_steps} {progress_text(row)}")
+                    say(f"step {run.step}/{r.max_steps} {progress_text(row, r.objective_spec.progress_fields())}")
                 stats.reset()
             bar.update(1)
             if run.valid_loader is not None and _due(r.eval_every, run.step, r.max_steps):

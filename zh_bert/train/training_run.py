@@ -51,7 +51,7 @@ from zh_bert.core.hardware import sdpa_backend
 from zh_bert.train import checkpoint as ckpt
 from zh_bert.train.curves import read_metrics
 from zh_bert.train.recipe import Recipe, changes_on_resume, save_recipe
-from zh_bert.train.rundir import GENERATOR, final_entry, written_by_pretrain
+from zh_bert.train.rundir import final_entry, written_by_pretrain
 from zh_bert.train.scaler import NO_SCALING
 
 
@@ -69,16 +69,17 @@ class TrainingRun:
     train_ds: Any                   # data.ShardDataset
     loader: Any                     # data.ShardLoader over train_ds
     valid_loader: Any               # data.ShardLoader over the valid split, or None
-    model: Any                      # PretrainModel, prepared by Accelerate
+    model: Any                      # the objective's training module, prepared by Accelerate
     hf: Any                         # the stock HF model inside it (what checkpoints and final/ hold);
-                                    # electra: the discriminator
+                                    # electra: the discriminator; distill: the student
     optimizer: Any
     scheduler: Any
     adam_kind: str                  # fused | foreach
     accum: int                      # micro-batches per optimizer step per process
     say: Callable[[str], None]
     warn: Callable[[str], None] = print    # warnings and the guard's error: stderr, main process
-    generator: Any = None           # electra: the generator (checkpoints' and final/'s generator/)
+    nets: Any = None                # objectives.Networks: hf, the other trained models (subfolders of
+                                    # checkpoints and final/: electra's generator/), the frozen ones (a teacher)
     scaler: Any = NO_SCALING        # the loss scaler (scaler.make_scaler: enabled for fp16), in every checkpoint
     kernels: dict = field(default_factory=dict)   # hardware.kernel_settings: deterministic, tf32, pinned, compile
     metrics: Optional[MetricsLog] = None   # opened by build_run once the resume step is known
@@ -103,19 +104,23 @@ class TrainingRun:
 
     def save_checkpoint(self, name: str | None = None) -> Path:
         """checkpoints/step-N (pruned to keep_last), or checkpoints/`name` (kept)."""
+        objective = self.recipe.objective_spec
         state = {"loader": self.loader.state_dict(), "tokens_seen": self.tokens_seen,
                  "skipped_steps": self.skipped_steps, "train_seconds": self.train_seconds,
-                 "recipe": self.recipe.to_dict(), "resumes": self.resumes, "train_sequences": len(self.train_ds)}
+                 "recipe": self.recipe.to_dict(), "resumes": self.resumes, "train_sequences": len(self.train_ds),
+                 "objective": objective.run_state(self.recipe)}
         return ckpt.save_checkpoint(self.ckpt_root, self.step, accelerator=self.accelerator, hf_model=self.hf,
                                     optimizer=self.optimizer, scheduler=self.scheduler, trainer_state=state,
-                                    keep_last=self.recipe.keep_last, generator=self.generator, scaler=self.scaler,
-                                    name=name)
+                                    keep_last=self.recipe.keep_last, trained=self.nets.trained, scaler=self.scaler,
+                                    name=name, module_state=objective.module_state(self.accelerator.unwrap_model(self.model)))
 
     def resume_from(self, path: Path, changed: dict) -> None:
         """Restore the checkpoint at `path`; `changed` = the recipe keys this run changes (checked), recorded in
         `resumes` (a new lr schedule is applied by the caller: `training.reschedule`)."""
+        objective = self.recipe.objective_spec
         st = ckpt.load_checkpoint(path, accelerator=self.accelerator, hf_model=self.hf, optimizer=self.optimizer,
-                                  scheduler=self.scheduler, generator=self.generator, scaler=self.scaler)
+                                  scheduler=self.scheduler, trained=self.nets.trained, scaler=self.scaler,
+                                  module=self.accelerator.unwrap_model(self.model), objective=objective)
         if st["train_sequences"] not in (None, len(self.train_ds)):   # typed by ckpt.read_state
             raise ZhBertError(f"{path}: the training data changed since this checkpoint ({st['train_sequences']} "
                               f"sequences then, {len(self.train_ds)} now in {self.prepared.sharddir})")
@@ -190,7 +195,10 @@ def resume_point(recipe: Recipe, resume: str | None, warn: Callable[[str], None]
     if not same_run and ours:
         raise ZhBertError(f"--resume {resume}: out_dir {out} already holds a run (checkpoints in {root}); "
                           f"branch off into an out_dir without checkpoints")
-    changed = changes_on_resume(ckpt.read_state(path)["recipe"], recipe, f"--resume {resume}")
+    state = ckpt.read_state(path)
+    changed = changes_on_resume(state["recipe"], recipe, f"--resume {resume}")
+    saved = state.get("objective")
+    recipe.objective_spec.check_resume(saved if isinstance(saved, dict) else {}, recipe, path)
     return path, (None if same_run else path.resolve().parent.parent), changed
 
 
@@ -205,7 +213,7 @@ def check_out_dir(recipe: Recipe) -> bool:
     real = out.resolve()
     cache = Path(recipe.data_cache).resolve() if recipe.data_cache else real / DATA_CACHE
     extra = (cache.relative_to(real).parts[0],) if cache != real and real in cache.parents else ()
-    inputs = [*recipe.data_paths, recipe.tokenizer, recipe.init_from]
+    inputs = [*recipe.data_paths, recipe.tokenizer, recipe.init_from, *recipe.objective_spec.input_paths(recipe)]
     if recipe.data_cache and real not in cache.parents:   # a cache inside out_dir is the run's own; out_dir
         refuse_overlap(out, [recipe.data_cache], "out_dir")  # inside (or at) the cache is not
     fresh = claim_dir(out, inputs=inputs, allow_inside=[cache], flag="out_dir", what="zh-bert pretrain",
@@ -287,7 +295,7 @@ def run_summary(run: TrainingRun) -> dict:
                   "vocab_size": c.vocab_size, "max_position_embeddings": c.max_position_embeddings,
                   "parameters": n_params},
         "parameters": n_params,
-        **({"generator": _generator_summary(run)} if run.generator is not None else {}),
+        **recipe.objective_spec.summary_fields(run),
         "vocab": {"kind": kind if isinstance(kind, str) else None, "vocab_size": c.vocab_size,
                   "tokenizer": str(run.tokdir), "meta": vocab_meta.data if vocab_meta else None},
         "data": {"sharddir": str(run.prepared.sharddir), "shard_meta": run.train_ds.meta,
@@ -312,24 +320,8 @@ def run_summary(run: TrainingRun) -> dict:
         "train_seconds": round(run.train_seconds, 2),
         "wall_clock_s": round(time.time() - run.t_start, 2),
         "final_validation": {k.removeprefix("val_"): v for k, v in run.val.items()
-                             if k in ("val_mlm_loss", "val_mlm_acc", "val_rtd_loss", "val_rtd_acc")}
-        if run.val else None,
+                             if k not in ("val_ppl", "val_masked_tokens")} if run.val else None,
     }
-
-
-def _generator_summary(run: TrainingRun) -> dict:
-    """run.json's `generator` (electra): its shape, the weights it adds, and which folder holds it. Its MLM
-    figures are the run's mlm_* / val_mlm_* (the discriminator predicts no tokens)."""
-    from zh_bert.train.model import count_params
-
-    c = run.generator.config
-    shared = {id(p) for p in run.hf.parameters()}
-    return {"class": type(run.generator).__name__, "folder": f"final/{GENERATOR}",
-            "generator_ratio": run.recipe.generator_ratio, "rtd_weight": run.recipe.rtd_weight,
-            "num_hidden_layers": c.num_hidden_layers, "hidden_size": c.hidden_size,
-            "num_attention_heads": c.num_attention_heads, "intermediate_size": c.intermediate_size,
-            "embedding_size": c.embedding_size, "parameters": count_params(run.generator),
-            "parameters_not_shared": sum(p.numel() for p in run.generator.parameters() if id(p) not in shared)}
 
 
 def _scaler_summary(run: TrainingRun) -> dict | None:

@@ -13,7 +13,7 @@ from zh_bert.train.arch.base import (
     model_type,
     register,
 )
-from zh_bert.train.objective import OBJECTIVES
+from zh_bert.train.objectives.base import OBJECTIVES
 
 # BertConfig fields that must be positive integers for a model to be built from it
 _SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
@@ -87,11 +87,14 @@ def layer_params(h: int, i: int) -> int:
 class Bert(Architecture):
     name, family, paper = "bert", "BERT", "bert"
     max_positions = BERT_POSITIONS
-    objectives = tuple(OBJECTIVES)
     attention_inits = ("neighbour", "stock")
     block = "post-norm"
     mlm_class_name = "BertForMaskedLM"
     untyped_configs = True
+
+    @property
+    def objectives(self):
+        return tuple(OBJECTIVES)   # every objective: read when asked (the registry fills as its modules load)
 
     def config(self, recipe, vocab_size: int, special_ids: dict[str, int] | None = None):
         return build_config(recipe.model, vocab_size, pad_token_id=(special_ids or {}).get("pad", 0),

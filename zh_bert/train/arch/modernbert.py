@@ -27,7 +27,7 @@ from zh_bert.train.arch.base import (
     register,
 )
 from zh_bert.train.arch.bert import BERT
-from zh_bert.train.objective import OBJECTIVES
+from zh_bert.train.objectives.base import OBJECTIVES
 
 MAX_POSITIONS = 8192        # RoPE has no position table; ModernBERT's own context length
 GLU_MULTIPLE = 32           # GeGLU width rounded to a multiple of this (matmul-friendly; <1% off the target)
@@ -231,7 +231,7 @@ def _with_commas(value) -> str:
 class ModernBert(Architecture):
     name, family, paper = "modernbert", "ModernBERT", "modernbert"
     max_positions = MAX_POSITIONS
-    objectives = ("mlm",)
+    objectives = ("mlm", "distill")
     attention_inits = ("stock",)
     uses_token_types = False
     block = "pre-norm-glu"
@@ -255,7 +255,7 @@ class ModernBert(Architecture):
             return ("objective electra builds ELECTRA's own BERT-style generator and discriminator: use "
                     "architecture bert with it, or objective mlm with modernbert")
         return (f"objective {objective} needs token-type embeddings and a pooler, which ModernBERT does not have: "
-                f"use objective mlm with architecture modernbert")
+                f"use objective mlm or distill with architecture modernbert")
 
     def attention_init_refusal(self, value):
         return (f"attention_init {value} writes BERT's learned position embeddings; ModernBERT has RoPE instead: "
