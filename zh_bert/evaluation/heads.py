@@ -49,8 +49,9 @@ def data_files(task: Task, pairs: int) -> list[Path]:
 
 
 class ClassifyKind:
-    """Sentence(-pair) classification: `finetune` a classifier, or `zero-shot`/`pet` the masked LM on the pattern."""
-    chooses = True
+    """Sentence(-pair) classification: `finetune` a classifier, or `zero-shot`/`pet` the masked LM on the pattern.
+    A setting's summary names its choosing figure `choose_key` (the dev accuracy)."""
+    chooses, choose_key = True, "dev_acc"
 
     def method(self, method: str) -> str:
         return method

@@ -131,38 +131,41 @@ def _pairs_of(task: Task, args: SuiteArgs) -> list[int | None]:
 
 
 def run_pair(ckpt, task: Task, k: int | None, args: SuiteArgs, cfg: FinetuneConfig, log=print, tick=no_tick) -> dict:
-    """Pair k of `task`: every rate of the grid trained on train_k; the one with the best dev_k accuracy (mean
-    over seeds) is kept, whatever its reported figure. `tick` counts the runs (rates x seeds)."""
+    """Pair k of `task`: every rate of the grid trained on train_k; the one with the best choosing figure (dev_k
+    accuracy, the kind's `choose_key`; mean over seeds) is kept, whatever its reported figure. `tick` counts the
+    runs (rates x seeds)."""
     kind = head_kind(task)
-    method = kind.method(args.method)
+    method, key = kind.method(args.method), kind.choose_key
     best, chosen = None, None
     for lr in _grid(task, args, cfg):
         where = f"pair {k} " if k is not None else ""
         summary = kind.setting(ckpt, task, k, method, dataclasses.replace(cfg, lr=lr), args.seed_list(),
                                lambda m, lr=lr: log(f"  {task.name} {where}lr {lr:g}: {m}"))
         tick(len(args.seed_list()))
-        if best is None or summary["dev_acc"] > best["dev_acc"]:
+        if best is None or summary[key] > best[key]:
             best, chosen = summary, lr
     return {**best, "lr": chosen, "method": method}
 
 
 def run_task(ckpt, task: Task, args: SuiteArgs, cfg: FinetuneConfig, log=print) -> dict:
-    """One choosing task over its pairs (zero-shot trains nothing: one pass, pair 0's dev beside it)."""
+    """One choosing task over its pairs (zero-shot trains nothing: one pass, pair 0's dev beside it): the reported
+    figure (the task's main metric, `test_acc`) mean ± std over pairs x seeds, the choosing one (`dev_acc`) beside."""
     pairs = _pairs_of(task, args)
+    test_key, dev_key = task.main_metric.key, head_kind(task).choose_key
     tests, devs, per_pair = [], [], []
     runs = len(pairs) * len(_grid(task, args, cfg)) * args.seeds
     with TaskBar(f"{task.name} ({init_label(cfg)})", runs, "run", log) as bar:
         for k in pairs:
             r = run_pair(ckpt, task, k, args, cfg, bar.log, bar.tick)
-            bar.note(f"pair {k} dev {r['dev_acc']:.3f}")
-            tests += [s["test_acc"] for s in r["per_seed"]]
-            devs += [s["dev_acc"] for s in r["per_seed"]]
-            per_pair.append({"pair": k, "lr": r["lr"], "test_acc": r["test_acc"], "dev_acc": r["dev_acc"],
+            bar.note(f"pair {k} dev {r[dev_key]:.3f}")
+            tests += [s[test_key] for s in r["per_seed"]]
+            devs += [s[dev_key] for s in r["per_seed"]]
+            per_pair.append({"pair": k, "lr": r["lr"], test_key: r[test_key], dev_key: r[dev_key],
                              "test_predictions": r.get("test_predictions")})
     chance, chance_name = head_kind(task).chance(task)
     test_mean, test_std = mean_std(tests)
-    return {"task": task.name, "method": r["method"], "test_acc": test_mean, "test_acc_std": test_std,
-            "dev_acc": mean_std(devs)[0], "runs": len(tests), "pairs": len(pairs), "seeds": args.seed_list(),
+    return {"task": task.name, "method": r["method"], test_key: test_mean, f"{test_key}_std": test_std,
+            dev_key: mean_std(devs)[0], "runs": len(tests), "pairs": len(pairs), "seeds": args.seed_list(),
             "majority_test_acc": chance, "chance": chance_name, "per_pair": per_pair,
             "data_sha256": sha256_of(data_files(task, len(pairs)))}
 
@@ -188,7 +191,8 @@ def check_suite_data(args: SuiteArgs) -> dict:
 
 def _suite_score(res: dict) -> float | None:
     """The score of the asked suite that has one (FewCLUE's), when all its tasks ran; None otherwise."""
-    accs = {n: r["test_acc"] * 100 for n, r in res.items() if "test_acc" in r}
+    accs = {n: task_named(n).main_metric.percent(r[task_named(n).main_metric.key]) for n, r in res.items()
+            if task_named(n).main_metric.key in r}
     for suite in suites():
         names = [t.name for t in scored(suite)]
         if suite.score and names and set(names) <= set(accs):

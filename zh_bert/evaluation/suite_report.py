@@ -46,11 +46,12 @@ def chosen_lines(res: dict, suite: Suite, tasks: list[Task]) -> list[str]:
              f"{'task':<9} {split:>13} {'dev (chose)':>11} {'chance':>7} {'random init':>13} {'published':>9}"]
     for task in tasks:
         r, rand = res["pretrained"][task.name], res["random_init"].get(task.name)
+        m = task.main_metric
         ref = task.beside(res["method"])
         shown = f"{ref.figures[metric.type]:>9.1f}" if ref else f"{'-':>9}"
-        lines.append(f"{task.name:<9} {_cell(r):>13} {r['dev_acc'] * 100:>11.1f} {r['majority_test_acc'] * 100:>7.1f} "
-                     f"{_cell(rand):>13} {shown}" + ("" if task.in_score or not suite.score else
-                                                     f"  ({task.description}, not in the score)"))
+        lines.append(f"{task.name:<9} {_cell(r, m.key, m.unit):>13} {m.percent(r[head_kind(task).choose_key]):>11.1f} "
+                     f"{m.percent(r['majority_test_acc']):>7.1f} {_cell(rand, m.key, m.unit):>13} {shown}"
+                     + ("" if task.in_score or not suite.score else f"  ({task.description}, not in the score)"))
     if suite.score:
         for key, label in (("pretrained_score", "score"), ("random_init_score", "score (random init)")):
             if res.get(key) is not None:
