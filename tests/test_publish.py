@@ -40,7 +40,8 @@ def test_dry_run_stages_only_the_allow_list(run_dir, tmp_path, capsys):
     assert "zh-bert" in data["tags"] and data["datasets"] == ["zhwiki_sampled", "CLUECorpusSmall_sampled"]
     assert "[MASK]" in data["widget"][0]["text"] and "北京" in data["widget"][0]["text"]
     results = {(r.dataset_type, r.metric_name): r.metric_value for r in card.data.eval_results}
-    assert results == {("chnsenticorp", "accuracy"): 0.66, ("zh-cloze", "top-1 accuracy"): 0.05}  # newest wins
+    assert results == {("seamew/ChnSentiCorp", "accuracy"): 0.66, ("zh-cloze", "top-1 accuracy"): 0.05}  # newest wins,
+    # ChnSentiCorp named as its task declares it (the Hub dataset id)
     body = card.text
     for needle in ("3,120,000", "char, 21,128", "strategy=wwm", "40,960", "1 min 35 s", "cpu, 1 process",
                    "precision fp32 (requested auto)", "cleaning kept 870 of 1,000 documents (412,000 characters)",

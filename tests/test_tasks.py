@@ -161,3 +161,25 @@ def test_the_registry_refuses_a_second_declaration_and_names_the_tasks():
         task_named("cmrc")
     assert [s.name for s in suites()][:2] == ["fewclue", "cmrc2018"]
     assert {t.name for t in tasks_of("all")} == {t.name for s in suites() for t in tasks_of(s)}
+
+
+def test_the_cards_model_index_names_each_task_as_declared_and_the_board_places_it_back():
+    """`publish`'s model-index takes dataset type, name and split from the declarations; a board reading the card
+    puts each figure in its task's column (TNEWS's FewCLUE figure in the one TNEWS column, CMRC 2018's dev EM)."""
+    from huggingface_hub import EvalResult, ModelCardData
+
+    from zh_bert.evaluation.suite_report import suite_entries
+    from zh_bert.leaderboard.cards import model_index_entries
+    from zh_bert.leaderboard.record import sort_entries
+    from zh_bert.release.card import model_index_fields
+
+    res = {"zh_bert_version": "9.9", "method": "finetune", "protocols": {"fewclue": "fewclue-v2"},
+           "pretrained": {"tnews": {"seeds": [42], "data_sha256": "ab" * 32, "pairs": 5, "test_acc": 0.31},
+                          "cmrc2018": {"seeds": [42], "data_sha256": "cd" * 32, "trained_on": "trial", "em": 1.2,
+                                       "f1": 11.1}}}
+    index = [EvalResult(**model_index_fields(e)) for e in suite_entries(res)]
+    meta = ModelCardData(model_name="m", eval_results=index).to_dict()
+    assert {r["dataset"]["split"] for r in meta["model-index"][0]["results"]} == {"test_public", "dev"}
+    claims, notes = model_index_entries(meta, "README.md")
+    scores, unplaced = sort_entries(claims, "README.md")
+    assert scores == {"fewclue-tnews": 31.0, "cmrc2018-em": 1.2, "cmrc2018-f1": 11.1} and not notes + unplaced

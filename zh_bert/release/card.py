@@ -15,7 +15,9 @@ from typing import Any
 from zh_bert.core.errors import ZhBertError
 from zh_bert.core.fileio import (CURVES_PNG, EVAL_RESULTS, METRICS_LOG, RUN_RECIPE, RUN_SUMMARY, Record, parse_json,
                                  parse_yaml, read_json, read_text)
+from zh_bert.corpus.task_registry import tasks
 from zh_bert.evaluation import eval_results
+from zh_bert.leaderboard.cards import identity
 from zh_bert.train.arch import of_config
 from zh_bert.train.objectives import OBJECTIVES
 from zh_bert.train.rundir import GENERATOR
@@ -241,14 +243,23 @@ class _Facts:
         return WIDGET_TEXT.format(mask=self.mask)
 
 
+def model_index_fields(e: dict) -> dict:
+    """One model-index result of an eval_results entry, its dataset named as its task's declaration names it
+    (`zh_bert.corpus.task_registry`: the dataset type and name a board reads back) with the split the figure is
+    reported on; an entry of no declared task (a user's TSV, `eval mlm`) as it was recorded."""
+    name = identity(e)
+    task = next((t for t in tasks() if t.name == name), None)
+    dtype, dname = task.dataset if task else (e["dataset_type"], e.get("dataset_name") or e["dataset_type"])
+    return {"task_type": e["task_type"], "task_name": e.get("task_name"), "dataset_type": dtype, "dataset_name": dname,
+            "dataset_split": e.get("split") or None, "metric_type": e["metric_type"],
+            "metric_name": e.get("metric_name"), "metric_value": e["metric_value"]}
+
+
 def _metadata(facts: _Facts, name: str, license: str):
     """The YAML block the Hub reads: language, licence, tags, datasets, the widget and the model-index."""
     from huggingface_hub import EvalResult, ModelCardData
 
-    eval_results = [EvalResult(task_type=e["task_type"], task_name=e.get("task_name"),
-                               dataset_type=e["dataset_type"], dataset_name=e.get("dataset_name") or e["dataset_type"],
-                               metric_type=e["metric_type"], metric_name=e.get("metric_name"),
-                               metric_value=e["metric_value"]) for e in facts.evals]
+    eval_results = [EvalResult(**model_index_fields(e)) for e in facts.evals]
     kind_tag = [f"vocab-{facts.vocab_kind}"] if facts.vocab_kind != "unknown" else []
     arch_tag = facts.arch.name
     # an ELECTRA discriminator fills no blanks: no fill-mask widget at the top level (the generator has one)
