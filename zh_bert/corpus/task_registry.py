@@ -35,7 +35,7 @@ from zh_bert.core.errors import ZhBertError, suggest
 from zh_bert.corpus.cloze_items import ClozeFile
 from zh_bert.corpus.squad_files import SquadFile, SquadText
 from zh_bert.corpus.task_files import Fields, RecordText, TsvFile, joined_field, marked_spans, text_field
-from zh_bert.corpus.task_spec import (CLASSIFY, Column, Metric, Pairs, Pattern, Reference, Score, Splits,
+from zh_bert.corpus.task_spec import (CHOICE, CLASSIFY, SPAN, Column, Metric, Pairs, Pattern, Reference, Score, Splits,
                                       Suite, Task)
 
 #: what `--suite` takes beside the suites' names: every suite
@@ -151,9 +151,9 @@ BUNDLED_TASKS: tuple[Task, ...] = (
              Pattern("{blank}用{a}概括{b}", {"0": "不能", "1": "可以"})),
     _fewclue("cluewsc", "pronoun coreference", _fields("cluewsc", marked_spans),
              Pattern("下面句子的指代关系正确吗？{blank}。{a}", {"true": "正确", "false": "错误"})),
-    _fewclue("chid", "idiom cloze, 7 candidates (multiple choice)", ClozeFile(), Pattern("#idiom#", None),
-             head="choice", in_score=False),
-    Task(name="cmrc2018", title="CMRC 2018", head="span", reader=SquadFile(), folder="cmrc2018",
+    _fewclue("chid", "multiple choice: an idiom cloze over 7 candidates", ClozeFile(), Pattern("#idiom#", None),
+             head=CHOICE, in_score=False),
+    Task(name="cmrc2018", title="CMRC 2018", head=SPAN, reader=SquadFile(), folder="cmrc2018",
          splits=Splits("cmrc2018_trial.json", None, "cmrc2018_dev.json", names=("trial", None, "dev"),
                        official_train=("cmrc2018_train.json", "train.json")),
          suites=("cmrc2018",), aliases=("cmrc2018", "hfl/cmrc2018", "cluecmrc2018"),

@@ -18,8 +18,9 @@ from typing import Any
 
 #: the protocol of `zh-bert finetune --task`: train trains, the best state on dev is kept, test reports
 FINETUNE_PROTOCOL = "finetune-v1"
-#: the head kind of sentence(-pair) classification, the one `zh-bert finetune --task` trains
-CLASSIFY = "classify"
+#: the head kinds (`Task.head`; `zh_bert.evaluation.heads` turns each into an object): sentence(-pair)
+#: classification (what `zh-bert finetune --task` trains), multiple choice through the masked LM, span extraction
+CLASSIFY, CHOICE, SPAN = "classify", "choice", "span"
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from pathlib import Path
 from zh_bert.core.errors import ZhBertError
 from zh_bert.corpus.squad_files import load_squad
 from zh_bert.corpus.task_files import task_data_dir
-from zh_bert.corpus.task_spec import CLASSIFY, Task
+from zh_bert.corpus.task_spec import CHOICE, CLASSIFY, SPAN, Task
 from zh_bert.evaluation.finetune import run
 from zh_bert.evaluation.loop import TaskBar, init_label
 from zh_bert.evaluation.prompts import prompt_data, run_prompt_task
@@ -154,7 +154,7 @@ class SpanKind:
 
 
 #: head kind (`Task.head`) -> what the suite asks of it
-HEAD_KINDS = {CLASSIFY: ClassifyKind(), "choice": ChoiceKind(), "span": SpanKind()}
+HEAD_KINDS = {CLASSIFY: ClassifyKind(), CHOICE: ChoiceKind(), SPAN: SpanKind()}
 
 
 def head_kind(task: Task):
