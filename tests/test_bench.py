@@ -32,6 +32,8 @@ RESULT_LINES = {
                     rf"^keep_freed_memory, ACTIVE .* {NUM}x +minor faults",
                     rf"^keep_freed_memory, PASSIVE .* {NUM}x +minor faults"],
     "demo_latency": [rf"^zh-bert fill, 1 blank .* median +{NUM} ms", rf"^ratio baseline/ours: {NUM}x"],
+    "distill_speed": [rf"^\| mini → tiny \| fp32 \| {NUM} \| {NUM} \| \*\*{NUM}×\*\* \| {NUM}% \| {NUM}% \|$",
+                      rf"^fp32: first-step loss TextBrewer {NUM}, zh-bert {NUM}$"],
     "finetune_speed": [rf"^\| tiny \| fine-tune 32 × 1 epochs \| Trainer \| {NUM} \| {NUM} \| \*\*{NUM}×\*\* \|",
                        rf"^\| tiny \| predict 64 \| pipeline \| {NUM} \| {NUM} \| \*\*{NUM}×\*\* \|",
                        rf"^\| tiny \| CMRC 2018 fine-tune 16 \(trial\) × 1 epochs \| Trainer \| {NUM} \| {NUM} \| "
