@@ -87,8 +87,9 @@ def finetune_task_names() -> list[str]:
 
 
 def files_of(task: Task, split: Splits) -> list[Path]:
+    """The files of a set of splits, in role order (train, choose, report; a split that chooses nothing has none)."""
     folder = task_data_dir(task.folder)
-    return [folder / f for f in (split.train, split.choose, split.report)]
+    return [folder / f for f in (split.train, split.choose, split.report) if f is not None]
 
 
 def load_task(spec: str, columns: str | None = None) -> TaskData:
