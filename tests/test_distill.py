@@ -357,6 +357,28 @@ def test_two_processes_equal_one_process_with_double_accumulation(tmp_path, char
     assert p1.keys() == p2.keys() and max(float(abs(p1[k] - p2[k]).max()) for k in p1) <= 2e-5
 
 
+@pytest.mark.slow
+def test_a_hub_teacher_comes_through_download(tmp_path, char_shards, teacher, hub, online, monkeypatch):
+    """`teacher: ORG/NAME` is fetched once, as `zh-bert download` fetches it, into models/ORG--NAME (the test Hub on
+    127.0.0.1), and the run records where it came from."""
+    from _hub_helpers import seed_repo
+
+    from zh_bert.cli import main
+
+    seed_repo(hub, "zh-org/tiny-teacher", teacher)
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    recipe = write_recipe(tmp_path / "r.yaml", char_shards, "zh-org/tiny-teacher", max_steps=2, save_every=0,
+                          eval_every=0)
+    assert main(["pretrain", str(recipe)]) == 0
+    fetched = tmp_path / "models" / "zh-org--tiny-teacher"
+    assert (fetched / "model.safetensors").read_bytes() == (teacher / "model.safetensors").read_bytes()
+    summary = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert summary["teacher"]["name"] == "zh-org/tiny-teacher"
+    assert summary["teacher"]["path"] == str(fetched.resolve())
+
+
 def teacher_agreement(student_dir: Path, teacher_dir: Path, sharddir: Path, batches: int = 8) -> float:
     """Share of the held-out (valid split) masked positions, fixed masks, where the student's top-1 is the
     teacher's."""
