@@ -195,7 +195,8 @@ def main(argv: list[str] | None = None) -> None:
 
     from zh_bert.core.fileio import scratch_dir
     from zh_bert.corpus.tokenizer_files import load_tokenizer
-    from zh_bert.evaluation.ner_data import load_ner, read_ner
+    from zh_bert.corpus.ner_files import read_ner
+    from zh_bert.evaluation.ner_data import load_ner
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from zh_bert.core.errors import ZhBertError
-from zh_bert.evaluation.ner_data import carve_choose, load_ner, read_ner
+from zh_bert.corpus.ner_files import read_ner
+from zh_bert.evaluation.ner_data import carve_choose, load_ner
 from zh_bert.evaluation.ner_metric import entity_scores
 from zh_bert.evaluation.ner_tags import SCHEMES, broken_tags, entities, scheme_named
 from zh_bert.evaluation.tagging import best_window, convert, encode, window_starts
@@ -165,7 +166,7 @@ def test_windows_cover_a_long_sentence_once_each_from_its_most_context(google_to
     """seq_len 16 over a 120-character MSRA sentence: never cut, each character labelled in exactly one window,
     the one where its nearer edge is farthest; a word of several sub-tokens labelled on its first only."""
     from zh_bert.corpus.tokenizer_files import load_tokenizer
-    from zh_bert.evaluation.ner_data import Sentence
+    from zh_bert.corpus.ner_files import Sentence
 
     tok = load_tokenizer(google_tokdir)
     assert window_starts(10, 4, 1) == [0, 3, 6]
@@ -215,9 +216,76 @@ def test_a_stock_token_classifier_trains_and_its_predictions_rescore_with_seqeva
     task = replace(task, train=task.train[:64], dev=task.dev[:24], test=task.test[:40])
     cfg = FinetuneConfig(epochs=1, lr=1e-3, seq_len=32, batch_size=16)
     r = train_tagger(ckpt, task, cfg, TaggingConfig(window_stride=8), 0, log=lambda m: None)
-    assert r["steps"] > 4 and 0 <= r["dev_f1"] <= 1     # 64 sentences, more rows: the long ones windowed
+    assert r["steps"] > 4 and 0 <= r["dev_f1"] <= 100     # 64 sentences, more rows: the long ones windowed
     write_tag_predictions(tmp_path / "test.conll", task.test, r["test_pred"], task.scheme)
     lines = [x for x in (tmp_path / "test.conll").read_text(encoding="utf-8").split("\n") if x]
     assert len(lines) == sum(len(s.tokens) for s in task.test) and any(len(s.tokens) > 30 for s in task.test)
-    assert rescore_file(tmp_path / "test.conll") == pytest.approx(
-        (r["test_precision"], r["test_recall"], r["test_f1"]), abs=1e-12)
+    assert [100 * x for x in rescore_file(tmp_path / "test.conll")] == pytest.approx(
+        [r["test_precision"], r["test_recall"], r["test_f1"]], abs=1e-9)
+
+
+def bioes_conll(rows: list[list[str]], path: Path) -> None:
+    """MSRA sentences (UER TSV rows) rewritten as a user's CoNLL file in another tag set: BIOES, tab-separated,
+    CRLF line ends (a conversion of its own, not zh-bert's)."""
+    out = []
+    for text, label in rows:
+        tags = label.split(" ")
+        for i, (c, t) in enumerate(zip(text.split(" "), tags)):
+            nxt = tags[i + 1] if i + 1 < len(tags) else "O"
+            if t != "O":
+                kind, goes_on = t[2:], nxt == f"I-{t[2:]}"
+                t = ("B-" if goes_on else "S-") + kind if t[0] == "B" else ("I-" if goes_on else "E-") + kind
+            out.append(f"{c}\t{t}\r\n")
+        out.append("\r\n")
+    path.write_bytes("".join(out).encode("utf-8"))
+
+
+def test_finetune_task_ner_trains_and_scores_a_users_conll_files_in_another_tag_set(tiny_model_dir, tmp_path, capsys):
+    """`zh-bert finetune MODEL --task ner --train --dev --test` on BIOES CoNLL files (MSRA sentences, tab, CRLF):
+    scheme and types read from the files, test scored, the predictions file re-scored by seqeval to the digit, and
+    an untagged test file predicted but not scored."""
+    import json
+
+    from zh_bert.evaluation.finetune import main
+
+    rows = [line.split("\t") for line in (MSRA / "dev.tsv").read_text(encoding="utf-8").split("\n")[1:] if line]
+    for name, part in (("train", rows[:96]), ("dev", rows[96:120]), ("test", rows[120:150])):
+        bioes_conll(part, tmp_path / f"{name}.txt")
+    common = ["--task", "ner", "--train", str(tmp_path / "train.txt"), "--dev", str(tmp_path / "dev.txt"),
+              "--epochs", "1", "--lr", "1e-3", "--seq-len", "64", "--no-record"]
+    assert main([str(tiny_model_dir), *common, "--test", str(tmp_path / "test.txt"),
+                 "--predictions", str(tmp_path / "preds")]) == 0
+    out = capsys.readouterr().out
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert "BIOES tags, 3 entity types (LOC, ORG, PER)" in out and summary["scheme"] == "bioes"
+    assert [100 * x for x in rescore_file(tmp_path / "preds" / f"{tmp_path.name}.conll")] == pytest.approx(
+        [summary["test_precision"], summary["test_recall"], summary["test_f1"]], abs=1e-9)
+    (tmp_path / "bare.txt").write_text("".join(f"{c}\n" for c in "张三在北京") + "\n", encoding="utf-8")
+    assert main([str(tiny_model_dir), *common, "--test", str(tmp_path / "bare.txt"),
+                 "--predictions", str(tmp_path / "bare_preds")]) == 0
+    out = capsys.readouterr().out
+    assert "bare.txt: no tags: test is predicted, not scored" in out
+    assert json.loads(out.strip().splitlines()[-1])["test_f1"] is None
+    lines = (tmp_path / "bare_preds" / f"{tmp_path.name}.conll").read_text(encoding="utf-8").split("\n")
+    assert [x.split(" ")[0] for x in lines[:5]] == list("张三在北京") and len(lines[0].split(" ")) == 2
+
+
+def test_the_ner_suite_is_declared_once_and_msra_takes_a_users_train_file(tmp_path):
+    """`--suite ner` and `all` run Resume and MSRA; each has its board column and BERT's published row; MSRA trains
+    on a fixed 90% of dev unless the official train file is given, which then trains and dev chooses whole."""
+    from zh_bert.corpus.task_registry import tasks_of
+    from zh_bert.evaluation.ner_tasks import load_declared, with_train
+
+    ner = tasks_of("ner")
+    assert [t.name for t in ner] == ["resume_ner", "msra_ner"]
+    assert {"resume_ner", "msra_ner"} <= {t.name for t in tasks_of("all")}
+    assert [(t.columns[0].label, t.beside("finetune").figures["f1"]) for t in ner] == [("Resume F1", 95.53),
+                                                                                        ("MSRA F1", 94.95)]
+    msra = ner[1]
+    carved = load_declared(msra)
+    assert (len(carved.train), len(carved.dev)) == (2086, 232) and "a fixed 90%" in carved.notes[0]
+    (tmp_path / "train.tsv").write_text("text_a\tlabel\n张 三 在 北 京\tB-PER I-PER O B-LOC I-LOC\n", encoding="utf-8")
+    given = load_declared(with_train(msra, str(tmp_path)))
+    assert (len(given.train), len(given.dev)) == (1, 2318) and not any("90%" in n for n in given.notes)
+    with pytest.raises(ZhBertError, match=r"no train\.tsv or msra_train\.tsv in this folder"):
+        with_train(msra, str(MSRA.parent / "resume_ner"))

@@ -100,14 +100,18 @@ def _text(path: Path, n: int) -> str:
 
 
 def test_every_head_trains_through_the_one_loop_function(tiny_model_dir, monkeypatch):
-    """The classifier, PET (multiple choice through the masked LM) and the span head each reach `loop.fit_head`
+    """The classifier, PET (multiple choice through the masked LM), the span head and the tag head (NER) each reach
+    `loop.fit_head`
     itself (stopped there: the call is what is checked), and no module but the loop steps an optimizer."""
     from zh_bert.corpus.squad_files import load_squad
     from zh_bert.evaluation import loop, prompts
     from zh_bert.evaluation.finetune import FinetuneConfig, train_one
     from zh_bert.evaluation.qa import QAConfig, run_cmrc
+    from zh_bert.evaluation.ner_finetune import TaggingConfig, train_tagger
+    from zh_bert.evaluation.ner_tasks import load_declared
     from zh_bert.evaluation.tasks import load_pair
 
+    ner = load_declared(task_named("resume_ner"))
     reached = []
 
     class Reached(Exception):
@@ -124,11 +128,12 @@ def test_every_head_trains_through_the_one_loop_function(tiny_model_dir, monkeyp
     runs = [lambda: train_one(tiny_model_dir, load_pair(eprstmt, 0), cfg, 0, log=lambda m: None),
             lambda: prompts.run_prompt_task(tiny_model_dir, task_named("chid"), 0, "pet", cfg, [0], log=lambda m: 0),
             lambda: run_cmrc(tiny_model_dir, *(load_squad(TASKS / "cmrc2018" / f"cmrc2018_{s}.json")[:2]
-                                               for s in ("trial", "dev")), wide, QAConfig(doc_stride=8), [0])]
+                                               for s in ("trial", "dev")), wide, QAConfig(doc_stride=8), [0]),
+            lambda: train_tagger(tiny_model_dir, ner, cfg, TaggingConfig(window_stride=4), 0, log=lambda m: None)]
     for run in runs:
         with pytest.raises(Reached):
             run()
-    assert reached == ["ClassifyHead", "ChoiceHead", "SpanHead"]
+    assert reached == ["ClassifyHead", "ChoiceHead", "SpanHead", "TagHead"]
     steppers = []
     for path in sorted(PKG.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))

@@ -28,5 +28,7 @@ class Shared:
     revision: str | None = option(None, help="branch, tag or commit (default: main; ModelScope: master)")
     host: str = option("127.0.0.1", help="interface to bind (127.0.0.1: this machine only)")
     port: int = option(0, bounds=(0, 65535), help="port to serve on (0: any free port)")
+    predictions: Optional[str] = option(None, metavar="DIR", help="write the test predictions in the official "
+                                                                  "scorer's format")
 
 

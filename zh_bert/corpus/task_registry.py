@@ -15,6 +15,10 @@ docs/eval.md). The bundled ones:
 - CMRC 2018, suite `cmrc2018`: span extraction, trained a fixed number of epochs on the official train file (or
   the bundled trial set) and reported on dev, on which nothing is chosen (protocol `cmrc2018-v1`).
 - ChnSentiCorp: sentence sentiment, `zh-bert finetune` only (the ERNIE/HFL train/dev/test split).
+- NER, suite `ner` (protocol `ner-v1`): Resume NER (train trains, dev chooses, test reports) and MSRA NER (only
+  dev and test bundled: trained on the user's train file, `--msra-train`, or else on a fixed 90% of dev and chosen
+  on the other 10%; test only reports); entity-level micro F1, exact span and type, as seqeval's default. `zh-bert
+  finetune MODEL --task ner --train F --dev F [--test F]` runs the user's own files (`USER_FILE_TASKS`).
 
 Patterns and label words (zero-shot, PET) are the FewCLUE baselines' PET ones, `baselines/models_keras/pet/
 pet_TASK.py` of github.com/CLUEbenchmark/FewCLUE at 62a02c6f31cf32814cfe522f78ef088228840f8d (the commit the bundled
@@ -33,9 +37,10 @@ from collections import Counter
 
 from zh_bert.core.errors import ZhBertError, suggest
 from zh_bert.corpus.cloze_items import ClozeFile
+from zh_bert.corpus.ner_files import NerFile, NerText
 from zh_bert.corpus.squad_files import SquadFile, SquadText
 from zh_bert.corpus.task_files import Fields, RecordText, TsvFile, joined_field, marked_spans, text_field
-from zh_bert.corpus.task_spec import (CHOICE, CLASSIFY, SPAN, Column, Metric, Pairs, Pattern, Reference, Score, Splits,
+from zh_bert.corpus.task_spec import (CHOICE, CLASSIFY, SPAN, TAG, Column, Metric, Pairs, Pattern, Reference, Score, Splits,
                                       Suite, Task)
 
 #: what `--suite` takes beside the suites' names: every suite
@@ -127,6 +132,24 @@ def _fields(name: str, text_a, **kw) -> Fields:
     return Fields(text_a, what=f"a FewCLUE {name} record", **kw)
 
 
+FLAT_SOURCE = "Li et al., FLAT: Chinese NER Using Flat-Lattice Transformer, ACL 2020 (BERT-base Chinese, full train split)"
+ENTITY_METRICS = tuple(Metric(f"test_{key}", key, "percent", f"entity-level micro {what}: an entity counts when "
+                              f"its span and type are both exact (seqeval's default mode, conlleval's rules)",
+                              label=f"entity {label}")
+                       for key, what, label in (("f1", "F1", "F1"), ("precision", "precision", "P"),
+                                                ("recall", "recall", "R")))
+
+
+def _ner(name: str, title: str, splits: Splits, column: str, bert: float, description: str) -> Task:
+    """A NER task of the `ner` suite: its folder, entity P/R/F1 in percent, its board column, BERT's published row."""
+    return Task(name=name, title=title, head=TAG, reader=NerFile(), folder=name, splits=splits, suites=("ner",),
+                aliases=(name,), metrics=ENTITY_METRICS, protocol="ner-v1",
+                published=(Reference("BERT", {"f1": bert}, FLAT_SOURCE, note="BERT-base Chinese, FLAT paper"),),
+                columns=(Column(f"{name}-f1", column, "test", "f1"),), test_text=NerText(),
+                task_type="token-classification", headline="f1", description=description)
+
+
+
 _TNEWS_ALL = Splits("train_few_all.json", "dev_few_all.json", "test_public.json",
                     names=("train_few_all", "dev_few_all", "test_public"))
 _NLI = {"neutral": "并且", "entailment": "是的", "contradiction": "不是"}
@@ -176,6 +199,13 @@ BUNDLED_TASKS: tuple[Task, ...] = (
          folder="chnsenticorp", splits=Splits("train.tsv", "dev.tsv", "test.tsv"), aliases=("chnsenticorp",),
          metrics=(ACCURACY, MACRO_F1), columns=(Column("chnsenticorp", "ChnSentiCorp", "test"),),
          dataset_type="seamew/ChnSentiCorp", description="hotel, book and product review sentiment"),
+    _ner("resume_ner", "Resume NER", Splits("train.char.bmes", "dev.char.bmes", "test.char.bmes"), "Resume F1", 95.53,
+         "résumé NER, 8 types, BMES"),
+    # MSRA's train split is not bundled: train and choose name the same file, which the tag kind cuts into a fixed
+    # 90% to train on and 10% to choose on (`ner_data.carve_choose`); `--msra-train` gives the official one
+    _ner("msra_ner", "MSRA NER", Splits("dev.tsv", "dev.tsv", "test.tsv", names=("dev (90%)", "dev (10%)", "test"),
+                                        official_train=("train.tsv", "msra_train.tsv")), "MSRA F1", 94.95,
+         "news NER, PER/LOC/ORG, BIO"),
 )
 BUNDLED_SUITES: tuple[Suite, ...] = (
     Suite("fewclue", "FewCLUE", "fewclue-v2", "trained on train_k, learning rate and epoch chosen on dev_k, reported "
@@ -185,7 +215,11 @@ BUNDLED_SUITES: tuple[Suite, ...] = (
                       _fewclue_references("score"))),
     Suite("cmrc2018", "CMRC 2018", "cmrc2018-v1", "fine-tuned a fixed number of epochs on train (or the trial set), "
           "reported on dev, nothing chosen on dev"),
+    Suite("ner", "NER", "ner-v1", "a token classifier trained on train (MSRA without --msra-train: a fixed 90% of "
+          "dev), the learning rate and epoch chosen on dev (MSRA: the other 10%), entity F1 reported on test"),
 )
+#: what `finetune --task NAME --train F --dev F [--test F]` takes for the user's own files, and their head kind
+USER_FILE_TASKS = {"ner": TAG}
 
 _TASKS: dict[str, Task] = {}
 _SUITES: dict[str, Suite] = {}
@@ -250,6 +284,12 @@ def tasks_of(suite: str | Suite, flag: str = "--suite") -> list[Task]:
     """The tasks of a suite (`all`: of every suite), in declaration order."""
     names = {s.name for s in suites_of(suite, flag)} if isinstance(suite, str) else {suite.name}
     return [t for t in _TASKS.values() if names & set(t.suites)]
+
+
+def user_file_head(spec: str) -> str | None:
+    """The head kind of `finetune --task SPEC` on the user's own --train/--dev/--test files (`ner`: tagging); None
+    when SPEC is not such a name."""
+    return USER_FILE_TASKS.get(spec)
 
 
 def scored(suite: Suite) -> list[Task]:

@@ -21,6 +21,8 @@ FINETUNE_PROTOCOL = "finetune-v1"
 #: the head kinds (`Task.head`; `zh_bert.evaluation.heads` turns each into an object): sentence(-pair)
 #: classification (what `zh-bert finetune --task` trains), multiple choice through the masked LM, span extraction
 CLASSIFY, CHOICE, SPAN = "classify", "choice", "span"
+#: the head kind of token tagging (NER): a token classifier, chosen on dev by entity F1
+TAG = "tag"
 
 
 @dataclass(frozen=True)

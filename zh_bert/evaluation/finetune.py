@@ -43,6 +43,7 @@ from zh_bert.evaluation.classify import (  # noqa: F401 (tokenizer_for, train_ba
 )
 from zh_bert.evaluation.eval_results import CheckpointArgs, entry, record_for_checkpoint
 from zh_bert.evaluation.loop import run_seed, snapshot  # noqa: F401 (snapshot: re-exported)
+from zh_bert.evaluation.ner_tasks import NerFiles, finetune_ner, tagging_task
 from zh_bert.evaluation.tasks import SUITE_PREFIX, TSV_PREFIX, TaskData, finetune_task_names, load_task
 from zh_bert.train.recipe import check_seed
 from zh_bert.train.recipe_keys import OptimizerKeys, PrecisionKeys
@@ -86,7 +87,8 @@ class FinetuneConfig:
 class FinetuneJob:
     """What to fine-tune on, and with which seeds."""
     task: str = option(help=f"{' | '.join(finetune_task_names())} | tsv:TRAIN,DEV[,TEST] (TRAIN trains, DEV chooses the "
-                            "best state, TEST reports; no text of a later one is trained or chosen on)")
+                            "best state, TEST reports; no text of a later one is trained or chosen on) | ner with "
+                            "--train, --dev, --test (your NER files) | a declared NER task (resume_ner, msra_ner)")
     columns: Optional[str] = option(None, help="TSV columns, e.g. label,text or text,label or label,text_a,text_b "
                                                "(default: detected from the header or the values)")
     seed: int = option_of(Shared, "seed", help="first seed")
@@ -175,12 +177,16 @@ def eval_entries(summary: dict, task_spec: str) -> list[dict]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    return derive_parser("zh-bert finetune", __doc__.split("\n\n")[0], CheckpointArgs, FinetuneJob, FinetuneConfig)
+    return derive_parser("zh-bert finetune", __doc__.split("\n\n")[0], CheckpointArgs, FinetuneJob, FinetuneConfig,
+                         NerFiles)
 
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    target, job, cfg = (config_from_args(c, args) for c in (CheckpointArgs, FinetuneJob, FinetuneConfig))
+    target, job, cfg, files = (config_from_args(c, args) for c in (CheckpointArgs, FinetuneJob, FinetuneConfig,
+                                                                    NerFiles))
+    if tagging_task(job.task):      # NER: a token classifier, entity F1 (ner_tasks)
+        return finetune_ner(target, job, cfg, files)
     task = load_task(job.task, job.columns)
     from transformers.utils import logging as hf_logging
 

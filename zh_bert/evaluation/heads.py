@@ -7,6 +7,7 @@ the benchmark's own format.
   task's pattern (`prompts.ChoiceHead`) instead.
 - `choice` (`prompts.ChoiceHead`): multiple choice through the masked LM (CHID); `finetune` trains it as PET.
 - `span` (`qa.SpanHead`): span extraction, a fixed number of epochs, nothing chosen (`--cmrc-*` options).
+- `tag` (`ner_finetune.TagHead`, `ner_tasks.TagKind`): token tagging (NER), chosen on dev by entity F1.
 
 A kind whose head chooses (`chooses`) runs under the suite's choosing protocol (`suite.run_task`: each learning rate
 of the grid, kept by the choosing split, over the task's pairs); one that does not runs `fixed` once per seed.
@@ -21,9 +22,10 @@ from pathlib import Path
 from zh_bert.core.errors import ZhBertError
 from zh_bert.corpus.squad_files import load_squad
 from zh_bert.corpus.task_files import task_data_dir
-from zh_bert.corpus.task_spec import CHOICE, CLASSIFY, SPAN, Task
+from zh_bert.corpus.task_spec import CHOICE, CLASSIFY, SPAN, TAG, Task
 from zh_bert.evaluation.finetune import run
 from zh_bert.evaluation.loop import TaskBar, init_label
+from zh_bert.evaluation.ner_tasks import TagKind
 from zh_bert.evaluation.prompts import prompt_data, run_prompt_task
 from zh_bert.evaluation.qa import run_cmrc
 from zh_bert.evaluation.splits import refuse_shared_spans
@@ -154,7 +156,7 @@ class SpanKind:
 
 
 #: head kind (`Task.head`) -> what the suite asks of it
-HEAD_KINDS = {CLASSIFY: ClassifyKind(), CHOICE: ChoiceKind(), SPAN: SpanKind()}
+HEAD_KINDS = {CLASSIFY: ClassifyKind(), CHOICE: ChoiceKind(), SPAN: SpanKind(), TAG: TagKind()}
 
 
 def head_kind(task: Task):

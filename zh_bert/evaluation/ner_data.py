@@ -1,10 +1,7 @@
-"""NER files read, checked and assembled into a task: train trains, dev chooses, test reports.
+"""NER files (read by `zh_bert.corpus.ner_files`) checked and assembled into a task: train trains, dev chooses,
+test reports.
 
-Two layouts, told apart by their content: CoNLL's one character (or word) and its tag per line, tab- or
-space-separated, a blank line between sentences (Resume NER; CRLF and a byte-order mark read as LF); and UER's TSV
-of one sentence per line, `text_a` of space-separated characters TAB `label` of as many tags, header optional
-(MSRA NER). A line with more or fewer fields than that is one line naming the file and the line; a file without
-any tag is a test file to predict, not to score, and refused as train or dev. The scheme (BIO, BIOES, BMES) is
+A file without any tag is a test file to predict, not to score, and refused as train or dev. The scheme (BIO, BIOES, BMES) is
 read from the tags of all files unless given; tags that break it are counted and said once (they are read as
 seqeval reads them), types of dev or test that train never saw are named, and a sentence of a later split is
 dropped from an earlier one (`splits.keep_apart`), so no figure is made on a split its model trained or chose on.
@@ -13,37 +10,13 @@ dropped from an earlier one (`splits.keep_apart`), so no figure is made on a spl
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from zh_bert.core.errors import ZhBertError
-from zh_bert.core.fileio import read_text
-from zh_bert.evaluation.ner_tags import (
-    Scheme,
-    broken_tags,
-    check_tag,
-    detect_scheme,
-    scheme_named,
-    split_tag,
-)
+from zh_bert.corpus.ner_files import Sentence, read_ner
+from zh_bert.evaluation.ner_tags import Scheme, broken_tags, detect_scheme, scheme_named, split_tag
 from zh_bert.evaluation.splits import keep_apart, roles_of
-
-MAX_NER_BYTES = 512 << 20      # the largest NER file read (MSRA's full train split is ~15 MB)
-TSV_HEADER = ("text_a", "label")
-_TAG_FIELDS = re.compile(r"[ \t]+")
-
-
-@dataclass
-class Sentence:
-    """Characters (or words) and their tags (None: the file has no tags), `where` the file:line it starts at."""
-    tokens: list[str]
-    tags: list[str] | None
-    where: str
-
-    @property
-    def text(self) -> str:
-        return "".join(self.tokens)
 
 
 @dataclass
@@ -67,81 +40,6 @@ class NerTask:
     @property
     def labels(self) -> list[str]:
         return self.scheme.tags(self.types)
-
-
-def _lines(path: Path) -> list[str]:
-    return read_text(path, encoding="utf-8-sig", max_bytes=MAX_NER_BYTES).replace("\r\n", "\n").split("\n")
-
-
-def is_tsv(lines: list[str]) -> bool:
-    """UER's layout: a `text_a` header, or a first line whose text field holds several space-separated tokens."""
-    first = next((line for line in lines if line.strip(" \t\r")), "")
-    head = first.split("\t")
-    return head[0].strip() == TSV_HEADER[0] or (len(head) == 2 and len(head[0].strip().split(" ")) > 1)
-
-
-def read_conll(path: Path, lines: list[str]) -> list[Sentence]:
-    """One token and its tag per line, a blank line between sentences; all lines one field: an untagged file."""
-    rows: list[tuple[int, list[str]]] = []
-    for n, line in enumerate(lines, 1):
-        line = line.strip(" \t\r")
-        rows.append((n, line.split("\t") if "\t" in line else _TAG_FIELDS.split(line)) if line else (n, []))
-    widths = {len(r) for _, r in rows if r}
-    tagged = widths != {1}
-    out, tokens, tags, start = [], [], [], 0
-    for n, r in rows + [(len(rows) + 1, [])]:
-        if not r:
-            if tokens:
-                out.append(Sentence(tokens, tags if tagged else None, f"{path}:{start}"))
-            tokens, tags = [], []
-            continue
-        if tagged and len(r) != 2:
-            raise ZhBertError(f"{path}:{n}: {len(r)} field{'s' * (len(r) != 1)}, expected 2 (a character and its "
-                              f"tag, separated by a tab or spaces)")
-        if tagged:
-            check_tag(r[1], f"{path}:{n}")
-        tokens.append(r[0])
-        tags.append(r[1] if tagged else None)
-        start = start if len(tokens) > 1 else n
-    return out
-
-
-def read_ner_tsv(path: Path, lines: list[str]) -> list[Sentence]:
-    """`text_a<TAB>label` per line, characters and tags separated by single spaces; one column: untagged."""
-    rows = [(n, line.rstrip("\r").split("\t")) for n, line in enumerate(lines, 1) if line.strip(" \t\r")]
-    if rows and tuple(c.strip() for c in rows[0][1]) in (TSV_HEADER, TSV_HEADER[:1]):
-        rows = rows[1:]
-    tagged = any(len(r) > 1 for _, r in rows)
-    out = []
-    for n, r in rows:
-        if len(r) != (2 if tagged else 1):
-            raise ZhBertError(f"{path}:{n}: {len(r)} tab-separated fields, expected {2 if tagged else 1} "
-                              f"(text_a of space-separated characters{', TAB label of their tags' * tagged})")
-        tokens = r[0].strip(" ").split(" ")
-        if "" in tokens:
-            raise ZhBertError(f"{path}:{n}: two spaces in a row in text_a (characters are separated by one space)")
-        if not tagged:
-            out.append(Sentence(tokens, None, f"{path}:{n}"))
-            continue
-        tags = r[1].split()
-        if not tags:
-            raise ZhBertError(f"{path}:{n}: a sentence without tags ({len(tokens)} characters, an empty label)")
-        if len(tags) != len(tokens):
-            raise ZhBertError(f"{path}:{n}: {len(tokens)} characters but {len(tags)} tags")
-        for tag in tags:
-            check_tag(tag, f"{path}:{n}")
-        out.append(Sentence(tokens, tags, f"{path}:{n}"))
-    return out
-
-
-def read_ner(path: str | Path) -> list[Sentence]:
-    """A NER file in either layout; one line when it holds no sentence."""
-    path = Path(path)
-    lines = _lines(path)
-    sentences = read_ner_tsv(path, lines) if is_tsv(lines) else read_conll(path, lines)
-    if not sentences:
-        raise ZhBertError(f"{path}: no sentences")
-    return sentences
 
 
 def _scheme_of(splits: dict[str, list[Sentence]], files: dict[str, Path], name: str | None) -> Scheme:

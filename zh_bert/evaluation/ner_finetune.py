@@ -1,16 +1,16 @@
 """NER fine-tuning: a stock token classifier trained on train, its best state chosen on dev by entity F1,
 scored on test (entity-level micro precision/recall/F1, exact span and type, as seqeval's default).
 
-The recipe is `finetune`'s (`step.stepping`: AdamW, linear warmup and decay; dev evaluated every epoch or
-`--eval-every` steps, early stop after `--patience` evaluations without gain, the best dev state restored before
-test is predicted). The model may learn another scheme than the files' (`--tag-scheme bioes` on BIO files):
+The tag head (`TagHead`) trains on the one fine-tuning loop every head shares (`loop.fit_head`: AdamW, linear
+warmup and decay; dev evaluated every epoch or `--eval-every` steps, early stop after `--patience` evaluations
+without gain, the best dev state restored before test is predicted). Figures are in percent, as the official
+scorers (conlleval, seqeval's report) print them. The model may learn another scheme than the files' (`--tag-scheme bioes` on BIO files):
 its predictions are read back into entities and written in the files' scheme, which is what is scored.
 """
 
 from __future__ import annotations
 
-import math
-import time
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,12 +18,14 @@ import numpy as np
 
 from zh_bert.core.config import at_least, check_finite, option
 from zh_bert.core.hardware import resolve_precision
-from zh_bert.evaluation.finetune import FinetuneConfig, snapshot, tokenizer_for, train_batches
+from zh_bert.corpus.ner_files import Sentence
+from zh_bert.evaluation.classify import tokenizer_for, train_batches
 from zh_bert.evaluation.length_groups import TRAIN_GROUP_OVERHEAD_TOKENS, length_groups
-from zh_bert.evaluation.ner_data import NerTask, Sentence
+from zh_bert.evaluation.loop import run_seed
+from zh_bert.evaluation.ner_data import NerTask
 from zh_bert.evaluation.ner_metric import entity_scores
 from zh_bert.evaluation.ner_tags import scheme_named
-from zh_bert.evaluation.step import optimizer_step, precision_autocast, stepping
+from zh_bert.evaluation.step import no_tick
 from zh_bert.evaluation.tagging import (
     IGNORED,
     collate_rows,
@@ -33,7 +35,9 @@ from zh_bert.evaluation.tagging import (
     predict_rows,
     tag_loss,
     tags_of,
+    write_tag_predictions,
 )
+from zh_bert.train.rundir import model_dir
 
 
 @dataclass
@@ -54,8 +58,7 @@ class TaggingConfig:
         return task.scheme if self.tag_scheme == "auto" else scheme_named(self.tag_scheme)
 
 
-def predict_tags(model, tok, sentences: list[Sentence], task: NerTask, cfg: FinetuneConfig, tcfg: TaggingConfig,
-                 rows=None) -> list[list[str]]:
+def predict_tags(model, tok, sentences: list[Sentence], task: NerTask, cfg, tcfg: TaggingConfig, rows=None) -> list[list[str]]:
     """Tags of the files' scheme for `sentences` (`rows`: their windows, when already made)."""
     learned = tcfg.learned(task)
     labels = learned.tags(task.types)
@@ -71,7 +74,7 @@ def split_scores(model, tok, sentences, task, cfg, tcfg, rows=None) -> tuple[dic
     return entity_scores([s.tags for s in sentences], pred, task.scheme), pred
 
 
-def train_rows(tok, task: NerTask, cfg: FinetuneConfig, tcfg: TaggingConfig, rng: np.random.Generator):
+def train_rows(tok, task: NerTask, cfg, tcfg: TaggingConfig, rng: np.random.Generator):
     """The seed's training sentences (all, or `max_train` drawn with its rng) as windows, tags in the learned
     scheme."""
     learned = tcfg.learned(task)
@@ -84,60 +87,99 @@ def train_rows(tok, task: NerTask, cfg: FinetuneConfig, tcfg: TaggingConfig, rng
     return encode(tok, train, index, cfg.seq_len, tcfg.window_stride)
 
 
-def train_tagger(ckpt_dir: Path, task: NerTask, cfg: FinetuneConfig, tcfg: TaggingConfig, seed: int, tok=None,
-                 log=print) -> dict:
-    """Fine-tune once with `seed`; dev entity F1 of the best state and, when test is tagged, its scores;
-    `test_pred` holds test's predicted tags (the files' scheme)."""
-    import torch
+class TagHead:
+    """The tag head on the one fine-tuning loop (`loop.fit`): a stock token classifier, trained on the task's
+    windows, its state chosen by dev entity F1, test predicted and (when tagged) scored."""
+    trains, chooses, choose_key = True, True, "dev_f1"
 
-    tok = tok or tokenizer_for(ckpt_dir)
-    rng = np.random.default_rng(seed)
-    train = train_rows(tok, task, cfg, tcfg, rng)
-    dev_rows = encode(tok, task.dev, None, cfg.seq_len, tcfg.window_stride)
-    pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
-    torch.manual_seed(seed)
-    model = load_tagger(ckpt_dir, tcfg.learned(task).tags(task.types), cfg.random_init, tok, cfg.seq_len)
-    model.to("cuda" if torch.cuda.is_available() else "cpu").train()
-    steps_per_epoch = math.ceil(len(train.lengths) / cfg.batch_size)
-    total = steps_per_epoch * cfg.epochs
-    opt, scaler, sched, precision = stepping(model, cfg, total)
-    eval_every = cfg.eval_every or steps_per_epoch
-    labelled = np.array([int((x != IGNORED).sum()) for x in train.labels])
-    best, best_state, bad, step, t0 = {"dev_f1": -1.0}, None, 0, 0, time.perf_counter()
-    for epoch in range(cfg.epochs):
-        for idx in train_batches(train.lengths, cfg.batch_size, rng):
-            loss, denominator = 0.0, int(labelled[idx].sum())
-            for group in length_groups(train.lengths[idx], len(idx), TRAIN_GROUP_OVERHEAD_TOKENS):
-                batch = {k: v.to(model.device) for k, v in collate_rows(train, idx[group], pad_id).items()}
-                with precision_autocast(model.device, precision):
-                    loss = loss + tag_loss(model, batch, denominator)
-            optimizer_step(loss, model, opt, scaler, sched)
-            step += 1
-            if step % eval_every and step != total:
-                continue
-            dev, _ = split_scores(model, tok, task.dev, task, cfg, tcfg, dev_rows)
-            log(f"  seed {seed} step {step}/{total} epoch {epoch + 1} loss {loss.item():.4f} dev entity "
-                f"F1 {dev['f1']:.4f}")
-            if dev["f1"] > best["dev_f1"]:
-                best, bad = {"dev_f1": dev["f1"], "dev_precision": dev["precision"], "dev_recall": dev["recall"],
-                             "best_step": step}, 0
-                best_state = snapshot(model, best_state) if step < total else best_state
-            else:
-                bad += 1
-                if bad >= cfg.patience:
-                    log(f"  seed {seed}: early stop at step {step} (no dev gain for {bad} evaluations)")
-                    break
-        else:
-            continue
-        break
-    if best["best_step"] != step:
-        model.load_state_dict(best_state)
-    out = {"seed": seed, **best, "steps": step, "train_s": round(time.perf_counter() - t0, 1)}
-    if task.test is not None:
-        pred = predict_tags(model, tok, task.test, task, cfg, tcfg)
-        out["test_pred"] = pred
-        if task.scored:
-            scores = entity_scores([s.tags for s in task.test], pred, task.scheme)
-            out |= {f"test_{k}": scores[k] for k in ("precision", "recall", "f1")}
+    def __init__(self, ckpt_dir: Path, task: NerTask, cfg, tcfg: TaggingConfig, tok=None):
+        self.ckpt_dir, self.task, self.cfg, self.tcfg = Path(ckpt_dir), task, cfg, tcfg
+        self.tok = tok or tokenizer_for(ckpt_dir)
+        self.pad_id = self.tok.pad_token_id if self.tok.pad_token_id is not None else 0
+        self.dev_rows = encode(self.tok, task.dev, None, cfg.seq_len, tcfg.window_stride)
+        self.rows = self.labelled = None
+
+    def draw(self, rng: np.random.Generator) -> None:
+        self.rows = train_rows(self.tok, self.task, self.cfg, self.tcfg, rng)
+        self.labelled = np.array([int((x != IGNORED).sum()) for x in self.rows.labels])
+
+    @property
+    def train_size(self) -> int:
+        return len(self.rows.lengths)
+
+    def model(self):
+        import torch
+
+        model = load_tagger(self.ckpt_dir, self.tcfg.learned(self.task).tags(self.task.types), self.cfg.random_init,
+                            self.tok, self.cfg.seq_len)
+        return model.to("cuda" if torch.cuda.is_available() else "cpu").train()
+
+    def epoch(self, rng: np.random.Generator, batch_size: int) -> list[np.ndarray]:
+        return train_batches(self.rows.lengths, batch_size, rng)
+
+    def loss(self, model, idx: np.ndarray):
+        """The step's mean cross-entropy over its labelled characters, its forward run per length group."""
+        loss, denominator = 0.0, int(self.labelled[idx].sum())
+        for group in length_groups(self.rows.lengths[idx], len(idx), TRAIN_GROUP_OVERHEAD_TOKENS):
+            batch = {k: v.to(model.device) for k, v in collate_rows(self.rows, idx[group], self.pad_id).items()}
+            loss = loss + tag_loss(model, batch, denominator)
+        return loss
+
+    def choose(self, model) -> dict:
+        dev, _ = split_scores(model, self.tok, self.task.dev, self.task, self.cfg, self.tcfg, self.dev_rows)
+        return {f"dev_{k}": 100 * dev[k] for k in ("f1", "precision", "recall")}
+
+    def describe(self, figures: dict) -> str:
+        return f"dev entity F1 {figures['dev_f1']:.2f}"
+
+    def report(self, model, tick=None) -> dict:
+        """Test's predicted tags (`test_pred`, the files' scheme) and, when test is tagged, its scores."""
+        if self.task.test is None:
+            return {}
+        pred = predict_tags(model, self.tok, self.task.test, self.task, self.cfg, self.tcfg)
+        out: dict = {"test_pred": pred}
+        if self.task.scored:
+            scores = entity_scores([s.tags for s in self.task.test], pred, self.task.scheme)
+            out |= {f"test_{k}": 100 * scores[k] for k in ("precision", "recall", "f1")}
             out["test_per_type"] = scores["per_type"]
+        return out
+
+
+def train_tagger(ckpt_dir: Path, task: NerTask, cfg, tcfg: TaggingConfig, seed: int, tok=None, log=print,
+                 tick=no_tick) -> dict:
+    """Fine-tune once with `seed` (`cfg`: a `finetune.FinetuneConfig`) on the one loop; dev entity F1 of the best
+    state and, when test is tagged, its P/R/F1 (percent); `test_pred` holds test's tags (the files' scheme)."""
+    return run_seed(TagHead(ckpt_dir, task, cfg, tcfg, tok), cfg, seed, log, tick)
+
+
+def run_tagger(ckpt, task: NerTask, cfg, tcfg: TaggingConfig, seeds: list[int], log=print, tok=None,
+               predictions: Path | None = None) -> dict:
+    """Fine-tune once per seed; the summary (entity P/R/F1 mean ± std over seeds, per seed, splits, notes) that
+    the JSON line, the suite and eval_results use. With `predictions`, the test predictions of the first seed go
+    to `predictions/TASK.conll` (character, gold, predicted; `tagging.write_tag_predictions`)."""
+
+    ckpt_dir = model_dir(ckpt)
+    tok = tok or tokenizer_for(ckpt_dir)
+    runs = []
+    for seed in seeds:
+        r = train_tagger(ckpt_dir, task, cfg, tcfg, seed, tok=tok, log=log)
+        log(f"seed {seed}: dev entity F1 {r['dev_f1']:.2f}" + (f" | test P {r['test_precision']:.2f} R "
+            f"{r['test_recall']:.2f} F1 {r['test_f1']:.2f}" if "test_f1" in r else "")
+            + f" (best step {r['best_step']}, {r['train_s']} s)")
+        if predictions is not None and not runs and task.test is not None:
+            write_tag_predictions(Path(predictions) / f"{task.name}.conll", task.test, r["test_pred"], task.scheme)
+        runs.append(r)
+    out = {"task": task.name, "checkpoint": str(ckpt_dir), "init": "random" if cfg.random_init else "pretrained",
+           "seeds": seeds, "scheme": task.scheme.name, "learned_scheme": tcfg.learned(task).name,
+           "types": task.types}
+    for key in ("dev_f1", "dev_precision", "dev_recall", "test_f1", "test_precision", "test_recall"):
+        vals = [r[key] for r in runs if key in r]
+        out[key] = statistics.fmean(vals) if vals else None
+        if len(vals) > 1:
+            out[f"{key}_std"] = statistics.stdev(vals)
+    out |= {"n_train": len(task.train), "n_dev": len(task.dev), "n_test": len(task.test or []),
+            "splits": task.roles, "notes": task.notes, "warnings": task.warnings,
+            "test_pred_first": runs[0].get("test_pred"),
+            "per_seed": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items() if k != "test_pred"}
+                         for r in runs]}
     return out

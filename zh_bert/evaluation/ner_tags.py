@@ -86,14 +86,6 @@ def split_tag(tag: str) -> tuple[str | None, str | None]:
     return prefix, kind
 
 
-def check_tag(tag: str, where: str) -> None:
-    """A tag is O or PREFIX-TYPE with a prefix of some scheme and a type; one line naming `where` otherwise."""
-    prefix, kind = split_tag(tag)
-    if tag != OUTSIDE and (prefix not in {"B", "I", "M", "E", "S"} or not kind):
-        hint = " (tags are O or B-/I-/M-/E-/S- + a type, e.g. B-PER; suffix styles like PER-B are not read)"
-        raise ZhBertError(f"{where}: tag {tag!r} belongs to no known tag scheme{hint}")
-
-
 def detect_scheme(prefixes: set[str], where: str) -> Scheme:
     """The scheme of tags with these prefixes: M → BMES, E or S → BIOES, else BIO. I and M together are two
     schemes in one task, named."""

@@ -33,6 +33,7 @@ from zh_bert.corpus.task_spec import Task
 from zh_bert.evaluation.finetune import FinetuneConfig, FinetuneJob, mean_std
 from zh_bert.evaluation.heads import data_files, head_kind, sha256_of
 from zh_bert.evaluation.loop import TaskBar, init_label
+from zh_bert.evaluation.ner_tasks import with_train
 from zh_bert.evaluation.qa import QAConfig
 from zh_bert.evaluation.step import no_tick
 from zh_bert.evaluation.tasks import SUITE_PREFIX, public_records
@@ -65,8 +66,11 @@ class SuiteArgs:
     cmrc_lr: float = option(3e-5, help="CMRC 2018 learning rate (fixed: its dev is the reported split)")
     cmrc_epochs: int = option(2, help="CMRC 2018 epochs (fixed, as HFL's recipe: 2)")
     cmrc_seq_len: int = option(512, help="CMRC 2018 window length in tokens (question + a piece of the context)")
-    predictions: Optional[str] = option(None, metavar="DIR", help="write every task's test predictions in its "
-                                                                  "official scorer's format")
+    msra_train: Optional[str] = option(None, metavar="PATH", help="MSRA NER's official train file (or a folder "
+                                                                  "holding train.tsv); default: train on a fixed 90% "
+                                                                  "of dev, choose on the other 10%, said so")
+    predictions: Optional[str] = option_of(Shared, "predictions", help="write every task's test predictions in its "
+                                                                       "official scorer's format (NER: CoNLL lines)")
     report: Optional[str] = option(None, metavar="DIR", help="folder for suite.md, suite.png, suite.json "
                                                              "(default: RUN/suite when MODEL is a run)")
 
@@ -97,7 +101,7 @@ class SuiteArgs:
     @property
     def tasks(self) -> list[Task]:
         """The tasks to run, in `--only`'s order (default: the suites' declaration order)."""
-        return [task_named(n) for n in self.only]
+        return [with_train(task_named(n), self.msra_train) for n in self.only]
 
     @property
     def grid(self) -> tuple[float, ...]:

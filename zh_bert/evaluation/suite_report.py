@@ -149,8 +149,11 @@ def _write_predictions(res: dict, folder: Path, written: list[str]) -> None:
                 continue
             where = folder / task.suites[0] / (f"pair_{pair['pair']}" if pair["pair"] is not None else "")
             path = where / f"{name}_predict.json"
-            lines = head_kind(task).official(task, pair["test_predictions"])
-            write_text(path, "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines))
+            if hasattr(head_kind(task), "write_official"):    # a format of its own (NER: CoNLL lines)
+                path = head_kind(task).write_official(task, pair["test_predictions"], where)
+            else:
+                lines = head_kind(task).official(task, pair["test_predictions"])
+                write_text(path, "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines))
             written.append(path.relative_to(folder).as_posix())
 
 

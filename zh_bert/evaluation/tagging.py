@@ -23,7 +23,7 @@ import numpy as np
 from zh_bert.core.errors import ZhBertError
 from zh_bert.core.fileio import atomic_write
 from zh_bert.evaluation.length_groups import length_groups
-from zh_bert.evaluation.ner_data import Sentence
+from zh_bert.corpus.ner_files import Sentence
 from zh_bert.evaluation.ner_tags import OUTSIDE, Scheme, entities
 from zh_bert.evaluation.step import precision_autocast
 from zh_bert.train.weights import init_from_config, load_pretrained
