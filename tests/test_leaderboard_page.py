@@ -149,6 +149,20 @@ def test_the_board_in_a_browser_renders_sorts_and_opens_details(browser, served,
     assert column_values(page, "model")[0] == SCRIPT_NAME            # "<" sorts before letters
     page.screenshot(path=str(output_dir / "leaderboard.png"), full_page=True)
 
+    page.set_viewport_size({"width": 520, "height": 1000})           # the wide board scrolls sideways ...
+    wrap, first = page.locator(".wrap"), page.locator("#board tbody tr").first.locator("td").first
+    left = wrap.bounding_box()["x"]
+    last = page.locator("#board tbody tr").first.locator("td").last
+    wrap.evaluate("w => { w.scrollLeft = w.scrollWidth; }")
+    assert wrap.evaluate("w => w.scrollLeft") > 0 and last.bounding_box()["x"] < 520
+    assert abs(first.bounding_box()["x"] - left) < 1 and first.is_visible()   # ... and the model column stays
+    assert page.evaluate("([x, y]) => document.elementFromPoint(x, y).closest('td') === null ? '' : "
+                         "document.elementFromPoint(x, y).closest('td').cellIndex", [left + 5,
+                         first.bounding_box()["y"] + 5]) == 0                     # drawn over the scrolled cells
+    page.screenshot(path=str(output_dir / "leaderboard_scrolled.png"), full_page=False)
+    wrap.evaluate("w => { w.scrollLeft = 0; }")
+    page.set_viewport_size({"width": 1400, "height": 1000})
+
     page.locator("#board tbody button.name", has_text="tiny-cpu").click()
     detail = page.locator("#detail-0")
     assert detail.is_visible() and "zh-bert demo runs/tiny-cpu" in detail.inner_text()

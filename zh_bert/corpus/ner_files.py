@@ -125,6 +125,7 @@ def check_tag(tag: str, where: str) -> None:
 
 class NerFile:
     """The reader a NER task declares: `.read(path)` -> its sentences (either layout)."""
+    numbered = True     # sentences have no ids: the prediction files number them from 0
 
     def read(self, path: Path) -> list[Sentence]:
         return read_ner(path)

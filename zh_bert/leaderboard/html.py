@@ -32,6 +32,10 @@ table.board { border-collapse: collapse; font-size: .9rem; }
 table.board th, table.board td { border-bottom: 1px solid #e3e3e3; padding: .35rem .55rem; text-align: left;
                                  white-space: nowrap; vertical-align: top; }
 table.board th { cursor: pointer; user-select: none; background: #f5f5f7; position: sticky; top: 0; }
+table.board th:first-child, table.board td:first-child { position: sticky; left: 0; z-index: 1;
+                                                         box-shadow: inset -1px 0 0 #d0d0d0; }
+table.board td:first-child { background: #fff; }
+table.board th:first-child { z-index: 2; }   /* the model column stays in view when the wide table scrolls */
 table.board th[aria-sort="ascending"]::after { content: " ▲"; }
 table.board th[aria-sort="descending"]::after { content: " ▼"; }
 table.board td.num { text-align: right; font-variant-numeric: tabular-nums; }
