@@ -47,6 +47,8 @@ RESULT_LINES = {
     "masking_throughput": [rf'"per_sequence_vs_row_at_a_time": {NUM}', rf'"correction_vs_wwm_per_sequence": {NUM}',
                            rf'"build_s": {NUM}'],
     "modernbert_head": [rf"^tiny: zh-bert / transformers sparse_prediction = {NUM}x; modernbert / bert .* = {NUM}x$"],
+    "ner_crf": [rf"^\| softmax \(stock\) \| {NUM} \| {NUM} \|$", rf"^\| CRF \| {NUM} \| {NUM} \|$",
+                rf"^CRF - softmax: [+-]{NUM} test F1 points$"],
     "ner_speed": [rf"^\| tiny \| fine-tune Resume 64 \({NUM} rows\) × 1 epochs \| Trainer \| {NUM} \| {NUM} \| \*\*{NUM}×\*\* \|$",
                   rf"^\| tiny \| predict MSRA test 64 \({NUM} rows\) \| Trainer\.predict \| {NUM} \| {NUM} \| \*\*{NUM}×\*\* \|$",
                   r"^tiny: predicted tags agree with the Trainer's on 100\.0% of characters$"],
