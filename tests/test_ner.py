@@ -289,3 +289,23 @@ def test_the_ner_suite_is_declared_once_and_msra_takes_a_users_train_file(tmp_pa
     assert (len(given.train), len(given.dev)) == (1, 2318) and not any("90%" in n for n in given.notes)
     with pytest.raises(ZhBertError, match=r"no train\.tsv or msra_train\.tsv in this folder"):
         with_train(msra, str(MSRA.parent / "resume_ner"))
+
+
+@pytest.mark.slow
+def test_eval_suite_ner_runs_resume_and_msra_with_random_init_beside(tiny_model_dir, tmp_path, capsys):
+    """`eval suite --suite ner --baselines`: both tasks, both inits, entity F1 in percent, MSRA's carve said in the
+    report, and each CoNLL predictions file re-scored by seqeval to the suite's figure (one seed)."""
+    import json
+
+    from zh_bert.evaluation.evaluate import main
+
+    assert main(["suite", str(tiny_model_dir), "--suite", "ner", "--baselines", "--lr", "1e-3", "--epochs", "1",
+                 "--max-train", "48", "--seq-len", "64", "--predictions", str(tmp_path / "preds"),
+                 "--report", str(tmp_path / "report"), "--no-record"]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    for name in ("resume_ner", "msra_ner"):
+        r = res["pretrained"][name]
+        assert 0 <= r["test_f1"] <= 100 and "test_f1" in res["random_init"][name] and r["majority_test_acc"] == 0
+        rescored = rescore_file(tmp_path / "preds" / "ner" / f"{name}.conll")
+        assert 100 * rescored[2] == pytest.approx(r["test_f1"], abs=1e-9)
+    assert "a fixed 90% of dev" in (tmp_path / "report" / "suite.md").read_text(encoding="utf-8")
