@@ -309,3 +309,19 @@ def test_eval_suite_ner_runs_resume_and_msra_with_random_init_beside(tiny_model_
         rescored = rescore_file(tmp_path / "preds" / "ner" / f"{name}.conll")
         assert 100 * rescored[2] == pytest.approx(r["test_f1"], abs=1e-9)
     assert "a fixed 90% of dev" in (tmp_path / "report" / "suite.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.slow
+def test_ablate_takes_a_ner_task_as_a_column_in_its_own_metric(tiny_model_dir):
+    """`finetune: [suite:resume_ner]` in an ablation spec: the suite's protocol (train, choose on dev, report test),
+    its entity F1 stored as a fraction like every other column, and the column titled by the task's metric."""
+    from zh_bert.corpus.task_registry import task_named
+    from zh_bert.evaluation.ablation_results import figure
+    from zh_bert.evaluation.finetune import FinetuneConfig
+    from zh_bert.evaluation.suite import suite_summary
+
+    s = suite_summary(tiny_model_dir, task_named("resume_ner"), FinetuneConfig(epochs=1, max_train=16, seq_len=64,
+                                                                             lr=1e-3), [42])
+    assert 0 <= s["test_acc"] <= 1 and 0 <= s["dev_acc"] <= 1 and s["protocol"] == "ner-v1"
+    assert (figure("suite:resume_ner"), figure("suite:eprstmt"), figure("chnsenticorp")) == ("entity F1", "accuracy",
+                                                                                              "acc")

@@ -158,6 +158,12 @@ def run_evals(spec: AblationSpec, run: AblationRun, run_dir: Path, heldout: Path
 
 # --------------------------------------------------------------------------- report
 
+def figure(task: str) -> str:
+    """A task's figure in column titles: accuracy, or its suite task's own metric (Resume NER: entity F1)."""
+    suite_task = suite_task_of(task)
+    return suite_task.main_metric.name if suite_task else "acc"
+
+
 def _gain(g) -> str:
     return "–" if g is None else f"{g * 100:+.1f}"
 
@@ -172,7 +178,7 @@ def write_results(spec: AblationSpec, rows: list[dict], out: Path, command: str,
               f"invocations are reused)", "",
               f"| {key} | val MLM acc (own masking) | held-out MLM acc ({spec.eval_masking}, seed {spec.eval_seed}) "
               f"| order gain | "
-              + "".join(f"{t} dev acc (mean ± std, {fs.seeds} seeds) | {t} test acc | " for t in fs.tasks)
+              + "".join(f"{t} dev {figure(t)} (mean ± std, {fs.seeds} seeds) | {t} test {figure(t)} | " for t in fs.tasks)
               + ("steps | " if spec.budget == "flops" else "") + "tokens | wall-clock |",
               "|---" * (6 + 2 * len(fs.tasks) + (spec.budget == "flops")) + "|"]
     for r in rows:
@@ -184,7 +190,7 @@ def write_results(spec: AblationSpec, rows: list[dict], out: Path, command: str,
                      + f"{r.get('tokens') or 0:,} | {(r.get('train_s') or 0) / 60:.1f} min |")
     vocab_sizes = {r["vocab_size"] for r in rows if r.get("vocab_size")}
     budget = ", ".join(f"{k}={v}" for k, v in (spec.set if shared is None else shared).items())
-    lines += ["", "Accuracies in %. Order gain: held-out MLM accuracy minus the same with each sequence's tokens "
+    lines += ["", "Figures in %. Order gain: held-out MLM accuracy minus the same with each sequence's tokens "
               "shuffled (same blanks), in points; about 0 = the model ignores word order (a bag of words). Wall-clock: "
               "training only (data preparation is shared and cached). "
               + (f"Same training FLOPs for every run (`budget: flops`: each run's max_steps scaled to the first "
@@ -217,8 +223,8 @@ def plot_results(spec: AblationSpec, rows: list[dict], path: Path) -> None:
     panels = [("heldout_mlm_acc", None, f"held-out MLM acc ({spec.eval_masking})"),
               ("val_mlm_acc", None, "val MLM acc (own masking)")]
     for t in spec.finetune.tasks:
-        panels += [(f"{t}:dev_acc", f"{t}:dev_acc_std", f"{t} dev acc (± std)"),
-                   (f"{t}:test_acc", f"{t}:test_acc_std", f"{t} test acc (± std)")]
+        panels += [(f"{t}:dev_acc", f"{t}:dev_acc_std", f"{t} dev {figure(t)} (± std)"),
+                   (f"{t}:test_acc", f"{t}:test_acc_std", f"{t} test {figure(t)} (± std)")]
     panels = [p for p in panels if any(r.get(p[0]) is not None for r in rows)]
     fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.4), squeeze=False)
     for ax, (key, std, title) in zip(axes[0], panels):

@@ -258,6 +258,11 @@ def suite_summary(model_dir, task: Task, cfg: FinetuneConfig, seeds: list[int], 
     args = SuiteArgs(suite=task.suites[0], only=[task.name], splits=pairs, seed=seeds[0], seeds=len(seeds),
                      lrs=[cfg.lr])
     r = run_task(model_dir, task, args, cfg, log=lambda m: None)
-    return {"seeds": seeds, "dev_acc": r["dev_acc"], "dev_acc_std": None, "test_acc": r["test_acc"],
-            "test_acc_std": r["test_acc_std"], "test_macro_f1": None, "test_macro_f1_std": None,
-            "protocol": task.protocol, "pairs": pairs}
+    m = task.main_metric
+
+    def fraction(value):        # the summary keys hold fractions whatever the task's unit (NER F1: percent)
+        return None if value is None else m.percent(value) / 100
+
+    return {"seeds": seeds, "dev_acc": fraction(r[head_kind(task).choose_key]), "dev_acc_std": None,
+            "test_acc": fraction(r[m.key]), "test_acc_std": fraction(r[f"{m.key}_std"]), "test_macro_f1": None,
+            "test_macro_f1_std": None, "protocol": task.protocol, "pairs": pairs, "metric": m.name}
