@@ -20,6 +20,7 @@ from zh_bert.core.hardware import resolve_precision
 from zh_bert.corpus.tokenizer_files import load_tokenizer
 from zh_bert.evaluation.length_groups import TRAIN_GROUP_OVERHEAD_TOKENS, length_buckets, length_groups
 from zh_bert.evaluation.step import precision_autocast
+from zh_bert.evaluation.task_distill import HARD_LABELS
 from zh_bert.evaluation.tasks import TaskData
 from zh_bert.train.arch import of_config
 from zh_bert.train.weights import init_from_config, load_pretrained
@@ -212,12 +213,14 @@ def encode_task(tok, task: TaskData, cfg, rng: np.random.Generator) -> tuple[dic
 
 class ClassifyHead:
     """Sentence(-pair) classification of `task` on the loop (`loop`): train the seed's subset, choose on dev by
-    accuracy (macro-F1 beside), report test with the predicted labels."""
+    accuracy (macro-F1 beside), report test with the predicted labels. `objective`: the gold labels alone
+    (`task_distill.HARD_LABELS`) or beside a teacher's soft labels (`task_distill.Distilled`)."""
     trains = chooses = True
     choose_key = "dev_acc"
 
-    def __init__(self, ckpt_dir: Path, task: TaskData, cfg, tok):
+    def __init__(self, ckpt_dir: Path, task: TaskData, cfg, tok, objective=HARD_LABELS):
         self.ckpt_dir, self.task, self.cfg, self.tok = Path(ckpt_dir), task, cfg, tok
+        self.objective = objective
         self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
 
     def draw(self, rng: np.random.Generator) -> None:
@@ -242,15 +245,14 @@ class ClassifyHead:
         return train_batches(self.lengths, batch_size, rng)
 
     def loss(self, model, idx: np.ndarray):
-        """The batch's mean cross-entropy, its forward run per length group (less padding, one backward)."""
-        import torch
-
+        """The batch's mean loss (the objective's: cross-entropy, or with a teacher's soft labels beside), its
+        forward run per length group (less padding, one backward). A teacher reads [CLS] as a stock classifier."""
         loss = 0.0
         for group in length_groups(self.lengths[idx], len(idx), TRAIN_GROUP_OVERHEAD_TOKENS):
             batch = {k: v.to(model.device) for k, v in collate(self.train, idx[group], self.pad_id).items()}
             labels = batch.pop("labels")
-            loss = loss + torch.nn.functional.cross_entropy(logits(model, batch, self.cfg.pooling).float(), labels,
-                                                            reduction="sum") / len(idx)
+            student = logits(model, batch, self.cfg.pooling).float()
+            loss = loss + self.objective.loss_sum(student, labels, lambda t, b=batch: logits(t, b, "cls")) / len(idx)
         return loss
 
     def choose(self, model) -> dict:

@@ -34,7 +34,7 @@ from zh_bert.core.hardware import Precision
 from zh_bert.core.options import Shared
 from zh_bert.corpus.shard.build import ShardConfig
 from zh_bert.corpus.task_registry import ACCURACY, MACRO_F1, task_named
-from zh_bert.corpus.task_spec import FINETUNE_PROTOCOL
+from zh_bert.corpus.task_spec import CLASSIFY, FINETUNE_PROTOCOL
 from zh_bert.evaluation.classify import (  # noqa: F401 (tokenizer_for, train_batches: re-exported)
     ClassifyHead,
     check_trainable,
@@ -44,6 +44,15 @@ from zh_bert.evaluation.classify import (  # noqa: F401 (tokenizer_for, train_ba
 from zh_bert.evaluation.eval_results import CheckpointArgs, entry, record_for_checkpoint
 from zh_bert.evaluation.loop import run_seed, snapshot  # noqa: F401 (snapshot: re-exported)
 from zh_bert.evaluation.ner_tasks import NerFiles, finetune_ner, tagging_task
+from zh_bert.evaluation.task_distill import (
+    HARD_LABELS,
+    TaskDistillOptions,
+    claim_save,
+    distilled_entries,
+    refuse_unteachable,
+    save_finetuned,
+    teacher_for,
+)
 from zh_bert.evaluation.tasks import SUITE_PREFIX, TSV_PREFIX, TaskData, finetune_task_names, load_task
 from zh_bert.train.recipe import check_seed
 from zh_bert.train.recipe_keys import OptimizerKeys, PrecisionKeys
@@ -132,15 +141,18 @@ def summarize(runs: list[dict]) -> dict:
     return out
 
 
-def run(ckpt: str | Path, task: TaskData, cfg: FinetuneConfig, seeds: list[int], log=print, tok=None) -> dict:
+def run(ckpt: str | Path, task: TaskData, cfg: FinetuneConfig, seeds: list[int], log=print, tok=None,
+        objective=HARD_LABELS, keep=None) -> dict:
     """Fine-tune once per seed; the summary dict is what the JSON line and ablate use. `tok`: the checkpoint's
-    tokenizer when the caller has it (default: `tokenizer_for`, shared by every run on the checkpoint)."""
+    tokenizer when the caller has it (default: `tokenizer_for`, shared by every run on the checkpoint);
+    `objective`: gold labels, or a teacher's soft labels beside (`task_distill`); `keep(model)`: the first seed's
+    chosen model (`--save`)."""
     check_trainable(task, cfg, seeds)
     ckpt_dir = model_dir(ckpt)
-    head = ClassifyHead(ckpt_dir, task, cfg, tok or tokenizer_for(ckpt_dir))
+    head = ClassifyHead(ckpt_dir, task, cfg, tok or tokenizer_for(ckpt_dir), objective)
     runs = []
     for seed in seeds:
-        r = run_seed(head, cfg, seed, log=log)
+        r = run_seed(head, cfg, seed, log=log, keep=None if runs else keep)
         log(f"seed {seed}: dev acc {r['dev_acc']:.4f} macro-F1 {r['dev_macro_f1']:.4f}"
             + (f" | test acc {r['test_acc']:.4f} macro-F1 {r['test_macro_f1']:.4f}" if "test_acc" in r else "")
             + f" (best step {r['best_step']}, {r['train_s']} s)")
@@ -148,7 +160,7 @@ def run(ckpt: str | Path, task: TaskData, cfg: FinetuneConfig, seeds: list[int],
     gold = [e.label for e in task.dev]
     majority = max(set(gold), key=gold.count)
     return {"task": task.name, "checkpoint": str(ckpt_dir), "init": "random" if cfg.random_init else "pretrained",
-            "seeds": seeds, **summarize(runs), "majority_dev_acc": gold.count(majority) / len(gold),
+            "seeds": seeds, **objective.facts(), **summarize(runs), "majority_dev_acc": gold.count(majority) / len(gold),
             "n_train": min(len(task.train), cfg.max_train or len(task.train)), "n_dev": len(task.dev),
             "n_test": len(task.test) if task.test else 0, "splits": task.roles, "config": asdict(cfg),
             "per_seed": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()} for r in runs]}
@@ -171,22 +183,23 @@ def eval_entries(summary: dict, task_spec: str) -> list[dict]:
         task = task_named(task_spec)
         (dtype, name), names, metrics = task.dataset, task.splits.names[1:], task.metrics
     figures = [(names[0], "dev_acc", ACCURACY)] + [(names[1], m.key, m) for m in metrics]
-    return [entry("text-classification", task_name, dtype, name, m.type, f"{split} {m.name}", summary[key],
-                  protocol=protocol, split=split)
-            for split, key, m in figures if summary.get(key) is not None]
+    return distilled_entries([entry("text-classification", task_name, dtype, name, m.type, f"{split} {m.name}",
+                                    summary[key], protocol=protocol, split=split)
+                              for split, key, m in figures if summary.get(key) is not None], summary)
 
 
 def build_parser() -> argparse.ArgumentParser:
     return derive_parser("zh-bert finetune", __doc__.split("\n\n")[0], CheckpointArgs, FinetuneJob, FinetuneConfig,
-                         NerFiles)
+                         NerFiles, TaskDistillOptions)
 
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    target, job, cfg, files = (config_from_args(c, args) for c in (CheckpointArgs, FinetuneJob, FinetuneConfig,
-                                                                    NerFiles))
+    target, job, cfg, files, distill = (config_from_args(c, args) for c in (
+        CheckpointArgs, FinetuneJob, FinetuneConfig, NerFiles, TaskDistillOptions))
+    refuse_unteachable(distill, job.task)
     if tagging_task(job.task):      # NER: a token classifier, entity F1 (ner_tasks)
-        return finetune_ner(target, job, cfg, files)
+        return finetune_ner(target, job, cfg, files, distill)
     task = load_task(job.task, job.columns)
     from transformers.utils import logging as hf_logging
 
@@ -198,7 +211,13 @@ def main(argv: list[str]) -> int:
         print(f"note: {note}", flush=True)
     for warning in task.warnings:
         print(f"warning: {warning}", file=sys.stderr, flush=True)
-    summary = run(target.ckpt, task, cfg, job.seed_list(), log=lambda m: print(m, flush=True))
+    ckpt_dir = model_dir(target.ckpt)
+    tok = tokenizer_for(ckpt_dir)
+    objective = teacher_for(distill, CLASSIFY, task.labels, tok, f"task {task.name}")
+    out = claim_save(distill, ckpt_dir, cfg.pooling)
+    keep = (lambda m: save_finetuned(m, tok, ckpt_dir, out)) if out else None
+    summary = run(ckpt_dir, task, cfg, job.seed_list(), log=lambda m: print(m, flush=True), tok=tok,
+                  objective=objective, keep=keep)
     for r in summary["per_seed"]:
         r.pop("test_pred", None)       # one label per test example: not for the JSON line
     summary["notes"] = task.notes

@@ -84,9 +84,10 @@ def fit_head(head, model, cfg, seed: int, rng: np.random.Generator, log=print, t
     return {**(best if head.chooses else {}), "steps": step}
 
 
-def run_seed(head, cfg, seed: int, log=print, tick=no_tick) -> dict:
+def run_seed(head, cfg, seed: int, log=print, tick=no_tick, keep=None) -> dict:
     """One seed of any head: its training examples drawn, the model made, trained (`fit_head`; a head that trains
-    nothing, zero-shot, is scored as it comes), the reported split scored and predicted."""
+    nothing, zero-shot, is scored as it comes), handed to `keep` when given (`finetune --save`), the reported split
+    scored and predicted."""
     import torch
 
     rng = np.random.default_rng(seed)
@@ -97,6 +98,8 @@ def run_seed(head, cfg, seed: int, log=print, tick=no_tick) -> dict:
     t0 = time.perf_counter()
     out = {"seed": seed, **(fit_head(head, model, cfg, seed, rng, log, tick) if head.trains else {"steps": 0})}
     out["train_s"] = round(time.perf_counter() - t0, 1)
+    if keep is not None:
+        keep(model)
     return {**out, **head.report(model, tick)}
 
 

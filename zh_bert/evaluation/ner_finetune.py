@@ -26,6 +26,7 @@ from zh_bert.evaluation.ner_data import NerTask
 from zh_bert.evaluation.ner_metric import entity_scores
 from zh_bert.evaluation.ner_tags import scheme_named
 from zh_bert.evaluation.step import no_tick
+from zh_bert.evaluation.task_distill import HARD_LABELS
 from zh_bert.evaluation.tagging import (
     IGNORED,
     collate_rows,
@@ -89,11 +90,13 @@ def train_rows(tok, task: NerTask, cfg, tcfg: TaggingConfig, rng: np.random.Gene
 
 class TagHead:
     """The tag head on the one fine-tuning loop (`loop.fit`): a stock token classifier, trained on the task's
-    windows, its state chosen by dev entity F1, test predicted and (when tagged) scored."""
+    windows, its state chosen by dev entity F1, test predicted and (when tagged) scored. `objective`: the gold
+    tags alone, or beside a teacher's soft labels (`task_distill`)."""
     trains, chooses, choose_key = True, True, "dev_f1"
 
-    def __init__(self, ckpt_dir: Path, task: NerTask, cfg, tcfg: TaggingConfig, tok=None):
+    def __init__(self, ckpt_dir: Path, task: NerTask, cfg, tcfg: TaggingConfig, tok=None, objective=HARD_LABELS):
         self.ckpt_dir, self.task, self.cfg, self.tcfg = Path(ckpt_dir), task, cfg, tcfg
+        self.objective = objective
         self.tok = tok or tokenizer_for(ckpt_dir)
         self.pad_id = self.tok.pad_token_id if self.tok.pad_token_id is not None else 0
         self.dev_rows = encode(self.tok, task.dev, None, cfg.seq_len, tcfg.window_stride)
@@ -122,7 +125,7 @@ class TagHead:
         loss, denominator = 0.0, int(self.labelled[idx].sum())
         for group in length_groups(self.rows.lengths[idx], len(idx), TRAIN_GROUP_OVERHEAD_TOKENS):
             batch = {k: v.to(model.device) for k, v in collate_rows(self.rows, idx[group], self.pad_id).items()}
-            loss = loss + tag_loss(model, batch, denominator)
+            loss = loss + tag_loss(model, batch, denominator, self.objective)
         return loss
 
     def choose(self, model) -> dict:
@@ -146,23 +149,25 @@ class TagHead:
 
 
 def train_tagger(ckpt_dir: Path, task: NerTask, cfg, tcfg: TaggingConfig, seed: int, tok=None, log=print,
-                 tick=no_tick) -> dict:
+                 tick=no_tick, objective=HARD_LABELS, keep=None) -> dict:
     """Fine-tune once with `seed` (`cfg`: a `finetune.FinetuneConfig`) on the one loop; dev entity F1 of the best
     state and, when test is tagged, its P/R/F1 (percent); `test_pred` holds test's tags (the files' scheme)."""
-    return run_seed(TagHead(ckpt_dir, task, cfg, tcfg, tok), cfg, seed, log, tick)
+    return run_seed(TagHead(ckpt_dir, task, cfg, tcfg, tok, objective), cfg, seed, log, tick, keep)
 
 
 def run_tagger(ckpt, task: NerTask, cfg, tcfg: TaggingConfig, seeds: list[int], log=print, tok=None,
-               predictions: Path | None = None) -> dict:
+               predictions: Path | None = None, objective=HARD_LABELS, keep=None) -> dict:
     """Fine-tune once per seed; the summary (entity P/R/F1 mean ± std over seeds, per seed, splits, notes) that
     the JSON line, the suite and eval_results use. With `predictions`, the test predictions of the first seed go
-    to `predictions/TASK.conll` (character, gold, predicted; `tagging.write_tag_predictions`)."""
+    to `predictions/TASK.conll` (character, gold, predicted; `tagging.write_tag_predictions`). `objective`: gold
+    tags, or a teacher's soft labels beside (`task_distill`); `keep(model)`: the first seed's chosen model."""
 
     ckpt_dir = model_dir(ckpt)
     tok = tok or tokenizer_for(ckpt_dir)
     runs = []
     for seed in seeds:
-        r = train_tagger(ckpt_dir, task, cfg, tcfg, seed, tok=tok, log=log)
+        r = train_tagger(ckpt_dir, task, cfg, tcfg, seed, tok=tok, log=log, objective=objective,
+                         keep=None if runs else keep)
         log(f"seed {seed}: dev entity F1 {r['dev_f1']:.2f}" + (f" | test P {r['test_precision']:.2f} R "
             f"{r['test_recall']:.2f} F1 {r['test_f1']:.2f}" if "test_f1" in r else "")
             + f" (best step {r['best_step']}, {r['train_s']} s)")
@@ -171,7 +176,7 @@ def run_tagger(ckpt, task: NerTask, cfg, tcfg: TaggingConfig, seeds: list[int], 
         runs.append(r)
     out = {"task": task.name, "checkpoint": str(ckpt_dir), "init": "random" if cfg.random_init else "pretrained",
            "seeds": seeds, "scheme": task.scheme.name, "learned_scheme": tcfg.learned(task).name,
-           "types": task.types}
+           "types": task.types, **objective.facts()}
     for key in ("dev_f1", "dev_precision", "dev_recall", "test_f1", "test_precision", "test_recall"):
         vals = [r[key] for r in runs if key in r]
         out[key] = statistics.fmean(vals) if vals else None

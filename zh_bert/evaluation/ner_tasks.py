@@ -26,7 +26,16 @@ from zh_bert.corpus.task_spec import FINETUNE_PROTOCOL, TAG, Task
 from zh_bert.evaluation.eval_results import entry, record_for_checkpoint
 from zh_bert.evaluation.ner_data import NerTask, load_ner
 from zh_bert.evaluation.ner_finetune import TaggingConfig, run_tagger
+from zh_bert.evaluation.classify import tokenizer_for
+from zh_bert.evaluation.task_distill import (
+    TaskDistillOptions,
+    claim_save,
+    distilled_entries,
+    save_finetuned,
+    teacher_for,
+)
 from zh_bert.evaluation.tagging import write_tag_predictions
+from zh_bert.train.rundir import model_dir
 
 
 @dataclass
@@ -148,12 +157,19 @@ def ner_entries(summary: dict, task: Task | None) -> list[dict]:
             for m in ENTITY_METRICS if summary.get(m.key) is not None]
 
 
-def finetune_ner(target, job, cfg, files: NerFiles) -> int:
-    """`zh-bert finetune MODEL --task ner|TASK ...`: read and check every file, train once per seed, print the
-    notes and the JSON summary, record the figures with the checkpoint."""
+def finetune_ner(target, job, cfg, files: NerFiles, distill: TaskDistillOptions) -> int:
+    """`zh-bert finetune MODEL --task ner|TASK ...`: read and check every file (and a teacher), train once per
+    seed, print the notes and the JSON summary, record the figures with the checkpoint."""
     from transformers.utils import logging as hf_logging
 
     task = _user_task(job.task, files, files.tag_scheme)
+    ckpt_dir = model_dir(target.ckpt)
+    tok = tokenizer_for(ckpt_dir)
+    learned = files.tagging().learned(task)
+    objective = teacher_for(distill, TAG, learned.tags(task.types), tok,
+                            f"task {task.name} ({learned.name.upper()} tags)")
+    out = claim_save(distill, ckpt_dir)
+    keep = (lambda m: save_finetuned(m, tok, ckpt_dir, out)) if out else None
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     print(f"task {task.name}: {len(task.train)} train / {len(task.dev)} dev / {len(task.test or [])} test sentences, "
@@ -162,15 +178,15 @@ def finetune_ner(target, job, cfg, files: NerFiles) -> int:
         print(f"note: {note}", flush=True)
     for warning in task.warnings:
         print(f"warning: {warning}", file=sys.stderr, flush=True)
-    summary = run_tagger(target.ckpt, task, cfg, files.tagging(), job.seed_list(), log=lambda m: print(m, flush=True),
-                         predictions=files.predictions)
+    summary = run_tagger(ckpt_dir, task, cfg, files.tagging(), job.seed_list(), log=lambda m: print(m, flush=True),
+                         tok=tok, predictions=files.predictions, objective=objective, keep=keep)
     summary.pop("test_pred_first", None)
     if files.predictions:
         print(f"predictions: {Path(files.predictions) / (task.name + '.conll')}", flush=True)
     declared = None if user_file_head(job.task) == TAG or any([files.train, files.dev, files.test]) else \
         task_named(job.task)
     if not target.no_record and not cfg.random_init and task.scored:
-        where = record_for_checkpoint(target.ckpt, ner_entries(summary, declared))
+        where = record_for_checkpoint(target.ckpt, distilled_entries(ner_entries(summary, declared), summary))
         if where:
             print(f"recorded in {where}", flush=True)
     print(json.dumps(summary, ensure_ascii=False), flush=True)

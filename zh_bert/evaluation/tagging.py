@@ -118,15 +118,14 @@ def collate_rows(rows: Windows, idx, pad_id: int) -> dict:
             "labels": torch.from_numpy(labels)}
 
 
-def tag_loss(model, batch: dict, denominator: int):
-    """Cross-entropy summed over the labelled positions of `batch`, divided by `denominator` (the labelled
-    positions of the whole step, so a step split into length groups has the loss of one batch)."""
-    import torch
-
+def tag_loss(model, batch: dict, denominator: int, objective):
+    """The objective's loss (cross-entropy; with a teacher, its soft labels beside) summed over the labelled
+    positions of `batch`, divided by `denominator` (the labelled positions of the whole step, so a step split into
+    length groups has the loss of one batch)."""
     labels = batch.pop("labels")
     keep = labels != IGNORED
     logits = model(**batch).logits[keep].float()
-    return torch.nn.functional.cross_entropy(logits, labels[keep], reduction="sum") / max(denominator, 1)
+    return objective.loss_sum(logits, labels[keep], lambda t: t(**batch).logits[keep]) / max(denominator, 1)
 
 
 def predict_rows(model, rows: Windows, batch_size: int, pad_id: int, precision: str) -> list[np.ndarray]:
