@@ -2,12 +2,15 @@
 finetune --task ner` and `eval suite --suite ner` train) against the same model with a linear-chain CRF on its
 emissions (transition scores learned with it, Viterbi decoding), same rows, seeds, schedule and dev-chosen state.
 
-Both sides: `tagging.encode` rows (`--seq-len 256`: no Resume sentence is windowed), `finetune.train_batches`,
+The CRF is `zh_bert.evaluation.ner_crf` (what `--crf` trains); its side is decoded two ways from one training
+run, plain Viterbi and Viterbi kept to the transitions the tag scheme allows (no `O` -> `M-X`, no `B-X` -> `E-Y`,
+no span left open), each choosing its own best dev state. Both sides: `tagging.encode` rows (`--seq-len 256`: no Resume sentence is windowed), `finetune.train_batches`,
 `step.stepping` (AdamW, warmup, linear decay; the CRF's transitions at the same rate), dev entity F1 every epoch,
 the best dev state scored on test (entity-level micro F1, seqeval's default). The CRF's negative log-likelihood is
 summed over rows and divided by the labelled characters of the step, as the softmax side's cross-entropy.
 
     python -m bench.ner_crf --checkpoint runs/tiny-cpu/final --seeds 3
+    python -m bench.ner_crf --checkpoint runs/tiny-cpu/final --seeds 2 --epochs 5 --crf-only   # the decodings
     python -m bench.ner_crf --quick          # a random tiny model, 64 sentences, 1 epoch (a smoke test)
 """
 
@@ -28,6 +31,7 @@ from bench.timing import machine
 from zh_bert.core.config import at_least, option
 
 RESUME = REPO / "corpora" / "tasks" / "resume_ner"
+DECODINGS = ("free", "constrained")
 
 
 @dataclass
@@ -39,101 +43,20 @@ class Options:
     seq_len: int = option(256, help="sub-tokens per row")
     threads: int = option(2, help="torch threads")
     quick: bool = option(False, help="a random tiny model, 64 train / 32 dev / 32 test sentences, 1 epoch, 1 seed")
+    crf_only: bool = option(False, help="the CRF side alone (its two decodings), not the softmax head")
 
     def __post_init__(self):
         at_least(self, 1, "seeds", "epochs", "seq_len", "threads")
 
 
-def crf_module(n_tags: int):
-    """A linear-chain CRF: start, transition and end scores, the log-partition by the forward algorithm,
-    Viterbi decoding; rows are [B, L, C] emissions with a [B, L] mask of real positions (left-aligned)."""
-    import torch
-
-    class CRF(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.start = torch.nn.Parameter(torch.zeros(n_tags))
-            self.trans = torch.nn.Parameter(torch.zeros(n_tags, n_tags))
-            self.end = torch.nn.Parameter(torch.zeros(n_tags))
-
-        def nll(self, em, tags, mask):
-            b = torch.arange(em.shape[0])
-            score = self.start[tags[:, 0]] + em[b, 0, tags[:, 0]]
-            alpha = self.start + em[:, 0]
-            for t in range(1, em.shape[1]):
-                m = mask[:, t]
-                step = self.trans[tags[:, t - 1], tags[:, t]] + em[b, t, tags[:, t]]
-                score = score + step * m
-                nxt = torch.logsumexp(alpha.unsqueeze(2) + self.trans + em[:, t].unsqueeze(1), dim=1)
-                alpha = torch.where(m.unsqueeze(1).bool(), nxt, alpha)
-            last = tags[b, mask.sum(1).long() - 1]
-            return (torch.logsumexp(alpha + self.end, 1) - score - self.end[last]).sum()
-
-        def decode(self, em, mask) -> list[list[int]]:
-            score, back = self.start + em[:, 0], []
-            for t in range(1, em.shape[1]):
-                best, idx = (score.unsqueeze(2) + self.trans).max(1)
-                back.append(idx)
-                score = torch.where(mask[:, t].unsqueeze(1).bool(), best + em[:, t], score)
-            score = score + self.end
-            out = []
-            for i in range(em.shape[0]):
-                n, tag = int(mask[i].sum()), int(score[i].argmax())
-                path = [tag]
-                for t in range(n - 1, 0, -1):
-                    tag = int(back[t - 1][i, tag])
-                    path.append(tag)
-                out.append(path[::-1])
-            return out
-
-    return CRF()
-
-
-def emissions(model, batch: dict, positions: list[np.ndarray]):
-    """[B, L, C] emissions at each row's labelled (or predicted) positions, left-aligned, and their mask."""
-    import torch
-
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.float()
-    width = max(len(p) for p in positions)
-    em = logits.new_zeros(len(positions), width, logits.shape[-1])
-    mask = torch.zeros(len(positions), width)
-    for r, p in enumerate(positions):
-        em[r, :len(p)] = logits[r, torch.as_tensor(p)]
-        mask[r, :len(p)] = 1
-    return em, mask
-
-
-def crf_predict(model, crf, rows, batch_size: int, pad_id: int, labels: list[str]) -> list[list[str]]:
-    """Each sentence's tags by Viterbi over its rows' predicted positions."""
-    import torch
-
-    from zh_bert.evaluation.tagging import collate_rows, tags_of
-
-    per_row: list[list[int]] = [[] for _ in rows.input_ids]
-    for where in rows.where:
-        for w, p in where:
-            if w >= 0:
-                per_row[w].append(int(p))
-    preds = [np.zeros(n, dtype=np.int64) for n in rows.lengths]
-    model.eval()
-    with torch.inference_mode():
-        for s in range(0, len(per_row), batch_size):
-            idx = [i for i in range(s, min(s + batch_size, len(per_row))) if per_row[i]]
-            if not idx:
-                continue
-            batch = collate_rows(rows, np.asarray(idx), pad_id)
-            em, mask = emissions(model, batch, [np.asarray(sorted(per_row[i])) for i in idx])
-            for i, path in zip(idx, crf.decode(em, mask)):
-                preds[i][sorted(per_row[i])] = path
-    model.train()
-    return tags_of(rows, preds, labels)
-
-
-def crf_run(ckpt: Path, tok, task, cfg, seed: int) -> tuple[float, float]:
-    """(best dev F1, test F1 of that state), in percent, of the token classifier with a CRF on top."""
+def crf_run(ckpt: Path, tok, task, cfg, seed: int) -> dict[str, tuple[float, float]]:
+    """{decoding: (best dev F1, test F1 of that state)}, in percent, of the token classifier with a CRF on top
+    (`zh_bert.evaluation.ner_crf`), for two decodings of the same training run: plain Viterbi (`free`) and
+    Viterbi kept to the paths the tag scheme allows (`constrained`); each keeps its own best dev state."""
     import torch
 
     from zh_bert.evaluation.finetune import snapshot, train_batches
+    from zh_bert.evaluation.ner_crf import attach_crf, crf_loss, crf_tags, scheme_constraint
     from zh_bert.evaluation.ner_metric import entity_scores
     from zh_bert.evaluation.step import optimizer_step, stepping
     from zh_bert.evaluation.tagging import IGNORED, collate_rows, encode, load_tagger
@@ -143,32 +66,31 @@ def crf_run(ckpt: Path, tok, task, cfg, seed: int) -> tuple[float, float]:
     dev, test = (encode(tok, s, None, cfg.seq_len, 0) for s in (task.dev, task.test))
     torch.manual_seed(seed)
     model = load_tagger(ckpt, labels, False, tok, cfg.seq_len).train()
-    crf = crf_module(len(labels))
-    model.add_module("crf", crf)      # one optimizer, one schedule, one snapshot for both
+    crf = attach_crf(model, len(labels))      # a submodule: one optimizer, one schedule, one snapshot for both
+    crf.constrain(scheme_constraint(labels, task.scheme))
     rng = np.random.default_rng(seed)
     total = math.ceil(len(rows.lengths) / cfg.batch_size) * cfg.epochs
     opt, scaler, sched, _ = stepping(model, cfg, total)
-    best, state = (-1.0, 0.0), None
+    best = {d: (-1.0, None) for d in DECODINGS}
 
-    def f1(split, split_rows) -> float:
-        pred = crf_predict(model, crf, split_rows, 64, tok.pad_token_id, labels)
+    def f1(split, split_rows, decoding: str) -> float:
+        pred = crf_tags(model, split_rows, labels, 64, tok.pad_token_id, "fp32", decoding == "constrained")
         return 100 * entity_scores([s.tags for s in split], pred, task.scheme)["f1"]
 
     for _ in range(cfg.epochs):
         for idx in train_batches(rows.lengths, cfg.batch_size, rng):
             batch = collate_rows(rows, idx, tok.pad_token_id)
-            positions = [np.flatnonzero(rows.labels[i] != IGNORED) for i in idx]
-            keep = [r for r, p in enumerate(positions) if len(p)]
-            em, mask = emissions(model, {k: v[keep] for k, v in batch.items()}, [positions[r] for r in keep])
-            gold = torch.zeros(mask.shape, dtype=torch.long)
-            for j, r in enumerate(keep):
-                gold[j, :len(positions[r])] = torch.as_tensor(rows.labels[idx[r]][positions[r]])
-            optimizer_step(crf.nll(em, gold, mask) / mask.sum(), model, opt, scaler, sched)
-        dev_f1 = f1(task.dev, dev)
-        if dev_f1 > best[0]:
-            best, state = (dev_f1, 0.0), snapshot(model, state)
-    model.load_state_dict(state)
-    return best[0], f1(task.test, test)
+            denominator = int(sum(int((rows.labels[i] != IGNORED).sum()) for i in idx))
+            optimizer_step(crf_loss(model, batch, denominator), model, opt, scaler, sched)
+        for d in DECODINGS:
+            dev_f1 = f1(task.dev, dev, d)
+            if dev_f1 > best[d][0]:
+                best[d] = (dev_f1, snapshot(model, best[d][1]))
+    out = {}
+    for d in DECODINGS:
+        model.load_state_dict(best[d][1])
+        out[d] = (best[d][0], f1(task.test, test, d))
+    return out
 
 
 def mean_pm(xs: list[float]) -> str:
@@ -203,14 +125,23 @@ def main(argv: list[str] | None = None) -> None:
     with scratch_dir("zh-bert-bench-crf-") as scratch:
         ckpt = Path(args.checkpoint) if args.checkpoint else make_model_dir("tiny", scratch)
         tok = load_tokenizer(ckpt)
-        soft = [train_tagger(ckpt, task, cfg, TaggingConfig(window_stride=0), s, tok=tok, log=lambda m: None)
-                for s in seeds]
+        soft = [] if args.crf_only else [
+            train_tagger(ckpt, task, cfg, TaggingConfig(window_stride=0), s, tok=tok, log=lambda m: None)
+            for s in seeds]
         crf = [crf_run(ckpt, tok, task, cfg, s) for s in seeds]
     print("| head | dev entity F1 (chose) | test entity F1 |\n|---|---|---|")
-    print(f"| softmax (stock) | {mean_pm([r['dev_f1'] for r in soft])} | {mean_pm([r['test_f1'] for r in soft])} |")
-    print(f"| CRF | {mean_pm([r[0] for r in crf])} | {mean_pm([r[1] for r in crf])} |")
-    diff = statistics.fmean(r[1] for r in crf) - statistics.fmean(r["test_f1"] for r in soft)
-    print(f"\nCRF - softmax: {diff:+.2f} test F1 points")
+    if soft:
+        print(f"| softmax (stock) | {mean_pm([r['dev_f1'] for r in soft])} | "
+              f"{mean_pm([r['test_f1'] for r in soft])} |")
+    for d, name in zip(DECODINGS, ("CRF", "CRF, scheme-constrained Viterbi")):
+        print(f"| {name} | {mean_pm([r[d][0] for r in crf])} | {mean_pm([r[d][1] for r in crf])} |")
+    per_seed = ", ".join(f"{s}: {r['free'][1]:.2f} / {r['constrained'][1]:.2f}" for s, r in zip(seeds, crf))
+    print(f"\ntest F1 per seed (free / constrained): {per_seed}")
+    test = {d: statistics.fmean(r[d][1] for r in crf) for d in DECODINGS}
+    print(f"constrained - free Viterbi: {test['constrained'] - test['free']:+.2f} test F1 points")
+    if soft:
+        diff = test["free"] - statistics.fmean(r["test_f1"] for r in soft)
+        print(f"CRF - softmax: {diff:+.2f} test F1 points")
 
 
 if __name__ == "__main__":
