@@ -11,7 +11,7 @@ from zh_bert.corpus.cloze_items import ClozeItem
 from zh_bert.corpus.tokenizer_files import load_tokenizer
 from zh_bert.train.arch import of_config
 from zh_bert.train.rundir import masked_lm_dir
-from zh_bert.train.weights import load_pretrained
+from zh_bert.train.weights import load_for_rows
 
 # --------------------------------------------------------------------------- model
 
@@ -24,10 +24,7 @@ def load_mlm(ckpt):
     ckpt_dir = masked_lm_dir(ckpt)
     tok = load_tokenizer(ckpt_dir)
     hf_logging.disable_progress_bar()
-    model = load_pretrained(AutoModelForMaskedLM, ckpt_dir, "a masked-LM model")
-    if model.config.vocab_size < len(tok):
-        raise ZhBertError(f"{ckpt_dir}: tokenizer has {len(tok)} tokens but the model's vocab_size is "
-                          f"{model.config.vocab_size}")
+    model = load_for_rows(AutoModelForMaskedLM, ckpt_dir, "a masked-LM model", tok)
     import torch
 
     return model.to("cuda" if torch.cuda.is_available() else "cpu").eval(), tok, ckpt_dir

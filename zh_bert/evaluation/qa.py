@@ -38,7 +38,7 @@ from zh_bert.evaluation.loop import run_seed
 from zh_bert.evaluation.step import no_tick, precision_autocast
 from zh_bert.train.arch import of_config
 from zh_bert.train.rundir import model_dir
-from zh_bert.train.weights import init_from_config, load_pretrained
+from zh_bert.train.weights import load_for_rows
 
 QA_SPECIAL_TOKENS = 3      # [CLS] question [SEP] context [SEP]
 QA_BUCKET = 50             # training batches are length-sorted within chunks of this many batches
@@ -144,15 +144,8 @@ def load_qa_model(ckpt_dir: Path, random_init: bool, tok, seq_len: int):
     refused when the rows would be longer than its positions."""
     from transformers import AutoModelForQuestionAnswering
 
-    make = init_from_config if random_init else load_pretrained
-    model = make(AutoModelForQuestionAnswering, ckpt_dir, "a question-answering model")
-    if model.config.vocab_size < len(tok):
-        raise ZhBertError(f"{ckpt_dir}: tokenizer has {len(tok)} tokens but the model's vocab_size is "
-                          f"{model.config.vocab_size}")
-    positions = getattr(model.config, "max_position_embeddings", seq_len)
-    if seq_len > positions:
-        raise ZhBertError(f"--seq-len {seq_len} exceeds the {positions} positions of {ckpt_dir}")
-    return model
+    return load_for_rows(AutoModelForQuestionAnswering, ckpt_dir, "a question-answering model", tok, random_init,
+                         seq_len)
 
 
 def span_loss(model, batch: dict, starts, ends):

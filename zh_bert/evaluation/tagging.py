@@ -26,7 +26,7 @@ from zh_bert.evaluation.length_groups import length_groups
 from zh_bert.corpus.ner_files import Sentence
 from zh_bert.evaluation.ner_tags import OUTSIDE, Scheme, entities
 from zh_bert.evaluation.step import precision_autocast
-from zh_bert.train.weights import init_from_config, load_pretrained
+from zh_bert.train.weights import load_for_rows
 
 IGNORED = -100          # the label of a position no loss is taken on (torch's and the Trainer's convention)
 ROW_SPECIALS = 2        # [CLS] window [SEP]
@@ -168,15 +168,8 @@ def load_tagger(ckpt_dir: Path, labels: list[str], random_init: bool, tok, seq_l
 
     id2label = dict(enumerate(labels))
     kw = dict(num_labels=len(labels), id2label=id2label, label2id={v: k for k, v in id2label.items()})
-    make = init_from_config if random_init else load_pretrained
-    model = make(AutoModelForTokenClassification, ckpt_dir, "a token classifier", **kw)
-    if model.config.vocab_size < len(tok):
-        raise ZhBertError(f"{ckpt_dir}: tokenizer has {len(tok)} tokens but the model's vocab_size is "
-                          f"{model.config.vocab_size}")
-    positions = getattr(model.config, "max_position_embeddings", seq_len)
-    if seq_len > positions:
-        raise ZhBertError(f"--seq-len {seq_len} exceeds the {positions} positions of {ckpt_dir}")
-    return model
+    return load_for_rows(AutoModelForTokenClassification, ckpt_dir, "a token classifier", tok, random_init, seq_len,
+                         **kw)
 
 
 def write_tag_predictions(path: Path, sentences: list[Sentence], predicted: list[list[str]],

@@ -142,6 +142,21 @@ def init_from_config(cls: Any, path: str | Path, what: str = "a model", **kwargs
         return cls.from_config(config)
 
 
+def load_for_rows(cls: Any, path: str | Path, what: str, tok: Any, random_init: bool = False,
+                  seq_len: int | None = None, **kwargs: Any) -> Any:
+    """A stock head model (its trained weights, or random ones of the same config for a baseline), refused in one
+    line when the tokenizer outgrows its vocabulary or a row of `seq_len` tokens its positions: either would
+    index past an embedding table mid-run."""
+    model = (init_from_config if random_init else load_pretrained)(cls, path, what, **kwargs)
+    if model.config.vocab_size < len(tok):
+        raise ZhBertError(f"{path}: tokenizer has {len(tok)} tokens but the model's vocab_size is "
+                          f"{model.config.vocab_size}")
+    positions = getattr(model.config, "max_position_embeddings", seq_len)
+    if seq_len is not None and seq_len > positions:
+        raise ZhBertError(f"--seq-len {seq_len} exceeds the {positions} positions of {path}")
+    return model
+
+
 def check_weights(files: Iterable[str | Path]) -> None:
     """Each safetensors file opens (its header parses and the file is as long as the header says): a copy
     cut short by a kill or a full disk is one line naming it, before any command relies on it."""
