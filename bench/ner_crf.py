@@ -4,7 +4,8 @@ emissions (transition scores learned with it, Viterbi decoding), same rows, seed
 
 The CRF is `zh_bert.evaluation.ner_crf` (what `--crf` trains); its side is decoded two ways from one training
 run, plain Viterbi and Viterbi kept to the transitions the tag scheme allows (no `O` -> `M-X`, no `B-X` -> `E-Y`,
-no span left open), each choosing its own best dev state. Both sides: `tagging.encode` rows (`--seq-len 256`: no Resume sentence is windowed), `finetune.train_batches`,
+no span left open), each choosing its own best dev state. A control decodes the softmax head's chosen state by
+the same constrained Viterbi with no learned scores: what the constraint alone gives. Both sides: `tagging.encode` rows (`--seq-len 256`: no Resume sentence is windowed), `finetune.train_batches`,
 `step.stepping` (AdamW, warmup, linear decay; the CRF's transitions at the same rate), dev entity F1 every epoch,
 the best dev state scored on test (entity-level micro F1, seqeval's default). The CRF's negative log-likelihood is
 summed over rows and divided by the labelled characters of the step, as the softmax side's cross-entropy.
@@ -93,6 +94,31 @@ def crf_run(ckpt: Path, tok, task, cfg, seed: int) -> dict[str, tuple[float, flo
     return out
 
 
+def softmax_run(ckpt: Path, tok, task, cfg, seed: int) -> dict:
+    """The stock head's run (`train_tagger`: dev F1 chose, test F1), and its chosen state's dev and test F1 when
+    decoded by Viterbi kept to the scheme with no learned scores (`constrained_dev_f1`, `constrained_test_f1`):
+    the control that says how much of the CRF's gain the constraint alone gives."""
+    from zh_bert.evaluation.ner_crf import CRF_ATTR, attach_crf, crf_tags, scheme_constraint
+    from zh_bert.evaluation.ner_finetune import TaggingConfig, train_tagger
+    from zh_bert.evaluation.ner_metric import entity_scores
+    from zh_bert.evaluation.tagging import encode
+
+    constrained = {}
+
+    def decode_constrained(model) -> None:      # `keep`: the dev-chosen model, before test is predicted
+        attach_crf(model, len(task.labels)).constrain(scheme_constraint(task.labels, task.scheme))
+        for split, sentences in (("dev", task.dev), ("test", task.test)):
+            rows = encode(tok, sentences, None, cfg.seq_len, 0)
+            pred = crf_tags(model, rows, task.labels, 64, tok.pad_token_id, "fp32")
+            constrained[f"constrained_{split}_f1"] = 100 * entity_scores([x.tags for x in sentences], pred,
+                                                                         task.scheme)["f1"]
+        delattr(model, CRF_ATTR)
+
+    r = train_tagger(ckpt, task, cfg, TaggingConfig(window_stride=0), seed, tok=tok, log=lambda m: None,
+                     keep=decode_constrained)
+    return {**r, **constrained}
+
+
 def mean_pm(xs: list[float]) -> str:
     """Percent figures as mean ± sample std (one figure alone)."""
     return f"{statistics.fmean(xs):.2f} ± {statistics.stdev(xs):.2f}" if len(xs) > 1 else f"{xs[0]:.2f}"
@@ -107,7 +133,6 @@ def main(argv: list[str] | None = None) -> None:
     from zh_bert.corpus.tokenizer_files import load_tokenizer
     from zh_bert.evaluation.finetune import FinetuneConfig
     from zh_bert.evaluation.ner_data import load_ner
-    from zh_bert.evaluation.ner_finetune import TaggingConfig, train_tagger
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
@@ -125,14 +150,15 @@ def main(argv: list[str] | None = None) -> None:
     with scratch_dir("zh-bert-bench-crf-") as scratch:
         ckpt = Path(args.checkpoint) if args.checkpoint else make_model_dir("tiny", scratch)
         tok = load_tokenizer(ckpt)
-        soft = [] if args.crf_only else [
-            train_tagger(ckpt, task, cfg, TaggingConfig(window_stride=0), s, tok=tok, log=lambda m: None)
-            for s in seeds]
+        soft = [] if args.crf_only else [softmax_run(ckpt, tok, task, cfg, s) for s in seeds]
         crf = [crf_run(ckpt, tok, task, cfg, s) for s in seeds]
     print("| head | dev entity F1 (chose) | test entity F1 |\n|---|---|---|")
     if soft:
         print(f"| softmax (stock) | {mean_pm([r['dev_f1'] for r in soft])} | "
               f"{mean_pm([r['test_f1'] for r in soft])} |")
+        print(f"| softmax, its state decoded by scheme-constrained Viterbi | "
+              f"{mean_pm([r['constrained_dev_f1'] for r in soft])} | "
+              f"{mean_pm([r['constrained_test_f1'] for r in soft])} |")
     for d, name in zip(DECODINGS, ("CRF", "CRF, scheme-constrained Viterbi")):
         print(f"| {name} | {mean_pm([r[d][0] for r in crf])} | {mean_pm([r[d][1] for r in crf])} |")
     per_seed = ", ".join(f"{s}: {r['free'][1]:.2f} / {r['constrained'][1]:.2f}" for s, r in zip(seeds, crf))

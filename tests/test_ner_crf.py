@@ -194,3 +194,107 @@ def test_sentences_decode_through_their_windows():
     crf.constrain(scheme_constraint(labels, task.scheme))
     for tags in crf_tags(model, rows, labels, 8, 0, "fp32"):
         assert all(task.scheme.follows(a, b) for a, b in zip([OUTSIDE] + tags, tags + [OUTSIDE]))
+
+
+def test_crf_figures_never_replace_the_stock_heads():
+    """A CRF run's eval_results entries carry `crf: true`, `+crf` on the protocol and a task name of their own: the
+    newest-per-identity rule keeps the stock head's figure beside it, and the board's column (which holds the
+    task's own protocol) does not take it."""
+    from zh_bert.evaluation.eval_results import entry, latest
+    from zh_bert.evaluation.ner_finetune import crf_entries
+
+    stock = [entry("token-classification", "Named-entity recognition", "resume_ner", "Resume NER", "f1", "test f1",
+                   80.0, protocol="ner-v1", split="test")]
+    assert crf_entries(stock, {"task": "resume_ner"}) == stock
+    crf = crf_entries(stock, {"crf": True})
+    assert crf[0]["crf"] is True and crf[0]["protocol"] == "ner-v1+crf" and crf[0]["task_name"].endswith("CRF head")
+    assert len(latest(stock + crf)) == 2
+
+
+def test_crf_is_refused_in_one_line_where_no_tag_head_decodes(tmp_path):
+    """`--crf` on a classification task or a suite without a NER task, and `--crf` with `--teacher` (soft labels
+    per character against a score of whole paths): one line each, before any model is read."""
+    from zh_bert.evaluation.finetune import FinetuneConfig, main
+    from zh_bert.evaluation.ner_finetune import TagHead, TaggingConfig
+    from zh_bert.evaluation.suite import SuiteArgs
+
+    with pytest.raises(ZhBertError, match=r"--crf: task chnsenticorp has no tags to decode"):
+        main([str(tmp_path / "no-model"), "--task", "chnsenticorp", "--crf"])
+    with pytest.raises(ZhBertError, match=r"--crf: no tag \(NER\) task among"):
+        SuiteArgs(suite="fewclue", crf=True)
+    assert SuiteArgs(suite="ner", crf=True).crf
+    task = load_ner("resume_ner", None, RESUME / "dev.char.bmes", None)
+    with pytest.raises(ZhBertError, match=r"--crf with --teacher"):
+        TagHead(tmp_path, task, FinetuneConfig(), TaggingConfig(crf=True), objective=object())
+
+
+def rescored(path: Path) -> tuple[float, float, float, list[str]]:
+    """seqeval's P/R/F1 of a predictions file (character gold predicted), and its predicted column."""
+    from seqeval.metrics import f1_score, precision_score, recall_score
+
+    gold, pred, column = [[]], [[]], []
+    for line in path.read_text(encoding="utf-8").split("\n"):
+        if not line:
+            gold, pred = (gold + [[]], pred + [[]]) if gold[-1] else (gold, pred)
+            continue
+        _, g, p = line.split(" ")
+        gold[-1].append(g)
+        pred[-1].append(p)
+        column.append(p)
+    gold, pred = [g for g in gold if g], [p for p in pred if p]
+    return precision_score(gold, pred), recall_score(gold, pred), f1_score(gold, pred), column
+
+
+@pytest.mark.slow
+def test_finetune_crf_runs_end_to_end_and_its_saved_folder_predicts_the_same(tiny_model_dir, tmp_path, capsys):
+    """`finetune --task resume_ner --crf --max-train 48 --epochs 1 --save DIR --predictions P`: the predictions
+    re-score with seqeval to the printed figures; DIR is a stock token classifier (no CRF tensor in its weights, it
+    loads with nothing missing or unexpected) with crf.safetensors beside, and the two together re-predict test
+    tag for tag."""
+    import json
+
+    from safetensors import safe_open
+    from transformers import AutoModelForTokenClassification, AutoTokenizer
+
+    from zh_bert.evaluation.finetune import main
+    from zh_bert.evaluation.ner_crf import CRF_ATTR
+
+    assert main([str(tiny_model_dir), "--task", "resume_ner", "--crf", "--max-train", "48", "--epochs", "1",
+                 "--lr", "1e-3", "--seq-len", "64", "--no-record", "--save", str(tmp_path / "model"),
+                 "--predictions", str(tmp_path / "preds")]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["crf"] is True
+    *prf, column = rescored(tmp_path / "preds" / "resume_ner.conll")
+    assert [100 * x for x in prf] == pytest.approx([summary[f"test_{k}"] for k in ("precision", "recall", "f1")],
+                                                   abs=1e-9)
+    folder = tmp_path / "model"
+    with safe_open(str(folder / "model.safetensors"), framework="pt") as f:
+        assert not [k for k in f.keys() if k.startswith(f"{CRF_ATTR}.")]
+    model, info = AutoModelForTokenClassification.from_pretrained(str(folder), output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    labels = [model.config.id2label[i] for i in range(model.config.num_labels)]
+    model.add_module(CRF_ATTR, load_crf(folder, len(labels), labels))
+    task = load_ner("resume_ner", None, RESUME / "dev.char.bmes", RESUME / "test.char.bmes")
+    rows = encode(AutoTokenizer.from_pretrained(str(folder)), task.test, None, 64, 32)
+    again = [task.scheme.scoring_tag(t) for tags in crf_tags(model, rows, labels, 64, 0, "fp32") for t in tags]
+    assert again == column
+
+
+@pytest.mark.slow
+def test_eval_suite_ner_crf_records_the_crf_beside_its_figures(tiny_model_dir, tmp_path, capsys):
+    """`eval suite --suite ner --only resume_ner --crf`: the same choosing protocol, the task's result says
+    `crf: true`, its eval_results entries are the CRF head's own, and the predictions re-score with seqeval."""
+    import json
+
+    from zh_bert.evaluation.evaluate import main
+    from zh_bert.evaluation.suite_report import suite_entries
+
+    assert main(["suite", str(tiny_model_dir), "--suite", "ner", "--only", "resume_ner", "--crf", "--lr", "1e-3",
+                 "--epochs", "1", "--max-train", "48", "--seq-len", "64", "--predictions", str(tmp_path / "preds"),
+                 "--report", str(tmp_path / "report"), "--no-record"]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    r = res["pretrained"]["resume_ner"]
+    assert r["crf"] is True
+    assert 100 * rescored(tmp_path / "preds" / "ner" / "resume_ner.conll")[2] == pytest.approx(r["test_f1"], abs=1e-9)
+    entries = suite_entries(res)
+    assert entries and all(e["crf"] is True and e["protocol"].endswith("+crf") for e in entries)

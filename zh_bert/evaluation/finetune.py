@@ -200,6 +200,8 @@ def main(argv: list[str]) -> int:
     refuse_unteachable(distill, job.task)
     if tagging_task(job.task):      # NER: a token classifier, entity F1 (ner_tasks)
         return finetune_ner(target, job, cfg, files, distill)
+    if files.crf:
+        raise ZhBertError(f"--crf: task {job.task} has no tags to decode; the CRF is a layer of the tag (NER) head")
     task = load_task(job.task, job.columns)
     from transformers.utils import logging as hf_logging
 

@@ -61,7 +61,7 @@ class ClassifyKind:
     def check(self, task: Task, method: str, k: int | None) -> None:
         (load_pair if method == "finetune" else prompt_data)(task, k)
 
-    def setting(self, ckpt, task: Task, k: int | None, method: str, cfg, seeds: list[int], log) -> dict:
+    def setting(self, ckpt, task: Task, k: int | None, method: str, cfg, seeds: list[int], log, args) -> dict:
         if method != "finetune":
             return run_prompt_task(ckpt, task, k or 0, method, cfg, seeds, log=log)
         summary = run(ckpt, load_pair(task, k), cfg, seeds, log=log)

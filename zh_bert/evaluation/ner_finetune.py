@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from zh_bert.core.config import at_least, check_finite, option
+from zh_bert.core.errors import ZhBertError
 from zh_bert.core.hardware import resolve_precision
 from zh_bert.corpus.ner_files import Sentence
 from zh_bert.evaluation.classify import tokenizer_for, train_batches
@@ -48,6 +49,9 @@ class TaggingConfig:
                                          "--seq-len share (each character is still predicted once)")
     tag_scheme: str = option("auto", help="the tag scheme the model learns: auto (the files'), bio, bioes or "
                                           "bmes; predictions are written and scored in the files' scheme")
+    crf: bool = option(False, help="NER: a linear-chain CRF on the token classifier (start, transition and end "
+                                   "scores trained with it; Viterbi decoding kept to the transitions the tag "
+                                   "scheme allows); --save writes it as crf.safetensors beside the stock folder")
 
     def __post_init__(self):
         check_finite(self)
@@ -65,8 +69,14 @@ def predict_tags(model, tok, sentences: list[Sentence], task: NerTask, cfg, tcfg
     labels = learned.tags(task.types)
     rows = rows or encode(tok, sentences, None, cfg.seq_len, tcfg.window_stride)
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
-    preds = predict_rows(model, rows, 2 * cfg.batch_size, pad_id, resolve_precision(cfg.precision, model.device)[0])
-    return [convert(t, learned, task.scheme) for t in tags_of(rows, preds, labels)]
+    precision = resolve_precision(cfg.precision, model.device)[0]
+    if tcfg.crf:                  # Viterbi over each sentence's characters
+        from zh_bert.evaluation.ner_crf import crf_tags
+
+        tags = crf_tags(model, rows, labels, 2 * cfg.batch_size, pad_id, precision)
+    else:
+        tags = tags_of(rows, predict_rows(model, rows, 2 * cfg.batch_size, pad_id, precision), labels)
+    return [convert(t, learned, task.scheme) for t in tags]
 
 
 def split_scores(model, tok, sentences, task, cfg, tcfg, rows=None) -> tuple[dict, list[list[str]]]:
@@ -91,10 +101,15 @@ def train_rows(tok, task: NerTask, cfg, tcfg: TaggingConfig, rng: np.random.Gene
 class TagHead:
     """The tag head on the one fine-tuning loop (`loop.fit`): a stock token classifier, trained on the task's
     windows, its state chosen by dev entity F1, test predicted and (when tagged) scored. `objective`: the gold
-    tags alone, or beside a teacher's soft labels (`task_distill`)."""
+    tags alone, or beside a teacher's soft labels (`task_distill`). With `--crf` a linear-chain CRF rides on the
+    classifier (`ner_crf`): its NLL is the loss, Viterbi decodes, and the loop's one optimizer trains both at the
+    run's learning rate."""
     trains, chooses, choose_key = True, True, "dev_f1"
 
     def __init__(self, ckpt_dir: Path, task: NerTask, cfg, tcfg: TaggingConfig, tok=None, objective=HARD_LABELS):
+        if tcfg.crf and objective is not HARD_LABELS:
+            raise ZhBertError("--crf with --teacher: a teacher's soft labels are per character, a CRF scores whole "
+                              "tag paths; fine-tune with one of them")
         self.ckpt_dir, self.task, self.cfg, self.tcfg = Path(ckpt_dir), task, cfg, tcfg
         self.objective = objective
         self.tok = tok or tokenizer_for(ckpt_dir)
@@ -113,19 +128,29 @@ class TagHead:
     def model(self):
         import torch
 
-        model = load_tagger(self.ckpt_dir, self.tcfg.learned(self.task).tags(self.task.types), self.cfg.random_init,
-                            self.tok, self.cfg.seq_len)
-        return model.to("cuda" if torch.cuda.is_available() else "cpu").train()
+        learned = self.tcfg.learned(self.task)
+        labels = learned.tags(self.task.types)
+        model = load_tagger(self.ckpt_dir, labels, self.cfg.random_init, self.tok, self.cfg.seq_len)
+        model = model.to("cuda" if torch.cuda.is_available() else "cpu")
+        if self.tcfg.crf:
+            from zh_bert.evaluation.ner_crf import attach_crf, scheme_constraint
+
+            attach_crf(model, len(labels)).constrain(scheme_constraint(labels, learned))
+        return model.train()
 
     def epoch(self, rng: np.random.Generator, batch_size: int) -> list[np.ndarray]:
         return train_batches(self.rows.lengths, batch_size, rng)
 
     def loss(self, model, idx: np.ndarray):
-        """The step's mean cross-entropy over its labelled characters, its forward run per length group."""
+        """The step's mean cross-entropy over its labelled characters (`--crf`: the CRF's NLL per row, over the
+        same count), its forward run per length group."""
+        from zh_bert.evaluation.ner_crf import crf_loss    # torch: imported once training has begun
+
         loss, denominator = 0.0, int(self.labelled[idx].sum())
         for group in length_groups(self.rows.lengths[idx], len(idx), TRAIN_GROUP_OVERHEAD_TOKENS):
             batch = {k: v.to(model.device) for k, v in collate_rows(self.rows, idx[group], self.pad_id).items()}
-            loss = loss + tag_loss(model, batch, denominator, self.objective)
+            loss = loss + (crf_loss(model, batch, denominator) if self.tcfg.crf else
+                           tag_loss(model, batch, denominator, self.objective))
         return loss
 
     def choose(self, model) -> dict:
@@ -176,7 +201,7 @@ def run_tagger(ckpt, task: NerTask, cfg, tcfg: TaggingConfig, seeds: list[int], 
         runs.append(r)
     out = {"task": task.name, "checkpoint": str(ckpt_dir), "init": "random" if cfg.random_init else "pretrained",
            "seeds": seeds, "scheme": task.scheme.name, "learned_scheme": tcfg.learned(task).name,
-           "types": task.types, **objective.facts()}
+           "types": task.types, **objective.facts(), **({"crf": True} if tcfg.crf else {})}
     for key in ("dev_f1", "dev_precision", "dev_recall", "test_f1", "test_precision", "test_recall"):
         vals = [r[key] for r in runs if key in r]
         out[key] = statistics.fmean(vals) if vals else None
@@ -188,3 +213,12 @@ def run_tagger(ckpt, task: NerTask, cfg, tcfg: TaggingConfig, seeds: list[int], 
             "per_seed": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items() if k != "test_pred"}
                          for r in runs]}
     return out
+
+
+def crf_entries(entries: list[dict], summary: dict) -> list[dict]:
+    """eval_results entries of a run with the CRF head: `crf: true` and `+crf` on the protocol beside each figure,
+    and a task name of their own, so a CRF figure never replaces the stock head's (nor takes its board column)."""
+    if not summary.get("crf"):
+        return entries
+    return [{**e, "task_name": f"{e['task_name']}, CRF head", "protocol": f"{e.get('protocol', '')}+crf", "crf": True}
+            for e in entries]

@@ -33,7 +33,8 @@ from zh_bert.corpus.task_spec import Task
 from zh_bert.evaluation.finetune import FinetuneConfig, FinetuneJob, mean_std
 from zh_bert.evaluation.heads import data_files, head_kind, sha256_of
 from zh_bert.evaluation.loop import TaskBar, init_label
-from zh_bert.evaluation.ner_tasks import with_train
+from zh_bert.evaluation.ner_finetune import TaggingConfig
+from zh_bert.evaluation.ner_tasks import tagging_task, with_train
 from zh_bert.evaluation.qa import QAConfig
 from zh_bert.evaluation.step import no_tick
 from zh_bert.evaluation.tasks import SUITE_PREFIX, public_records
@@ -69,6 +70,7 @@ class SuiteArgs:
     msra_train: Optional[str] = option(None, metavar="PATH", help="MSRA NER's official train file (or a folder "
                                                                   "holding train.tsv); default: train on a fixed 90% "
                                                                   "of dev, choose on the other 10%, said so")
+    crf: bool = option_of(TaggingConfig, "crf")
     predictions: Optional[str] = option_of(Shared, "predictions", help="write every task's test predictions in its "
                                                                        "official scorer's format (NER: CoNLL lines)")
     report: Optional[str] = option(None, metavar="DIR", help="folder for suite.md, suite.png, suite.json "
@@ -79,6 +81,9 @@ class SuiteArgs:
         if self.method not in SUITE_METHODS:
             raise ZhBertError(f"--method must be finetune, zero-shot or pet; got {self.method!r}")
         self.only = only_tasks(self.only, self.suite)
+        if self.crf and not any(tagging_task(n) for n in self.only):
+            raise ZhBertError(f"--crf: no tag (NER) task among {', '.join(self.only)}; the CRF is a layer of the tag "
+                              f"head (--suite ner)")
         FinetuneJob(task="suite", seed=self.seed, seeds=self.seeds)   # the same seed checks as finetune
         if not 1 <= self.splits <= PAIRS:
             raise ZhBertError(f"--splits must be in 1..{PAIRS}, got {self.splits}")
@@ -144,7 +149,7 @@ def run_pair(ckpt, task: Task, k: int | None, args: SuiteArgs, cfg: FinetuneConf
     for lr in _grid(task, args, cfg):
         where = f"pair {k} " if k is not None else ""
         summary = kind.setting(ckpt, task, k, method, dataclasses.replace(cfg, lr=lr), args.seed_list(),
-                               lambda m, lr=lr: log(f"  {task.name} {where}lr {lr:g}: {m}"))
+                               lambda m, lr=lr: log(f"  {task.name} {where}lr {lr:g}: {m}"), args)
         tick(len(args.seed_list()))
         if best is None or summary[key] > best[key]:
             best, chosen = summary, lr
@@ -171,7 +176,7 @@ def run_task(ckpt, task: Task, args: SuiteArgs, cfg: FinetuneConfig, log=print) 
     return {"task": task.name, "method": r["method"], test_key: test_mean, f"{test_key}_std": test_std,
             dev_key: mean_std(devs)[0], "runs": len(tests), "pairs": len(pairs), "seeds": args.seed_list(),
             "majority_test_acc": chance, "chance": chance_name, "per_pair": per_pair,
-            "data_sha256": sha256_of(data_files(task, len(pairs)))}
+            "data_sha256": sha256_of(data_files(task, len(pairs))), **({"crf": True} if r.get("crf") else {})}
 
 
 def check_suite_data(args: SuiteArgs) -> dict:

@@ -167,8 +167,11 @@ def claim_save(opts: TaskDistillOptions, ckpt_dir: Path, pooling: str = "cls") -
 
 def save_finetuned(model, tok, ckpt_dir: Path, out: Path, log=print) -> None:
     """The fine-tuned `model` as a stock folder at `out` (replaced whole): weights, config in both transformers
-    majors' keys, tokenizer files and the student's own vocab.txt."""
-    with atomic_dir(out, overwrite=True) as tmp:
+    majors' keys, tokenizer files and the student's own vocab.txt (a tagger's CRF, `--crf`: crf.safetensors beside,
+    not in the stock weights)."""
+    from zh_bert.evaluation.ner_crf import without_crf
+
+    with atomic_dir(out, overwrite=True) as tmp, without_crf(model, tmp):
         save_pretrained(model, tmp, safe_serialization=True)
         of_config(model.config).save_config(tmp)
         save_pretrained(tok, tmp)
