@@ -37,30 +37,38 @@ def build_data(root: Path, docs_jsonl: Path) -> tuple[Path, Path]:
     return tokdir, sharddir
 
 
-def measure(root: Path, tokdir: Path, sharddir: Path) -> dict:
-    """Run the pinned steps in `root` (30 fp32 steps on the shards, then eval mlm); return the numbers."""
+def train_pinned(root: Path, tokdir: Path, sharddir: Path, **over) -> tuple[list[dict], dict]:
+    """The pinned 30 fp32 steps on the shards in `root` (recipe keys `over` on top); the metrics rows and the final
+    weights as (sum, sum of squares) per tensor."""
     import torch
     import yaml
     from safetensors.torch import load_file
 
-    from zh_bert.evaluation.evaluate import MlmEvalConfig, eval_mlm, load_mlm
     from zh_bert.train.pretrain import main as pretrain_main
 
     torch.set_num_threads(1)
     recipe = {"out_dir": str(root / "run"), "data": str(sharddir), "tokenizer": str(tokdir), "model": "tiny",
               "masking": "wwm", "seq_len": SEQ, "global_batch": 16, "micro_batch": 8, "lr": 3e-3,
               "warmup_steps": 5, "max_steps": 30, "log_every": 1, "eval_every": 10, "eval_batches": 4,
-              "save_every": 0, "seed": 7, "precision": "fp32"}
+              "save_every": 0, "seed": 7, "precision": "fp32", **over}
     (root / "r.yaml").write_text(yaml.safe_dump(recipe), encoding="utf-8")
     assert pretrain_main([str(root / "r.yaml")]) == 0
     rows = [json.loads(l) for l in (root / "run" / "metrics.jsonl").read_text(encoding="utf-8").split("\n") if l]
     weights = load_file(str(root / "run" / "final" / "model.safetensors"))
+    return rows, {k: [float(v.double().sum()), float(v.double().pow(2).sum())] for k, v in sorted(weights.items())}
+
+
+def measure(root: Path, tokdir: Path, sharddir: Path) -> dict:
+    """Run the pinned steps in `root` (30 fp32 steps on the shards, then eval mlm); return the numbers."""
+    from zh_bert.evaluation.evaluate import MlmEvalConfig, eval_mlm, load_mlm
+
+    rows, weights = train_pinned(root, tokdir, sharddir)
     model, tok, _ = load_mlm(root / "run" / "final")
     ev = eval_mlm(model, tok, [EVAL_TEXT], MlmEvalConfig(seed=3, seq_len=128, mask_rate=0.3))
     return {
         "losses": [r["loss"] for r in rows if "loss" in r],
         "val_mlm_loss": [r["val_mlm_loss"] for r in rows if "val_mlm_loss" in r],
-        "weights": {k: [float(v.double().sum()), float(v.double().pow(2).sum())] for k, v in sorted(weights.items())},
+        "weights": weights,
         "eval_mlm": {k: ev[k] for k in ("mlm_loss", "mlm_acc", "mlm_top5", "n_masked", "n_sequences", "n_tokens")},
     }
 
@@ -88,6 +96,29 @@ def test_numerics_match_the_pinned_reference(tmp_path, char_shards):
         assert close(got["eval_mlm"][k], v), (k, got["eval_mlm"][k], v)
 
 
+def measure_electra(root: Path, tokdir: Path, sharddir: Path) -> dict:
+    """The same 30 steps with `objective: electra`: every loss and accuracy it logs, and the final weights."""
+    rows, weights = train_pinned(root, tokdir, sharddir, objective="electra")
+    keys = sorted({k for r in rows for k in r if k.endswith(("loss", "acc"))})
+    return {"rows": {k: [r[k] for r in rows if k in r] for k in keys}, "weights": weights}
+
+
+@pytest.mark.slow
+def test_electra_numerics_match_the_pinned_reference(tmp_path, char_shards):
+    """ELECTRA's generator and discriminator losses and accuracies at every step and validation, and its final
+    weights, as recorded before objectives became objects (reference["electra"], written by the code of dfaec58's
+    parent; equal there and after to the last bit)."""
+    ref = json.loads(REF.read_text(encoding="utf-8"))["electra"]
+    got = measure_electra(tmp_path, *char_shards)
+    assert sorted(got["rows"]) == sorted(ref["rows"])
+    for k, values in ref["rows"].items():
+        assert len(got["rows"][k]) == len(values) and all(close(a, b) for a, b in zip(got["rows"][k], values)), k
+    assert sorted(got["weights"]) == sorted(ref["weights"])
+    moved = [k for k in ref["weights"] if not all(close(a, b, 1e-4, 1e-4) for a, b in zip(got["weights"][k],
+                                                                                          ref["weights"][k]))]
+    assert not moved, f"final weights moved: {moved[:5]}"
+
+
 if __name__ == "__main__" and "--write" in sys.argv:
     import tempfile
 
@@ -99,5 +130,9 @@ if __name__ == "__main__" and "--write" in sys.argv:
         texts = read_lines(SAMPLE / "zhwiki_sampled.txt", 300) + read_lines(SAMPLE / "CLUECorpusSmall_sampled.txt", 300)
         docs.write_text("".join(json.dumps({"text": t, "source": f"sample:{i}"}, ensure_ascii=False) + "\n"
                                 for i, t in enumerate(texts)), encoding="utf-8")
-        REF.write_text(json.dumps(measure(Path(d), *build_data(Path(d), docs)), indent=1) + "\n", encoding="utf-8")
+        data = build_data(Path(d), docs)
+        pinned = measure(Path(d), *data)
+        (Path(d) / "run").rename(Path(d) / "run-mlm")
+        pinned["electra"] = measure_electra(Path(d), *data)
+        REF.write_text(json.dumps(pinned, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {REF}")
