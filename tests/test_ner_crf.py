@@ -181,7 +181,7 @@ def test_sentences_decode_through_their_windows():
     task = load_ner("resume_ner", None, RESUME / "dev.char.bmes", None)
     sentences = sorted(task.dev, key=lambda s: -len(s.tokens))[:6] + task.dev[:6]
     labels = task.scheme.tags(task.types)
-    tok = BertTokenizerFast(vocab_file=str(VOCAB))
+    tok = BertTokenizerFast(vocab=str(VOCAB))
     rows = encode(tok, sentences, None, 16, 4)
     assert rows.windowed >= 6
     torch.manual_seed(0)
@@ -201,12 +201,12 @@ def test_crf_figures_never_replace_the_stock_heads():
     newest-per-identity rule keeps the stock head's figure beside it, and the board's column (which holds the
     task's own protocol) does not take it."""
     from zh_bert.evaluation.eval_results import entry, latest
-    from zh_bert.evaluation.ner_finetune import crf_entries
+    from zh_bert.evaluation.ner_finetune import head_entries
 
     stock = [entry("token-classification", "Named-entity recognition", "resume_ner", "Resume NER", "f1", "test f1",
                    80.0, protocol="ner-v1", split="test")]
-    assert crf_entries(stock, {"task": "resume_ner"}) == stock
-    crf = crf_entries(stock, {"crf": True})
+    assert head_entries(stock, {"task": "resume_ner"}) == stock
+    crf = head_entries(stock, {"crf": True})
     assert crf[0]["crf"] is True and crf[0]["protocol"] == "ner-v1+crf" and crf[0]["task_name"].endswith("CRF head")
     assert len(latest(stock + crf)) == 2
 

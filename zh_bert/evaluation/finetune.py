@@ -202,6 +202,9 @@ def main(argv: list[str]) -> int:
         return finetune_ner(target, job, cfg, files, distill)
     if files.crf:
         raise ZhBertError(f"--crf: task {job.task} has no tags to decode; the CRF is a layer of the tag (NER) head")
+    if files.decode:
+        raise ZhBertError(f"--decode: task {job.task} has no tags to decode; it chooses how the tag (NER) head reads "
+                          f"its tags")
     task = load_task(job.task, job.columns)
     from transformers.utils import logging as hf_logging
 

@@ -19,7 +19,11 @@ Saved beside a stock `*ForTokenClassification` folder as `crf.safetensors` (thre
 folder itself stays stock (its argmax still gives tags without the CRF), and `load_crf` reads the file back as
 tensors only, every name and shape checked, anything else one line naming the file.
 
-This is the torch side; `ner_finetune` imports it when a run asks for the CRF.
+The same decoding serves the stock head (`--decode constrained`, `scheme_tags`): a CRF of zero scores, constrained,
+over the softmax log-probabilities, so the best path the scheme allows by the head's own per-character
+probabilities, with no parameter added and one Viterbi for both.
+
+This is the torch side; `ner_finetune` imports it when a run asks for the CRF or constrained decoding.
 """
 
 from __future__ import annotations
@@ -163,30 +167,35 @@ def crf_loss(model, batch: dict, denominator: int) -> torch.Tensor:
     return crf_of(model).nll(em, gold, mask) / max(denominator, 1)
 
 
-def row_logits(model, rows: Windows, batch_size: int, pad_id: int, precision: str) -> list[torch.Tensor]:
-    """Every row's logits [length, C] (fp32, on the CPU), windows run in groups of similar length."""
+def row_logits(model, rows: Windows, batch_size: int, pad_id: int, precision: str,
+               log_probs: bool = False) -> list[torch.Tensor]:
+    """Every row's logits [length, C] (fp32, on the CPU; `log_probs`: their log-softmax), windows run in groups of
+    similar length."""
     out: list[torch.Tensor] = [torch.zeros(0)] * len(rows.input_ids)
     with torch.inference_mode(), precision_autocast(model.device, precision):
         for idx in length_groups(rows.lengths, batch_size):
             batch = collate_rows(rows, idx, pad_id)
             batch.pop("labels")
             logits = model(**{k: v.to(model.device) for k, v in batch.items()}).logits.float().cpu()
+            logits = torch.log_softmax(logits, dim=-1) if log_probs else logits
             for r, i in enumerate(idx):
                 out[i] = logits[r, :rows.lengths[i]]
     return out
 
 
 def crf_tags(model, rows: Windows, labels: list[str], batch_size: int, pad_id: int, precision: str,
-             constrained: bool = True) -> list[list[str]]:
-    """Each sentence's tags by Viterbi over its characters' emissions (each from the window it is predicted
-    from; a character without a token is O and outside the chain)."""
+             constrained: bool = True, crf: LinearChainCRF | None = None,
+             log_probs: bool = False) -> list[list[str]]:
+    """Each sentence's tags by Viterbi of `crf` (default: the model's own) over its characters' emissions, the
+    logits or (`log_probs`) their log-softmax, each from the window it is predicted from; a character without a
+    token is O and outside the chain."""
     was_training = model.training
     model.eval()
-    logits = row_logits(model, rows, batch_size, pad_id, precision)
+    logits = row_logits(model, rows, batch_size, pad_id, precision, log_probs)
     model.train(was_training)
     flat = torch.cat(logits) if logits else torch.zeros(0, len(labels))
     offsets = np.concatenate(([0], np.cumsum(rows.lengths)[:-1])).astype(np.int64)
-    crf, out = crf_of(model), [[OUTSIDE] * len(where) for where in rows.where]
+    crf, out = crf if crf is not None else crf_of(model), [[OUTSIDE] * len(where) for where in rows.where]
     chains = [(s, np.flatnonzero(where[:, 0] >= 0)) for s, where in enumerate(rows.where)]
     chains = sorted(((s, chars) for s, chars in chains if len(chars)), key=lambda c: len(c[1]))
     with torch.inference_mode():
@@ -203,6 +212,15 @@ def crf_tags(model, rows: Windows, labels: list[str], batch_size: int, pad_id: i
                 for c, tag in zip(chars, path):
                     out[s][c] = labels[tag]
     return out
+
+
+def scheme_tags(model, rows: Windows, labels: list[str], scheme: Scheme, batch_size: int, pad_id: int,
+                precision: str) -> list[list[str]]:
+    """The stock head's tags decoded kept to `scheme` (`--decode constrained`): each sentence's best path by the
+    sum of its characters' softmax log-probabilities among the paths the scheme allows, a zero-score CRF's
+    constrained Viterbi. Where the per-character argmax already follows the scheme it is that path."""
+    crf = LinearChainCRF(len(labels)).requires_grad_(False).constrain(scheme_constraint(labels, scheme))
+    return crf_tags(model, rows, labels, batch_size, pad_id, precision, crf=crf, log_probs=True)
 
 
 def save_crf(crf: LinearChainCRF, folder: str | Path) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, Optional
 
 import numpy as np
 
@@ -42,6 +43,10 @@ from zh_bert.evaluation.tagging import (
 from zh_bert.train.rundir import model_dir
 
 
+#: how the stock head's tags are read (`TaggingConfig.decode`)
+Decoding = Literal["argmax", "constrained"]
+
+
 @dataclass
 class TaggingConfig:
     """What NER adds to fine-tuning: how long sentences are windowed, which scheme the model learns."""
@@ -52,12 +57,25 @@ class TaggingConfig:
     crf: bool = option(False, help="NER: a linear-chain CRF on the token classifier (start, transition and end "
                                    "scores trained with it; Viterbi decoding kept to the transitions the tag "
                                    "scheme allows); --save writes it as crf.safetensors beside the stock folder")
+    decode: Optional[Decoding] = option(
+        None, help="NER: how the stock head's tags are read, on dev (choosing) and test alike: argmax (the default: "
+                   "each character's likeliest tag, as pipeline('token-classification') reads the folder) or "
+                   "constrained (Viterbi over the softmax log-probabilities, the transitions the tag scheme forbids "
+                   "excluded; no parameter added); --crf always decodes constrained")
 
     def __post_init__(self):
         check_finite(self)
         at_least(self, 0, "window_stride")
         if self.tag_scheme != "auto":
             scheme_named(self.tag_scheme)
+        if self.crf and self.decode == "argmax":      # a CRF has no per-character argmax to fall back on
+            raise ZhBertError("--decode argmax with --crf: a CRF decodes whole tag paths by Viterbi, kept to the tag "
+                              "scheme; drop --decode (or --crf for the stock head's argmax)")
+
+    @property
+    def constrained(self) -> bool:
+        """Whether tags are decoded by Viterbi kept to the scheme (the CRF's, or the stock head's log-probs')."""
+        return self.crf or self.decode == "constrained"
 
     def learned(self, task: NerTask):
         return task.scheme if self.tag_scheme == "auto" else scheme_named(self.tag_scheme)
@@ -70,10 +88,11 @@ def predict_tags(model, tok, sentences: list[Sentence], task: NerTask, cfg, tcfg
     rows = rows or encode(tok, sentences, None, cfg.seq_len, tcfg.window_stride)
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
     precision = resolve_precision(cfg.precision, model.device)[0]
-    if tcfg.crf:                  # Viterbi over each sentence's characters
-        from zh_bert.evaluation.ner_crf import crf_tags
+    if tcfg.constrained:          # Viterbi over each sentence's characters
+        from zh_bert.evaluation.ner_crf import crf_tags, scheme_tags
 
-        tags = crf_tags(model, rows, labels, 2 * cfg.batch_size, pad_id, precision)
+        tags = crf_tags(model, rows, labels, 2 * cfg.batch_size, pad_id, precision) if tcfg.crf else \
+            scheme_tags(model, rows, labels, learned, 2 * cfg.batch_size, pad_id, precision)
     else:
         tags = tags_of(rows, predict_rows(model, rows, 2 * cfg.batch_size, pad_id, precision), labels)
     return [convert(t, learned, task.scheme) for t in tags]
@@ -201,7 +220,8 @@ def run_tagger(ckpt, task: NerTask, cfg, tcfg: TaggingConfig, seeds: list[int], 
         runs.append(r)
     out = {"task": task.name, "checkpoint": str(ckpt_dir), "init": "random" if cfg.random_init else "pretrained",
            "seeds": seeds, "scheme": task.scheme.name, "learned_scheme": tcfg.learned(task).name,
-           "types": task.types, **objective.facts(), **({"crf": True} if tcfg.crf else {})}
+           "types": task.types, **objective.facts(), **({"crf": True} if tcfg.crf else {}),
+           **({"decode": "constrained"} if tcfg.decode == "constrained" and not tcfg.crf else {})}
     for key in ("dev_f1", "dev_precision", "dev_recall", "test_f1", "test_precision", "test_recall"):
         vals = [r[key] for r in runs if key in r]
         out[key] = statistics.fmean(vals) if vals else None
@@ -215,10 +235,15 @@ def run_tagger(ckpt, task: NerTask, cfg, tcfg: TaggingConfig, seeds: list[int], 
     return out
 
 
-def crf_entries(entries: list[dict], summary: dict) -> list[dict]:
-    """eval_results entries of a run with the CRF head: `crf: true` and `+crf` on the protocol beside each figure,
-    and a task name of their own, so a CRF figure never replaces the stock head's (nor takes its board column)."""
-    if not summary.get("crf"):
+def head_entries(entries: list[dict], summary: dict) -> list[dict]:
+    """eval_results entries of a tag run that is not the stock head's argmax: with the CRF head `crf: true` and
+    `+crf` on the protocol, decoded constrained `decode: constrained` and `+constrained`, each with a task name of
+    its own, so such a figure never replaces the stock head's (nor takes its board column)."""
+    if summary.get("crf"):
+        mark, name, fact = "crf", "CRF head", {"crf": True}
+    elif summary.get("decode") == "constrained":
+        mark, name, fact = "constrained", "constrained decoding", {"decode": "constrained"}
+    else:
         return entries
-    return [{**e, "task_name": f"{e['task_name']}, CRF head", "protocol": f"{e.get('protocol', '')}+crf", "crf": True}
+    return [{**e, "task_name": f"{e['task_name']}, {name}", "protocol": f"{e.get('protocol', '')}+{mark}", **fact}
             for e in entries]

@@ -25,7 +25,7 @@ from zh_bert.corpus.task_registry import ENTITY_METRICS, task_named, tasks, user
 from zh_bert.corpus.task_spec import FINETUNE_PROTOCOL, TAG, Task
 from zh_bert.evaluation.eval_results import entry, record_for_checkpoint
 from zh_bert.evaluation.ner_data import NerTask, load_ner
-from zh_bert.evaluation.ner_finetune import TaggingConfig, crf_entries, run_tagger
+from zh_bert.evaluation.ner_finetune import Decoding, TaggingConfig, head_entries, run_tagger
 from zh_bert.evaluation.classify import tokenizer_for
 from zh_bert.evaluation.task_distill import (
     TaskDistillOptions,
@@ -52,9 +52,14 @@ class NerFiles:
     tag_scheme: str = option_of(TaggingConfig, "tag_scheme")
     window_stride: int = option_of(TaggingConfig, "window_stride")
     crf: bool = option_of(TaggingConfig, "crf")
+    decode: Optional[Decoding] = option_of(TaggingConfig, "decode")
+
+    def __post_init__(self):
+        self.tagging()          # --decode argmax with --crf refused before any file is read
 
     def tagging(self) -> TaggingConfig:
-        return TaggingConfig(window_stride=self.window_stride, tag_scheme=self.tag_scheme, crf=self.crf)
+        return TaggingConfig(window_stride=self.window_stride, tag_scheme=self.tag_scheme, crf=self.crf,
+                             decode=self.decode)
 
 
 def tagging_task(spec: str) -> bool:
@@ -112,7 +117,7 @@ class TagKind:
             self._said.add(task.name)
             for line in [f"note: {n}" for n in data.notes] + [f"warning: {w}" for w in data.warnings]:
                 log(line)
-        summary = run_tagger(ckpt, data, cfg, TaggingConfig(crf=args.crf), seeds, log=log)
+        summary = run_tagger(ckpt, data, cfg, TaggingConfig(crf=args.crf, decode=args.decode), seeds, log=log)
         summary["test_predictions"] = summary.pop("test_pred_first", None)
         return summary
 
@@ -187,7 +192,7 @@ def finetune_ner(target, job, cfg, files: NerFiles, distill: TaskDistillOptions)
     declared = None if user_file_head(job.task) == TAG or any([files.train, files.dev, files.test]) else \
         task_named(job.task)
     if not target.no_record and not cfg.random_init and task.scored:
-        entries = crf_entries(ner_entries(summary, declared), summary)
+        entries = head_entries(ner_entries(summary, declared), summary)
         where = record_for_checkpoint(target.ckpt, distilled_entries(entries, summary))
         if where:
             print(f"recorded in {where}", flush=True)

@@ -33,7 +33,7 @@ from zh_bert.corpus.task_spec import Task
 from zh_bert.evaluation.finetune import FinetuneConfig, FinetuneJob, mean_std
 from zh_bert.evaluation.heads import data_files, head_kind, sha256_of
 from zh_bert.evaluation.loop import TaskBar, init_label
-from zh_bert.evaluation.ner_finetune import TaggingConfig
+from zh_bert.evaluation.ner_finetune import Decoding, TaggingConfig
 from zh_bert.evaluation.ner_tasks import tagging_task, with_train
 from zh_bert.evaluation.qa import QAConfig
 from zh_bert.evaluation.step import no_tick
@@ -71,6 +71,7 @@ class SuiteArgs:
                                                                   "holding train.tsv); default: train on a fixed 90% "
                                                                   "of dev, choose on the other 10%, said so")
     crf: bool = option_of(TaggingConfig, "crf")
+    decode: Optional[Decoding] = option_of(TaggingConfig, "decode")
     predictions: Optional[str] = option_of(Shared, "predictions", help="write every task's test predictions in its "
                                                                        "official scorer's format (NER: CoNLL lines)")
     report: Optional[str] = option(None, metavar="DIR", help="folder for suite.md, suite.png, suite.json "
@@ -84,6 +85,10 @@ class SuiteArgs:
         if self.crf and not any(tagging_task(n) for n in self.only):
             raise ZhBertError(f"--crf: no tag (NER) task among {', '.join(self.only)}; the CRF is a layer of the tag "
                               f"head (--suite ner)")
+        if self.decode and not any(tagging_task(n) for n in self.only):
+            raise ZhBertError(f"--decode: no tag (NER) task among {', '.join(self.only)}; it chooses how the tag "
+                              f"head's tags are read (--suite ner)")
+        TaggingConfig(crf=self.crf, decode=self.decode)     # --decode argmax with --crf: refused here
         FinetuneJob(task="suite", seed=self.seed, seeds=self.seeds)   # the same seed checks as finetune
         if not 1 <= self.splits <= PAIRS:
             raise ZhBertError(f"--splits must be in 1..{PAIRS}, got {self.splits}")
@@ -176,7 +181,7 @@ def run_task(ckpt, task: Task, args: SuiteArgs, cfg: FinetuneConfig, log=print) 
     return {"task": task.name, "method": r["method"], test_key: test_mean, f"{test_key}_std": test_std,
             dev_key: mean_std(devs)[0], "runs": len(tests), "pairs": len(pairs), "seeds": args.seed_list(),
             "majority_test_acc": chance, "chance": chance_name, "per_pair": per_pair,
-            "data_sha256": sha256_of(data_files(task, len(pairs))), **({"crf": True} if r.get("crf") else {})}
+            "data_sha256": sha256_of(data_files(task, len(pairs))), **{k: r[k] for k in ("crf", "decode") if r.get(k)}}
 
 
 def check_suite_data(args: SuiteArgs) -> dict:

@@ -20,7 +20,7 @@ from zh_bert.corpus.task_spec import Suite, Task
 from zh_bert.evaluation.eval_results import entry
 from zh_bert.evaluation.finetune import percent
 from zh_bert.evaluation.heads import head_kind
-from zh_bert.evaluation.ner_finetune import crf_entries
+from zh_bert.evaluation.ner_finetune import head_entries
 from zh_bert.train.curves import cjk_text
 
 
@@ -116,7 +116,7 @@ def suite_entries(res: dict) -> list[dict]:
             details["trained_on"] = r["trained_on"]
             how = f"trained on {r['trained_on']}, {len(r['seeds'])} seeds"
         label = f"{task.dataset_name or task.title} ({protocol}, {res['method']}, {how})"
-        out += crf_entries([entry(task.task_type, label, *task.dataset, m.type, f"{task.report_name} {m.type}",
+        out += head_entries([entry(task.task_type, label, *task.dataset, m.type, f"{task.report_name} {m.type}",
                                   r[m.key], **details) for m in task.metrics], r)
     return out
 
