@@ -90,6 +90,23 @@ def launch(how: str, recipe: Path, out: Path, *extra: str) -> subprocess.Complet
     return proc
 
 
+def one_and_two(recipe: Path, root: Path, env: dict) -> dict[str, Path]:
+    """The recipe as 1 process and as 2 torchrun (gloo) processes, into root/one and root/two; each run must
+    say it ran on that many processes. For the objectives' own 1-vs-2 checks (ELECTRA, distillation)."""
+    runs = {}
+    for how in ("one", "two"):
+        out = root / how
+        launcher = ([] if how == "one" else ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                                             "--master_port", str(free_port())])
+        p = subprocess.run([sys.executable, *launcher, str(WORKER), str(recipe), "--set", f"out_dir={out}"],
+                           cwd=REPO, capture_output=True, text=True, timeout=400,
+                           env={**env, "TOKENIZERS_PARALLELISM": "false"})
+        assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
+        assert f"{2 if how == 'two' else 1} process(es)" in p.stdout + p.stderr
+        runs[how] = out
+    return runs
+
+
 def load_params(run: Path) -> dict:
     from safetensors.numpy import load_file
 

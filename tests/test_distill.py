@@ -11,7 +11,6 @@ import copy
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -334,21 +333,11 @@ def test_two_processes_equal_one_process_with_double_accumulation(tmp_path, char
     (dropout 0): the same per-step losses and student weights (2e-5, as test_ddp)."""
     from safetensors.numpy import load_file
 
-    from test_ddp import WORKER, free_port
+    from test_ddp import one_and_two
 
     recipe = write_recipe(tmp_path / "r.yaml", char_shards, teacher, model="tiny", max_steps=4, eval_every=0,
                           save_every=0, micro_batch=4, lr=1e-3, warmup_steps=0, schedule="constant")
-    runs = {}
-    for how in ("one", "two"):
-        out = tmp_path / how
-        launcher = ([] if how == "one" else ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                                             "--master_port", str(free_port())])
-        p = subprocess.run([sys.executable, *launcher, str(WORKER), str(recipe), "--set", f"out_dir={out}"],
-                           cwd=REPO, capture_output=True, text=True, timeout=400,
-                           env={**ONE_THREAD, "TOKENIZERS_PARALLELISM": "false"})
-        assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
-        assert f"{2 if how == 'two' else 1} process(es)" in p.stdout + p.stderr
-        runs[how] = out
+    runs = one_and_two(recipe, tmp_path, ONE_THREAD)
     one, two = ({r["step"]: (r["loss"], r["kd_loss"], r["hidden_loss"]) for r in metrics(runs[k]) if "loss" in r}
                 for k in ("one", "two"))
     assert sorted(one) == sorted(two) == [1, 2, 3, 4]

@@ -9,6 +9,8 @@ once per process (`encode_cached`), and the best dev state is copied into one bu
 
 from __future__ import annotations
 
+import sys
+
 import math
 from pathlib import Path
 
@@ -76,6 +78,20 @@ def encode_cached(tok, examples, label_index: dict[str, int], seq_len: int) -> d
     while len(_ENCODED) > ENCODED_KEPT:
         _ENCODED.pop(next(iter(_ENCODED)))
     return hit[1]
+
+
+def announce(header: str, notes: list[str], warnings: list[str]) -> None:
+    """What a fine-tuning command says before it trains: the task in one line, its notes on stdout, its warnings
+    on stderr; the transformers messages every fresh head prints ("newly initialised") silenced, as expected."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    print(header, flush=True)
+    for note in notes:
+        print(f"note: {note}", flush=True)
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
 
 
 def tokenizer_for(ckpt_dir: Path):

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal, Optional
@@ -37,6 +36,7 @@ from zh_bert.corpus.task_registry import ACCURACY, MACRO_F1, task_named
 from zh_bert.corpus.task_spec import CLASSIFY, FINETUNE_PROTOCOL
 from zh_bert.evaluation.classify import (  # noqa: F401 (tokenizer_for, train_batches: re-exported)
     ClassifyHead,
+    announce,
     check_trainable,
     tokenizer_for,
     train_batches,
@@ -206,16 +206,8 @@ def main(argv: list[str]) -> int:
         raise ZhBertError(f"--decode: task {job.task} has no tags to decode; it chooses how the tag (NER) head reads "
                           f"its tags")
     task = load_task(job.task, job.columns)
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()  # "newly initialised classifier" warnings are expected here
-    hf_logging.disable_progress_bar()
-    print(f"task {task.name}: {len(task.train)} train / {len(task.dev)} dev / {len(task.test or [])} test, "
-          f"{len(task.labels)} labels{' (sentence pairs)' if task.pair else ''}", flush=True)
-    for note in task.notes:
-        print(f"note: {note}", flush=True)
-    for warning in task.warnings:
-        print(f"warning: {warning}", file=sys.stderr, flush=True)
+    announce(f"task {task.name}: {len(task.train)} train / {len(task.dev)} dev / {len(task.test or [])} test, "
+             f"{len(task.labels)} labels{' (sentence pairs)' if task.pair else ''}", task.notes, task.warnings)
     ckpt_dir = model_dir(target.ckpt)
     tok = tokenizer_for(ckpt_dir)
     objective = teacher_for(distill, CLASSIFY, task.labels, tok, f"task {task.name}")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -26,7 +25,7 @@ from zh_bert.corpus.task_spec import FINETUNE_PROTOCOL, TAG, Task
 from zh_bert.evaluation.eval_results import entry, record_for_checkpoint
 from zh_bert.evaluation.ner_data import NerTask, load_ner
 from zh_bert.evaluation.ner_finetune import Decoding, TaggingConfig, head_entries, run_tagger
-from zh_bert.evaluation.classify import tokenizer_for
+from zh_bert.evaluation.classify import announce, tokenizer_for
 from zh_bert.evaluation.task_distill import (
     TaskDistillOptions,
     claim_save,
@@ -166,8 +165,6 @@ def ner_entries(summary: dict, task: Task | None) -> list[dict]:
 def finetune_ner(target, job, cfg, files: NerFiles, distill: TaskDistillOptions) -> int:
     """`zh-bert finetune MODEL --task ner|TASK ...`: read and check every file (and a teacher), train once per
     seed, print the notes and the JSON summary, record the figures with the checkpoint."""
-    from transformers.utils import logging as hf_logging
-
     task = _user_task(job.task, files, files.tag_scheme)
     ckpt_dir = model_dir(target.ckpt)
     tok = tokenizer_for(ckpt_dir)
@@ -176,14 +173,9 @@ def finetune_ner(target, job, cfg, files: NerFiles, distill: TaskDistillOptions)
                             f"task {task.name} ({learned.name.upper()} tags)")
     out = claim_save(distill, ckpt_dir)
     keep = (lambda m: save_finetuned(m, tok, ckpt_dir, out)) if out else None
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    print(f"task {task.name}: {len(task.train)} train / {len(task.dev)} dev / {len(task.test or [])} test sentences, "
-          f"{task.scheme.name.upper()} tags, {len(task.types)} entity types ({', '.join(task.types)})", flush=True)
-    for note in task.notes:
-        print(f"note: {note}", flush=True)
-    for warning in task.warnings:
-        print(f"warning: {warning}", file=sys.stderr, flush=True)
+    announce(f"task {task.name}: {len(task.train)} train / {len(task.dev)} dev / {len(task.test or [])} test "
+             f"sentences, {task.scheme.name.upper()} tags, {len(task.types)} entity types ({', '.join(task.types)})",
+             task.notes, task.warnings)
     summary = run_tagger(ckpt_dir, task, cfg, files.tagging(), job.seed_list(), log=lambda m: print(m, flush=True),
                          tok=tok, predictions=files.predictions, objective=objective, keep=keep)
     summary.pop("test_pred_first", None)
