@@ -47,7 +47,8 @@ def child(model: str, micro_batch: int, seq_len: int, precision: str, attention_
     import torch
     from transformers import BertForMaskedLM
 
-    from zh_bert.train.model import ElectraPretrainModel, PretrainModel, build_electra
+    from zh_bert.train.model import PretrainModel
+    from zh_bert.train.objectives.electra_net import ElectraPretrainModel, build_electra
     from zh_bert.plan.memory_model import model_config
 
     torch.set_num_threads(2)

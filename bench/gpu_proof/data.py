@@ -34,7 +34,7 @@ FORMAT, VERSION, MANIFEST = "zh-bert gpu_proof data", 1, "manifest.json"
 CHUNK = 16 << 20          # xz streams of 16 MiB, compressed in parallel and concatenated (lzma reads them as one)
 VOCAB_SIZE = 8000         # tiny-cpu's char vocabulary size; keeps every frequent character of either corpus
 TOY_TASKS = {"chnsenticorp": {"train.tsv": 20, "dev.tsv": 20, "test.tsv": 20},
-             "tnews": {"train_few_all.json": 5, "dev_few_all.json": 10, "test_public.json": 20}}
+             "fewclue/tnews": {"train_few_all.json": 5, "dev_few_all.json": 10, "test_public.json": 20}}
 
 
 class ProofError(Exception):
@@ -254,6 +254,8 @@ def _toy_tasks(dest: Path) -> None:
         for f in src.iterdir():
             if f.name not in files:
                 copy_file(f, dest / task / f.name)
+        if task != src.name and not (dest / task).parent.joinpath("SOURCE.md").exists():   # a suite's SOURCE.md
+            copy_file(src.parent / "SOURCE.md", (dest / task).parent / "SOURCE.md")
         for name, every in files.items():
             lines = (src / name).read_text(encoding="utf-8").splitlines()
             head, body = (lines[:1], lines[1:]) if name.endswith(".tsv") else ([], lines)
