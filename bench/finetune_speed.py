@@ -118,7 +118,7 @@ def stock_trainer(model, tok, cfg, scratch: str, train=None, eval_strategy: str 
     from transformers import DataCollatorWithPadding, Trainer, TrainingArguments
     from transformers.trainer_callback import PrinterCallback
 
-    from zh_bert.evaluation.classify import PREDICT_BATCHES
+    from zh_bert.evaluation.heads.classify import PREDICT_BATCHES
 
     class CountingCollator(DataCollatorWithPadding):
         real = padded = 0
@@ -164,7 +164,7 @@ def trainer_fit(ckpt: Path, tok, task, cfg, scratch: str) -> int:
 def fit_row(shape: str, ckpt: Path, tok, task, cfg, repeat: int) -> tuple[float, float]:
     """(Trainer examples/s, zh-bert examples/s) of fine-tuning on train_0 for `cfg.epochs` epochs."""
     from zh_bert.core.fileio import scratch_dir
-    from zh_bert.evaluation.finetune import train_one
+    from zh_bert.evaluation.commands.finetune import train_one
 
     no_test = replace(task, test=None)
     with scratch_dir("zh-bert-bench-trainer-") as scratch:   # the Trainer's output folder (it saves nothing)
@@ -182,7 +182,7 @@ def predict_row(shape: str, ckpt: Path, tok, task, cfg, repeat: int) -> tuple[fl
     import torch
     from transformers import pipeline
 
-    from zh_bert.evaluation.classify import PREDICT_BATCHES, load_classifier, predict, tokenize_examples
+    from zh_bert.evaluation.heads.classify import PREDICT_BATCHES, load_classifier, predict, tokenize_examples
 
     torch.manual_seed(0)
     model = load_classifier(ckpt, len(task.labels), False, task.labels).eval()
@@ -232,7 +232,7 @@ def qa_fit_row(shape: str, ckpt: Path, tok, n: int, cfg, repeat: int) -> tuple[f
     labels (its time includes making them, as zh-bert's does)."""
     from zh_bert.core.fileio import scratch_dir
     from zh_bert.evaluation.loop import run_seed
-    from zh_bert.evaluation.qa import QAConfig, SpanHead, qa_features
+    from zh_bert.evaluation.heads.span import QAConfig, SpanHead, qa_features
 
     examples, qa = cmrc("trial", n), QAConfig()
 
@@ -266,8 +266,8 @@ def qa_row(ckpt: Path, tok, n: int, batch_size: int, repeat: int) -> tuple[float
     import torch
 
     from zh_bert.core.fileio import scratch_dir
-    from zh_bert.evaluation.finetune import FinetuneConfig
-    from zh_bert.evaluation.qa import QAConfig, load_qa_model, pick_answers, predict_answers, qa_features
+    from zh_bert.evaluation.loop import FinetuneConfig
+    from zh_bert.evaluation.heads.span import QAConfig, load_qa_model, pick_answers, predict_answers, qa_features
 
     examples = cmrc("dev", n)
     cfg, qa = FinetuneConfig(seq_len=384, batch_size=batch_size), QAConfig()
@@ -318,8 +318,8 @@ def main(argv: list[str] | None = None) -> None:
 
     from zh_bert.core.fileio import scratch_dir
     from zh_bert.corpus.task_registry import task_named
-    from zh_bert.evaluation.finetune import FinetuneConfig
-    from zh_bert.evaluation.tasks import load_pair
+    from zh_bert.evaluation.loop import FinetuneConfig
+    from zh_bert.evaluation.tasks.classification import load_pair
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()

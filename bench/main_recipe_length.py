@@ -69,10 +69,10 @@ def measure(args, recipe: dict, ft: dict, every: int = 1) -> int:
     example of each split, print the table."""
     import dataclasses
 
-    from zh_bert.evaluation.finetune import FinetuneConfig, run
+    from zh_bert.evaluation.commands.finetune import FinetuneConfig, run
     from zh_bert.train.pretrain import train
     from zh_bert.train.recipe import load_recipe
-    from zh_bert.evaluation.tasks import load_task
+    from zh_bert.evaluation.tasks.classification import load_task
 
     task = load_task("chnsenticorp")
     task = dataclasses.replace(task, train=task.train[::every], dev=task.dev[::every],

@@ -2,7 +2,7 @@
 finetune --task ner` and `eval suite --suite ner` train) against the same model with a linear-chain CRF on its
 emissions (transition scores learned with it, Viterbi decoding), same rows, seeds, schedule and dev-chosen state.
 
-The CRF is `zh_bert.evaluation.ner_crf` (what `--crf` trains); its side is decoded two ways from one training
+The CRF is `zh_bert.evaluation.heads.tag.crf` (what `--crf` trains); its side is decoded two ways from one training
 run, plain Viterbi and Viterbi kept to the transitions the tag scheme allows (no `O` -> `M-X`, no `B-X` -> `E-Y`,
 no span left open), each choosing its own best dev state. A control decodes the softmax head's chosen state by
 the same constrained Viterbi with no learned scores: what the constraint alone gives. Both sides: `tagging.encode` rows (`--seq-len 256`: no Resume sentence is windowed), `finetune.train_batches`,
@@ -52,15 +52,15 @@ class Options:
 
 def crf_run(ckpt: Path, tok, task, cfg, seed: int) -> dict[str, tuple[float, float]]:
     """{decoding: (best dev F1, test F1 of that state)}, in percent, of the token classifier with a CRF on top
-    (`zh_bert.evaluation.ner_crf`), for two decodings of the same training run: plain Viterbi (`free`) and
+    (`zh_bert.evaluation.heads.tag.crf`), for two decodings of the same training run: plain Viterbi (`free`) and
     Viterbi kept to the paths the tag scheme allows (`constrained`); each keeps its own best dev state."""
     import torch
 
-    from zh_bert.evaluation.finetune import snapshot, train_batches
-    from zh_bert.evaluation.ner_crf import attach_crf, crf_loss, crf_tags, scheme_constraint
-    from zh_bert.evaluation.ner_metric import entity_scores
+    from zh_bert.evaluation.commands.finetune import snapshot, train_batches
+    from zh_bert.evaluation.heads.tag.crf import attach_crf, crf_loss, crf_tags, scheme_constraint
+    from zh_bert.evaluation.metrics.entities import entity_scores
     from zh_bert.evaluation.step import optimizer_step, stepping
-    from zh_bert.evaluation.tagging import IGNORED, collate_rows, encode, load_tagger
+    from zh_bert.evaluation.heads.tag.tagging import IGNORED, collate_rows, encode, load_tagger
 
     labels = task.labels
     rows = encode(tok, task.train, {t: i for i, t in enumerate(labels)}, cfg.seq_len, 0)
@@ -98,10 +98,10 @@ def softmax_run(ckpt: Path, tok, task, cfg, seed: int) -> dict:
     """The stock head's run (`train_tagger`: dev F1 chose, test F1), and its chosen state's dev and test F1 when
     decoded by Viterbi kept to the scheme with no learned scores (`constrained_dev_f1`, `constrained_test_f1`):
     the control that says how much of the CRF's gain the constraint alone gives."""
-    from zh_bert.evaluation.ner_crf import CRF_ATTR, attach_crf, crf_tags, scheme_constraint
-    from zh_bert.evaluation.ner_finetune import TaggingConfig, train_tagger
-    from zh_bert.evaluation.ner_metric import entity_scores
-    from zh_bert.evaluation.tagging import encode
+    from zh_bert.evaluation.heads.tag.crf import CRF_ATTR, attach_crf, crf_tags, scheme_constraint
+    from zh_bert.evaluation.heads.tag.head import TaggingConfig, train_tagger
+    from zh_bert.evaluation.metrics.entities import entity_scores
+    from zh_bert.evaluation.heads.tag.tagging import encode
 
     constrained = {}
 
@@ -131,8 +131,8 @@ def main(argv: list[str] | None = None) -> None:
 
     from zh_bert.core.fileio import scratch_dir
     from zh_bert.corpus.tokenizer_files import load_tokenizer
-    from zh_bert.evaluation.finetune import FinetuneConfig
-    from zh_bert.evaluation.ner_data import load_ner
+    from zh_bert.evaluation.loop import FinetuneConfig
+    from zh_bert.evaluation.tasks.ner import load_ner
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()

@@ -114,8 +114,8 @@ def fit_row(ckpt: Path, tok, task, cfg, tcfg, repeat: int) -> tuple[float, float
     from transformers import AutoModelForTokenClassification
 
     from zh_bert.core.fileio import scratch_dir
-    from zh_bert.evaluation.ner_finetune import train_tagger
-    from zh_bert.evaluation.tagging import encode
+    from zh_bert.evaluation.heads.tag.head import train_tagger
+    from zh_bert.evaluation.heads.tag.tagging import encode
 
     labels = task.labels
     index = {t: i for i, t in enumerate(labels)}
@@ -146,8 +146,8 @@ def predict_row(ckpt: Path, tok, task, sentences, cfg, tcfg, repeat: int) -> tup
     import torch
 
     from zh_bert.core.fileio import scratch_dir
-    from zh_bert.evaluation.ner_finetune import predict_tags
-    from zh_bert.evaluation.tagging import encode, load_tagger, tags_of
+    from zh_bert.evaluation.heads.tag.head import predict_tags
+    from zh_bert.evaluation.heads.tag.tagging import encode, load_tagger, tags_of
 
     torch.manual_seed(0)
     model = load_tagger(ckpt, task.labels, False, tok, cfg.seq_len).eval()
@@ -168,8 +168,8 @@ def predict_row(ckpt: Path, tok, task, sentences, cfg, tcfg, repeat: int) -> tup
 
 
 def shape_rows(args, shape: str, ckpt: Path, tok, task, msra, notes: list) -> None:
-    from zh_bert.evaluation.finetune import FinetuneConfig
-    from zh_bert.evaluation.ner_finetune import TaggingConfig
+    from zh_bert.evaluation.loop import FinetuneConfig
+    from zh_bert.evaluation.heads.tag.head import TaggingConfig
 
     quick, tiny = args.quick, shape == "tiny"
     n_train = 64 if quick else (args.train or len(task.train)) if tiny else args.base_train
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> None:
     from zh_bert.core.fileio import scratch_dir
     from zh_bert.corpus.tokenizer_files import load_tokenizer
     from zh_bert.corpus.ner_files import read_ner
-    from zh_bert.evaluation.ner_data import load_ner
+    from zh_bert.evaluation.tasks.ner import load_ner
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()

@@ -8,10 +8,10 @@ import pytest
 import yaml
 
 from conftest import REPO, SAMPLE, read_lines
-from zh_bert.evaluation import ablate
-from zh_bert.evaluation import ablation_results
+from zh_bert.evaluation.commands import ablate
+from zh_bert.evaluation.ablation import results as ablation_results
 from zh_bert import cli
-from zh_bert.evaluation.ablation_spec import load_spec, plan_runs
+from zh_bert.evaluation.ablation.spec import load_spec, plan_runs
 from zh_bert.core.errors import ZhBertError
 
 CHNSENTI = REPO / "corpora" / "tasks" / "chnsenticorp"
@@ -80,14 +80,14 @@ def test_ablate_spec_errors(tmp_path, capsys):
     assert cli.main(["ablate", str(typo)]) == 2
     assert "unknown key 'finetune_sed' (did you mean 'finetune_seeds'?)" in capsys.readouterr().err
     pool = write_yaml(tmp_path / "p.yaml", {"name": "x", "grid": {"masking": ["token", "wwm"]}, "finetune_pooling": "avg"})
-    with pytest.raises(ZhBertError, match="'finetune_pooling' must be one of 'cls', 'mean', got 'avg'"):
+    with pytest.raises(ZhBertError, match="'finetune_pooling' must be one of 'cls', 'mean', 'first-last-avg', got 'avg'"):
         load_spec(pool)   # refused before any run starts, not after the first pretraining
     assert cli.main(["ablate", str(pool), "--set", "finetune_pooling=mean", "--set", "finetune_precision=fp8"]) == 2
     assert "'finetune_precision' must be one of 'auto', 'fp32', 'fp16', 'bf16', got 'fp8'" in capsys.readouterr().err
     lr = write_yaml(tmp_path / "lr.yaml", {"name": "x", "grid": {"masking": ["token", "wwm"]}, "finetune_lr": 5})
     with pytest.raises(ZhBertError, match=r"lr.yaml: finetune_lr must be in \(0, 1\), got 5"):
         load_spec(lr)
-    from zh_bert.evaluation.ablation_spec import AblationSpec
+    from zh_bert.evaluation.ablation.spec import AblationSpec
 
     with pytest.raises(ZhBertError, match="'eval_masking' must be one of"):
         AblationSpec(name="x", grid={"masking": ["token", "wwm"]}, eval_masking="words")   # the Python API too
@@ -160,7 +160,7 @@ def test_bundled_ablation_recipes_parse():
 def test_flops_budget_gives_each_run_the_first_runs_training_flops(tmp_path):
     """`budget: flops`: ELECTRA (generator + discriminator) trains fewer steps than MLM, by plan's FLOP ratio."""
     from conftest import REPO
-    from zh_bert.evaluation.ablation_spec import recipe_flops_per_token, run_recipe
+    from zh_bert.evaluation.ablation.spec import recipe_flops_per_token, run_recipe
 
     path = REPO / "recipes" / "ablations" / "objective-compute.yaml"
     spec = load_spec(path)
@@ -223,7 +223,7 @@ def test_a_bad_last_grid_value_is_refused_before_the_first_run_trains(small_spec
 def test_spec_errors_name_the_key(tmp_path):
     with pytest.raises(ZhBertError, match="empty spec"):
         load_spec(_empty(tmp_path))
-    from zh_bert.evaluation.ablation_spec import AblationSpec
+    from zh_bert.evaluation.ablation.spec import AblationSpec
 
     with pytest.raises(ZhBertError, match="'a' appears twice|x=a"):   # the Python API checks labels too
         AblationSpec(name="x", grid={"x": [{"label": "a", "set": {}}, {"label": "a", "set": {"masking": "wwm"}}]})
@@ -244,7 +244,7 @@ def test_a_corpus_carved_from_other_settings_is_refused(small_spec, tmp_path):
     """heldout_docs changed after a carve: the old training copies and held-out text are not reused."""
     from pathlib import Path
 
-    from zh_bert.evaluation.ablation_corpus import carve_corpus
+    from zh_bert.evaluation.ablation.corpus import carve_corpus
 
     files = [tmp_path / "wiki.txt"]
     from zh_bert.core.fileio import claim_dir

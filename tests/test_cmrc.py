@@ -10,7 +10,7 @@ import pytest
 
 from zh_bert.core.errors import ZhBertError
 from zh_bert.corpus.squad_files import SpanExample, load_squad, quirk_counts
-from zh_bert.evaluation.cmrc import (calc_em_score, calc_f1_score, evaluate_cmrc, find_lcs, mixed_segmentation,
+from zh_bert.evaluation.metrics.cmrc import (calc_em_score, calc_f1_score, evaluate_cmrc, find_lcs, mixed_segmentation,
                                      remove_punctuation)
 
 DATA = Path(__file__).resolve().parent.parent / "corpora" / "tasks" / "cmrc2018"

@@ -24,7 +24,7 @@ from zh_bert.corpus.clean import main as clean_main
 from zh_bert.corpus.clean import report_path
 from zh_bert.corpus.contamination import COMMON, DEFAULT_NGRAM, TOO_SHORT, contains_test_text, overlap_index, scan
 from zh_bert.corpus.overlap_hash import KeySet, ngram_keys, overlap_text
-from zh_bert.evaluation.evaluate import main as eval_main
+from zh_bert.evaluation.commands.evaluate import main as eval_main
 
 LAW = DATA / "zh_law_articles" / "articles.jsonl"
 

@@ -167,7 +167,7 @@ def test_raw_text_directory_is_still_cleaned_and_kinds_do_not_mix(tmp_path, samp
 
 def test_ablate_carves_a_directory_of_parts(tmp_path, parts, small_jsonl):
     """`zh-bert ablate` holds documents out of each part, `.gz` ones too; its copies are plain JSONL."""
-    from zh_bert.evaluation.ablation_corpus import carve_corpus
+    from zh_bert.evaluation.ablation.corpus import carve_corpus
     from zh_bert.corpus.corpus_io import read_documents
     from zh_bert.corpus.pipeline import data_inputs
 

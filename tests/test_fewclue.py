@@ -11,8 +11,8 @@ from zh_bert.core.errors import ZhBertError
 from zh_bert.core.fileio import Record
 from zh_bert.corpus.task_files import marked_spans
 from zh_bert.corpus.task_registry import scored, suite_named, task_named, tasks_of
-from zh_bert.evaluation.suite import only_tasks
-from zh_bert.evaluation.tasks import load_pair
+from zh_bert.evaluation.suite.protocol import only_tasks
+from zh_bert.evaluation.tasks.classification import load_pair
 
 # test_public sizes of the bundled files (corpora/tasks/fewclue/SOURCE.md)
 TEST_SIZES = {"eprstmt": 610, "csldcp": 1784, "tnews": 2010, "iflytek": 1749, "ocnli": 2520, "bustm": 1772,
@@ -70,7 +70,8 @@ def test_bad_task_names_are_one_line():
 
 def test_the_checkpoint_is_chosen_on_dev_k_and_only_reported_on_test_public(tiny_model_dir, monkeypatch):
     """Every evaluation that picks the best step sees dev_k; test_public is scored once, after the choice."""
-    from zh_bert.evaluation import classify, finetune
+    from zh_bert.evaluation.heads import classify
+    from zh_bert.evaluation.loop import FinetuneConfig
 
     task = load_pair(task_named("eprstmt"), 0)
     seen, real = [], classify.scores
@@ -80,8 +81,8 @@ def test_the_checkpoint_is_chosen_on_dev_k_and_only_reported_on_test_public(tiny
         return real(model, data, cfg, pad_id, **kw)
 
     monkeypatch.setattr(classify, "scores", spy)
-    cfg = finetune.FinetuneConfig(epochs=3, seq_len=32, batch_size=16)
-    finetune.train_one(tiny_model_dir, task, cfg, seed=0, log=lambda m: None)
+    cfg = FinetuneConfig(epochs=3, seq_len=32, batch_size=16)
+    classify.train_one(tiny_model_dir, task, cfg, seed=0, log=lambda m: None)
     assert seen[-1] == "test" and seen.count("test") == 1 and set(seen[:-1]) == {"dev"}, seen
 
 

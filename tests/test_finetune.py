@@ -13,9 +13,10 @@ from zh_bert import cli
 from zh_bert.core.errors import ZhBertError
 from zh_bert.corpus.task_files import read_tsv
 from zh_bert.corpus.task_registry import task_named
-from zh_bert.evaluation.classify import macro_f1
-from zh_bert.evaluation.finetune import eval_entries, summarize
-from zh_bert.evaluation.tasks import load_pair, load_task
+from zh_bert.evaluation.heads.classify import eval_entries
+from zh_bert.evaluation.metrics.classification import macro_f1
+from zh_bert.evaluation.result import Result
+from zh_bert.evaluation.tasks.classification import load_pair, load_task
 
 CHNSENTI = REPO / "corpora" / "tasks" / "chnsenticorp"
 
@@ -128,13 +129,15 @@ def test_metrics_and_seed_summary():
     gold, pred = np.array([0, 0, 1, 1, 2]), np.array([0, 1, 1, 1, 0])
     # per class F1: c0 = 2*1/(2+1+1) = .5, c1 = 2*2/(4+1+0) = .8, c2 = 0
     assert macro_f1(gold, pred) == pytest.approx((0.5 + 0.8 + 0.0) / 3)
-    runs = [{"dev_acc": a, "dev_macro_f1": a, "test_acc": a, "test_macro_f1": a} for a in (0.8, 0.9, 1.0)]
-    s = summarize(runs)
+    runs = [{"seed": i, "dev_acc": a, "dev_macro_f1": a, "test_acc": a, "test_macro_f1": a}
+            for i, a in enumerate((0.8, 0.9, 1.0))]
+    s = Result("chnsenticorp", False, [0, 1, 2], runs).summary()
     assert s["test_acc"] == pytest.approx(0.9) and s["test_acc_std"] == pytest.approx(0.1)  # sample std
-    entries = eval_entries({"task": "chnsenticorp", "seeds": [1, 2, 3], **s}, "chnsenticorp")
+    assert s["init"] == "pretrained" and "seed_std" not in s and len(s["per_seed"]) == 3
+    entries = eval_entries({**s, "task": "chnsenticorp", "seeds": [1, 2, 3]}, "chnsenticorp")
     assert {e["metric_name"] for e in entries} == {"dev accuracy", "test accuracy", "test macro-F1"}
     assert all(e["dataset_name"] == "ChnSentiCorp" and e["protocol"] == "finetune-v1" for e in entries)
-    tnews = eval_entries({"task": "tnews", "seeds": [1], **s}, "tnews")     # one TNEWS: FewCLUE's dataset and split
+    tnews = eval_entries({**s, "task": "tnews", "seeds": [1]}, "tnews")     # one TNEWS: FewCLUE's dataset and split
     assert {(e["dataset_type"], e["metric_name"]) for e in tnews} == {("fewclue-tnews", "dev_few_all accuracy"),
                                                                       ("fewclue-tnews", "test_public accuracy")}
 
@@ -154,7 +157,7 @@ def test_finetune_refuses_bad_options(tiny_model_dir, capsys, argv, message):
 
 
 def test_finetune_config_validates_like_the_cli():
-    from zh_bert.evaluation.finetune import FinetuneConfig
+    from zh_bert.evaluation.loop import FinetuneConfig
 
     with pytest.raises(ZhBertError, match="--precision: invalid choice 'fp8'.*choose from auto, fp32, fp16, bf16"):
         FinetuneConfig(precision="fp8")
@@ -166,7 +169,7 @@ def test_finetune_config_validates_like_the_cli():
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
 def test_float_settings_must_be_finite(key, value):
     """`nan < x` is False for every x: each float setting is checked for nan/inf by name first."""
-    from zh_bert.evaluation.finetune import FinetuneConfig
+    from zh_bert.evaluation.loop import FinetuneConfig
 
     with pytest.raises(ZhBertError, match=f"--{key.replace('_', '-')} must be"):
         FinetuneConfig(**{key: value})
@@ -184,19 +187,18 @@ def test_train_split_needs_two_classes(tmp_path):
 
 def test_one_class_task_is_refused_before_any_model_is_loaded(tmp_path, monkeypatch):
     """The Python API too: a TaskData built by hand with one class never reaches training."""
-    from zh_bert.evaluation import finetune
-    from zh_bert.evaluation.finetune import FinetuneConfig
-    from zh_bert.evaluation.tasks import Example, TaskData
+    from zh_bert.evaluation.loop import FinetuneConfig
+    from zh_bert.evaluation.tasks.classification import Example, TaskData
 
-    from zh_bert.evaluation import classify
+    from zh_bert.evaluation.heads import classify
 
     monkeypatch.setattr(classify, "load_tokenizer", lambda *a: pytest.fail("loaded a tokenizer"))
     task = TaskData("t", [Example("好", "1"), Example("棒", "1")], [Example("差", "0")], None, ["0", "1"])
     with pytest.raises(ZhBertError, match="fewer than two classes"):
-        finetune.run(tmp_path, task, FinetuneConfig(), [1])
+        classify.run_classifier(tmp_path, task, FinetuneConfig(), [1])
     task.train.append(Example("差劲", "0"))
     with pytest.raises(ZhBertError, match="--max-train 1: seed 1 draws training examples of one class only"):
-        finetune.run(tmp_path, task, FinetuneConfig(max_train=1), [1])
+        classify.run_classifier(tmp_path, task, FinetuneConfig(max_train=1), [1])
 
 
 def test_dev_label_unseen_in_train_is_a_warning(tiny_model_dir, tmp_path, capsys):
@@ -233,7 +235,7 @@ def test_unbuildable_config_is_one_line(tiny_model_dir, tmp_path, capsys, random
 
 
 def _eprstmt_encoded(tiny_model_dir, n: int, seq_len: int = 64):
-    from zh_bert.evaluation.classify import load_classifier, tokenize_examples, tokenizer_for
+    from zh_bert.evaluation.heads.classify import load_classifier, tokenize_examples, tokenizer_for
 
     task = load_pair(task_named("eprstmt"), 0)
     tok = tokenizer_for(tiny_model_dir)
@@ -246,7 +248,7 @@ def test_length_sorted_predict_returns_the_unsorted_predictions(tiny_model_dir):
     example as batches in file order give, and the model's train/eval mode as it was."""
     import torch
 
-    from zh_bert.evaluation.classify import collate, logits, predict
+    from zh_bert.evaluation.heads.classify import collate, logits, predict
 
     torch.set_num_threads(1)
     _, tok, data, model = _eprstmt_encoded(tiny_model_dir, 80)
@@ -267,7 +269,7 @@ def test_length_sorted_predict_returns_the_unsorted_predictions(tiny_model_dir):
 
 
 def test_train_batches_are_seeded_length_buckets_of_the_whole_epoch():
-    from zh_bert.evaluation.classify import train_batches
+    from zh_bert.evaluation.heads.classify import train_batches
 
     lengths = np.random.default_rng(0).integers(5, 200, size=1000)
     epochs = [train_batches(lengths, 16, np.random.default_rng(3)) for _ in range(2)]
@@ -307,7 +309,7 @@ def test_a_step_by_length_groups_has_the_gradient_of_the_padded_batch(tiny_model
     gradient of the whole padded batch's mean loss (dropout off to compare)."""
     import torch
 
-    from zh_bert.evaluation.classify import collate, logits
+    from zh_bert.evaluation.heads.classify import collate, logits
     from zh_bert.evaluation.length_groups import length_groups
 
     torch.set_num_threads(1)
@@ -337,20 +339,21 @@ def test_fine_tuning_is_deterministic_for_a_seed_and_tokenizes_once(tiny_model_d
 
     import torch
 
-    from zh_bert.evaluation import classify, finetune
+    from zh_bert.evaluation.heads import classify
+    from zh_bert.evaluation.loop import FinetuneConfig
 
     torch.set_num_threads(1)
     task = load_pair(task_named("eprstmt"), 0)
     task = dataclasses.replace(task, test=task.test[:64])
     calls, real = [], classify.tokenize_examples
     monkeypatch.setattr(classify, "tokenize_examples", lambda tok, ex, *a: calls.append(len(ex)) or real(tok, ex, *a))
-    cfg = finetune.FinetuneConfig(epochs=2, seq_len=32, batch_size=8, lr=1e-3)
+    cfg = FinetuneConfig(epochs=2, seq_len=32, batch_size=8, lr=1e-3)
     logs = [[], []]
-    runs = [finetune.run(tiny_model_dir, task, cfg, [5], log=logs[i].append) for i in range(2)]
+    runs = [classify.run_classifier(tiny_model_dir, task, cfg, [5], log=logs[i].append).summary() for i in range(2)]
     for r in runs:
         r["per_seed"][0].pop("train_s")
     untimed = [[re.sub(r", [\d.]+ s\)$", ")", m) for m in log] for log in logs]
     assert runs[0] == runs[1] and untimed[0] == untimed[1] and len(untimed[0]) == 3   # 2 dev evals + summary
     assert sorted(calls) == [32, 32, 64]                                   # train, dev, test: once each
     assert optimizers_made == [(1e-3, 1e-8, "fused")] * 2
-    assert finetune.tokenizer_for(tiny_model_dir) is finetune.tokenizer_for(tiny_model_dir)
+    assert classify.tokenizer_for(tiny_model_dir) is classify.tokenizer_for(tiny_model_dir)

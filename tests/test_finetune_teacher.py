@@ -100,7 +100,7 @@ def test_alpha_zero_loss_and_gradient_are_the_hard_labels_bit_for_bit():
     term is weighed by 0.0, the hard one by 1.0); with alpha 1 the gold labels play no part."""
     import torch
 
-    from zh_bert.evaluation.task_distill import HARD_LABELS, Distilled
+    from zh_bert.evaluation.heads.distill import HARD_LABELS, Distilled
 
     g = torch.Generator().manual_seed(0)
     student, teacher = torch.randn(6, 3, generator=g), torch.randn(6, 3, generator=g) * 4
@@ -148,10 +148,10 @@ def test_a_distilled_student_agrees_with_its_teacher_more_than_one_trained_alone
     the same students trained on the gold labels alone (measured: 0.779 against 0.710 of 300 test reviews)."""
     import torch
 
-    from zh_bert.evaluation.classify import tokenizer_for
-    from zh_bert.evaluation.finetune import FinetuneConfig, run
-    from zh_bert.evaluation.task_distill import TaskDistillOptions, claim_save, save_finetuned, teacher_for
-    from zh_bert.evaluation.tasks import load_task
+    from zh_bert.evaluation.heads.classify import tokenizer_for
+    from zh_bert.evaluation.commands.finetune import FinetuneConfig, run
+    from zh_bert.evaluation.heads.distill import TaskDistillOptions, claim_save, save_finetuned, teacher_for
+    from zh_bert.evaluation.tasks.classification import load_task
     from zh_bert.train.objectives.teacher import folder_sha256
 
     torch.set_num_threads(1)

@@ -15,10 +15,10 @@ import pytest
 
 from zh_bert.core.errors import ZhBertError
 from zh_bert.corpus.ner_files import read_ner
-from zh_bert.evaluation.ner_data import carve_choose, load_ner
-from zh_bert.evaluation.ner_metric import entity_scores
-from zh_bert.evaluation.ner_tags import SCHEMES, broken_tags, entities, scheme_named
-from zh_bert.evaluation.tagging import best_window, convert, encode, window_starts
+from zh_bert.evaluation.tasks.ner import carve_choose, load_ner
+from zh_bert.evaluation.metrics.entities import entity_scores
+from zh_bert.evaluation.tasks.tag_schemes import SCHEMES, broken_tags, entities, scheme_named
+from zh_bert.evaluation.heads.tag.tagging import best_window, convert, encode, window_starts
 
 REPO = Path(__file__).resolve().parent.parent
 RESUME = REPO / "corpora" / "tasks" / "resume_ner"
@@ -207,20 +207,20 @@ def test_a_stock_token_classifier_trains_and_its_predictions_rescore_with_seqeva
     windowed): the predictions file has every test character once, and seqeval re-scores it to the digit."""
     from dataclasses import replace
 
-    from zh_bert.evaluation.finetune import FinetuneConfig
-    from zh_bert.evaluation.ner_finetune import TaggingConfig, train_tagger
-    from zh_bert.evaluation.tagging import write_tag_predictions
+    from zh_bert.evaluation.loop import FinetuneConfig
+    from zh_bert.evaluation.heads.tag.head import TaggingConfig, train_tagger
+    from zh_bert.evaluation.heads.tag.tagging import write_tag_predictions
 
     ckpt = request.getfixturevalue("tiny_model_dir" if family == "bert" else "tiny_modernbert_dir")
     task = load_ner("resume_ner", RESUME / "train.char.bmes", RESUME / "dev.char.bmes", RESUME / "test.char.bmes")
     task = replace(task, train=task.train[:64], dev=task.dev[:24], test=task.test[:40])
     cfg = FinetuneConfig(epochs=1, lr=1e-3, seq_len=32, batch_size=16)
     r = train_tagger(ckpt, task, cfg, TaggingConfig(window_stride=8), 0, log=lambda m: None)
-    assert r["steps"] > 4 and 0 <= r["dev_f1"] <= 100     # 64 sentences, more rows: the long ones windowed
+    assert r["steps"] > 4 and 0 <= r["dev_f1"] <= 1     # 64 sentences, more rows: the long ones windowed
     write_tag_predictions(tmp_path / "test.conll", task.test, r["test_pred"], task.scheme)
     lines = [x for x in (tmp_path / "test.conll").read_text(encoding="utf-8").split("\n") if x]
     assert len(lines) == sum(len(s.tokens) for s in task.test) and any(len(s.tokens) > 30 for s in task.test)
-    assert [100 * x for x in rescore_file(tmp_path / "test.conll")] == pytest.approx(
+    assert list(rescore_file(tmp_path / "test.conll")) == pytest.approx(
         [r["test_precision"], r["test_recall"], r["test_f1"]], abs=1e-9)
 
 
@@ -246,7 +246,7 @@ def test_finetune_task_ner_trains_and_scores_a_users_conll_files_in_another_tag_
     an untagged test file predicted but not scored."""
     import json
 
-    from zh_bert.evaluation.finetune import main
+    from zh_bert.evaluation.commands.finetune import main
 
     rows = [line.split("\t") for line in (MSRA / "dev.tsv").read_text(encoding="utf-8").split("\n")[1:] if line]
     for name, part in (("train", rows[:96]), ("dev", rows[96:120]), ("test", rows[120:150])):
@@ -274,7 +274,7 @@ def test_the_ner_suite_is_declared_once_and_msra_takes_a_users_train_file(tmp_pa
     """`--suite ner` and `all` run Resume and MSRA; each has its board column and BERT's published row; MSRA trains
     on a fixed 90% of dev unless the official train file is given, which then trains and dev chooses whole."""
     from zh_bert.corpus.task_registry import tasks_of
-    from zh_bert.evaluation.ner_tasks import load_declared, with_train
+    from zh_bert.evaluation.heads.tag.kind import load_declared, with_train
 
     ner = tasks_of("ner")
     assert [t.name for t in ner] == ["resume_ner", "msra_ner"]
@@ -297,7 +297,7 @@ def test_eval_suite_ner_runs_resume_and_msra_with_random_init_beside(tiny_model_
     report, and each CoNLL predictions file re-scored by seqeval to the suite's figure (one seed)."""
     import json
 
-    from zh_bert.evaluation.evaluate import main
+    from zh_bert.evaluation.commands.evaluate import main
 
     assert main(["suite", str(tiny_model_dir), "--suite", "ner", "--baselines", "--lr", "1e-3", "--epochs", "1",
                  "--max-train", "48", "--seq-len", "64", "--predictions", str(tmp_path / "preds"),
@@ -316,9 +316,9 @@ def test_ablate_takes_a_ner_task_as_a_column_in_its_own_metric(tiny_model_dir):
     """`finetune: [suite:resume_ner]` in an ablation spec: the suite's protocol (train, choose on dev, report test),
     its entity F1 stored as a fraction like every other column, and the column titled by the task's metric."""
     from zh_bert.corpus.task_registry import task_named
-    from zh_bert.evaluation.ablation_results import figure
-    from zh_bert.evaluation.finetune import FinetuneConfig
-    from zh_bert.evaluation.suite import suite_summary
+    from zh_bert.evaluation.ablation.results import figure
+    from zh_bert.evaluation.loop import FinetuneConfig
+    from zh_bert.evaluation.suite.protocol import suite_summary
 
     s = suite_summary(tiny_model_dir, task_named("resume_ner"), FinetuneConfig(epochs=1, max_train=16, seq_len=64,
                                                                              lr=1e-3), [42])

@@ -1,4 +1,4 @@
-"""The linear-chain CRF of the tag head (`zh_bert/evaluation/ner_crf.py`, `--crf`): its log-partition, path score
+"""The linear-chain CRF of the tag head (`zh_bert/evaluation/heads/tag/crf.py`, `--crf`): its log-partition, path score
 and Viterbi path equal brute-force enumeration over every tag path of tiny random cases, masked positions change
 nothing, the scheme constraint is respected, and crf.safetensors round-trips or is refused in one line."""
 
@@ -12,7 +12,7 @@ import torch
 
 from zh_bert.core.errors import ZhBertError
 from zh_bert.core.fileio import save_safetensors
-from zh_bert.evaluation.ner_crf import (
+from zh_bert.evaluation.heads.tag.crf import (
     CRF_FILE,
     LinearChainCRF,
     attach_crf,
@@ -22,9 +22,9 @@ from zh_bert.evaluation.ner_crf import (
     save_crf,
     scheme_constraint,
 )
-from zh_bert.evaluation.ner_data import load_ner
-from zh_bert.evaluation.ner_tags import OUTSIDE, SCHEMES
-from zh_bert.evaluation.tagging import IGNORED, encode, predict_rows, tags_of
+from zh_bert.evaluation.tasks.ner import load_ner
+from zh_bert.evaluation.tasks.tag_schemes import OUTSIDE, SCHEMES
+from zh_bert.evaluation.heads.tag.tagging import IGNORED, encode, predict_rows, tags_of
 
 RESUME = Path(__file__).resolve().parent.parent / "corpora" / "tasks" / "resume_ner"
 VOCAB = Path(__file__).resolve().parent / "data" / "bert_base_chinese_vocab" / "vocab.txt"   # Google's (SOURCE.md)
@@ -201,7 +201,7 @@ def test_crf_figures_never_replace_the_stock_heads():
     newest-per-identity rule keeps the stock head's figure beside it, and the board's column (which holds the
     task's own protocol) does not take it."""
     from zh_bert.evaluation.eval_results import entry, latest
-    from zh_bert.evaluation.ner_finetune import head_entries
+    from zh_bert.evaluation.heads.tag.head import head_entries
 
     stock = [entry("token-classification", "Named-entity recognition", "resume_ner", "Resume NER", "f1", "test f1",
                    80.0, protocol="ner-v1", split="test")]
@@ -214,15 +214,17 @@ def test_crf_figures_never_replace_the_stock_heads():
 def test_crf_is_refused_in_one_line_where_no_tag_head_decodes(tmp_path):
     """`--crf` on a classification task or a suite without a NER task, and `--crf` with `--teacher` (soft labels
     per character against a score of whole paths): one line each, before any model is read."""
-    from zh_bert.evaluation.finetune import FinetuneConfig, main
-    from zh_bert.evaluation.ner_finetune import TagHead, TaggingConfig
-    from zh_bert.evaluation.suite import SuiteArgs
+    from zh_bert.evaluation.commands.finetune import main
+    from zh_bert.evaluation.heads.tag.head import TagHead, TaggingConfig
+    from zh_bert.evaluation.heads.tag.kind import TagSuiteOptions
+    from zh_bert.evaluation.loop import FinetuneConfig
+    from zh_bert.evaluation.suite.protocol import SuiteArgs, head_options
 
-    with pytest.raises(ZhBertError, match=r"--crf: task chnsenticorp has no tags to decode"):
+    with pytest.raises(ZhBertError, match=r"--crf: an option of the tag head; task chnsenticorp has a classify head"):
         main([str(tmp_path / "no-model"), "--task", "chnsenticorp", "--crf"])
-    with pytest.raises(ZhBertError, match=r"--crf: no tag \(NER\) task among"):
-        SuiteArgs(suite="fewclue", crf=True)
-    assert SuiteArgs(suite="ner", crf=True).crf
+    with pytest.raises(ZhBertError, match=r"--crf: no tag task among"):
+        head_options(SuiteArgs(suite="fewclue"), {TagSuiteOptions: TagSuiteOptions(crf=True)})
+    assert head_options(SuiteArgs(suite="ner"), {TagSuiteOptions: TagSuiteOptions(crf=True)})[TagSuiteOptions].crf
     task = load_ner("resume_ner", None, RESUME / "dev.char.bmes", None)
     with pytest.raises(ZhBertError, match=r"--crf with --teacher"):
         TagHead(tmp_path, task, FinetuneConfig(), TaggingConfig(crf=True), objective=object())
@@ -256,8 +258,8 @@ def test_finetune_crf_runs_end_to_end_and_its_saved_folder_predicts_the_same(tin
     from safetensors import safe_open
     from transformers import AutoModelForTokenClassification, AutoTokenizer
 
-    from zh_bert.evaluation.finetune import main
-    from zh_bert.evaluation.ner_crf import CRF_ATTR
+    from zh_bert.evaluation.commands.finetune import main
+    from zh_bert.evaluation.heads.tag.crf import CRF_ATTR
 
     assert main([str(tiny_model_dir), "--task", "resume_ner", "--crf", "--max-train", "48", "--epochs", "1",
                  "--lr", "1e-3", "--seq-len", "64", "--no-record", "--save", str(tmp_path / "model"),
@@ -286,8 +288,8 @@ def test_eval_suite_ner_crf_records_the_crf_beside_its_figures(tiny_model_dir, t
     `crf: true`, its eval_results entries are the CRF head's own, and the predictions re-score with seqeval."""
     import json
 
-    from zh_bert.evaluation.evaluate import main
-    from zh_bert.evaluation.suite_report import suite_entries
+    from zh_bert.evaluation.commands.evaluate import main
+    from zh_bert.evaluation.suite.report import suite_entries
 
     assert main(["suite", str(tiny_model_dir), "--suite", "ner", "--only", "resume_ner", "--crf", "--lr", "1e-3",
                  "--epochs", "1", "--max-train", "48", "--seq-len", "64", "--predictions", str(tmp_path / "preds"),

@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from zh_bert.core.errors import ZhBertError
-from zh_bert.evaluation.ner_crf import scheme_constraint, scheme_tags
-from zh_bert.evaluation.ner_data import load_ner
-from zh_bert.evaluation.ner_tags import OUTSIDE, SCHEMES
-from zh_bert.evaluation.tagging import encode, predict_rows, tags_of
+from zh_bert.evaluation.heads.tag.crf import scheme_constraint, scheme_tags
+from zh_bert.evaluation.tasks.ner import load_ner
+from zh_bert.evaluation.tasks.tag_schemes import OUTSIDE, SCHEMES
+from zh_bert.evaluation.heads.tag.tagging import encode, predict_rows, tags_of
 
 from test_ner_crf import RESUME, VOCAB, rescored
 
@@ -102,7 +102,7 @@ def test_constrained_figures_never_replace_the_stock_heads():
     """A `--decode constrained` run's eval_results entries carry `decode: constrained`, `+constrained` on the
     protocol and a task name of their own: the stock argmax figure and the CRF head's stay beside it."""
     from zh_bert.evaluation.eval_results import entry, latest
-    from zh_bert.evaluation.ner_finetune import head_entries
+    from zh_bert.evaluation.heads.tag.head import head_entries
 
     stock = [entry("token-classification", "Named-entity recognition", "resume_ner", "Resume NER", "f1", "test f1",
                    80.0, protocol="ner-v1", split="test")]
@@ -118,19 +118,21 @@ def test_constrained_figures_never_replace_the_stock_heads():
 def test_decode_is_refused_in_one_line_where_it_means_nothing(tmp_path):
     """`--decode` on a classification task or a suite without a NER task, and `--decode argmax --crf` (a CRF has
     no per-character argmax): one line each, before any model is read."""
-    from zh_bert.evaluation.finetune import main
-    from zh_bert.evaluation.ner_finetune import TaggingConfig
-    from zh_bert.evaluation.suite import SuiteArgs
+    from zh_bert.evaluation.commands.finetune import main
+    from zh_bert.evaluation.heads.tag.head import TaggingConfig
+    from zh_bert.evaluation.heads.tag.kind import TagSuiteOptions
+    from zh_bert.evaluation.suite.protocol import SuiteArgs, head_options
 
-    with pytest.raises(ZhBertError, match=r"--decode: task chnsenticorp has no tags to decode"):
+    with pytest.raises(ZhBertError, match=r"--decode: an option of the tag head; task chnsenticorp has a classify"):
         main([str(tmp_path / "no-model"), "--task", "chnsenticorp", "--decode", "constrained"])
     with pytest.raises(ZhBertError, match=r"--decode argmax with --crf"):
         main([str(tmp_path / "no-model"), "--task", "resume_ner", "--crf", "--decode", "argmax"])
-    with pytest.raises(ZhBertError, match=r"--decode: no tag \(NER\) task among"):
-        SuiteArgs(suite="fewclue", decode="constrained")
+    with pytest.raises(ZhBertError, match=r"--decode: no tag task among"):
+        head_options(SuiteArgs(suite="fewclue"), {TagSuiteOptions: TagSuiteOptions(decode="constrained")})
     with pytest.raises(ZhBertError, match=r"--decode argmax with --crf"):
-        SuiteArgs(suite="ner", crf=True, decode="argmax")
-    assert SuiteArgs(suite="ner", decode="constrained").decode == "constrained"
+        TagSuiteOptions(crf=True, decode="argmax")
+    assert head_options(SuiteArgs(suite="ner"), {TagSuiteOptions: TagSuiteOptions(decode="constrained")})[
+        TagSuiteOptions].decode == "constrained"
     assert TaggingConfig(crf=True, decode="constrained").constrained and TaggingConfig(crf=True).constrained
     assert not TaggingConfig().constrained and TaggingConfig(decode="constrained").constrained
 
@@ -155,9 +157,9 @@ def test_finetune_decode_constrained_runs_end_to_end(tiny_model_dir, tmp_path, c
     import json
 
     from zh_bert.corpus.task_registry import task_named
-    from zh_bert.evaluation.finetune import main
-    from zh_bert.evaluation.ner_finetune import head_entries
-    from zh_bert.evaluation.ner_tasks import ner_entries
+    from zh_bert.evaluation.commands.finetune import main
+    from zh_bert.evaluation.heads.tag.head import head_entries
+    from zh_bert.evaluation.heads.tag.kind import ner_entries
 
     assert main([str(tiny_model_dir), "--task", "resume_ner", "--decode", "constrained", "--max-train", "48",
                  "--epochs", "1", "--lr", "1e-3", "--seq-len", "64", "--no-record",
@@ -179,8 +181,8 @@ def test_eval_suite_ner_decode_constrained_records_the_decoding(tiny_model_dir, 
     constrained`, its entries are the constrained identity, and the predictions re-score with seqeval."""
     import json
 
-    from zh_bert.evaluation.evaluate import main
-    from zh_bert.evaluation.suite_report import suite_entries
+    from zh_bert.evaluation.commands.evaluate import main
+    from zh_bert.evaluation.suite.report import suite_entries
 
     assert main(["suite", str(tiny_model_dir), "--suite", "ner", "--only", "resume_ner", "--decode", "constrained",
                  "--lr", "1e-3", "--epochs", "1", "--max-train", "48", "--seq-len", "64",

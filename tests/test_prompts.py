@@ -1,4 +1,4 @@
-"""Tasks as cloze (`zh_bert.evaluation.prompts`): every declared pattern on its real bundled data, zero-shot
+"""Tasks as cloze (`zh_bert.evaluation.heads.choice`): every declared pattern on its real bundled data, zero-shot
 picking exactly the word a hand-set masked-LM head makes best (a two-character word filled jointly where a
 per-position choice would pick the other), PET choosing its state on dev_k alone, ModernBERT too, and the
 refusal of a checkpoint without a masked-LM head."""
@@ -13,10 +13,10 @@ import pytest
 
 from zh_bert.core.errors import ZhBertError
 from zh_bert.corpus.task_registry import task_named, tasks
-from zh_bert.evaluation import prompts
-from zh_bert.evaluation.finetune import FinetuneConfig
-from zh_bert.evaluation.prompts import candidate_scores, check_mlm_head, predict_items, run_prompt_task
-from zh_bert.evaluation.tasks import load_pair
+from zh_bert.evaluation.heads import choice as prompts
+from zh_bert.evaluation.loop import FinetuneConfig
+from zh_bert.evaluation.heads.choice import candidate_scores, check_mlm_head, predict_items, run_prompt_task
+from zh_bert.evaluation.tasks.classification import load_pair
 
 PATTERNS = {t.name: t.pattern for t in tasks() if t.pattern is not None}
 CHID, CSL, EPRSTMT = task_named("chid"), task_named("csl"), task_named("eprstmt")
@@ -95,7 +95,7 @@ def test_unknown_task_method_and_label_are_one_line_errors():
 def test_zero_shot_fills_the_two_character_word_jointly(tiny_model_dir, tmp_path, tok):
     """csl's words are 不能 and 可以. With 不 > 可 at every blank position but 以 far above 能, a per-position
     (first mask first) choice says 不能; the joint fill's mean log-probability says 可以 — and zero-shot must."""
-    from zh_bert.evaluation.cloze import candidate_logprobs, load_mlm
+    from zh_bert.evaluation.heads.cloze import candidate_logprobs, load_mlm
 
     ckpt = _with_bias(tiny_model_dir, tmp_path / "m", tok, {"不": 30.0, "可": 28.0, "以": 28.0, "能": 0.0})
     model, tok2, _ = load_mlm(ckpt)
@@ -109,13 +109,14 @@ def test_zero_shot_fills_the_two_character_word_jointly(tiny_model_dir, tmp_path
 
 
 def test_zero_shot_run_on_a_hand_set_head(tiny_model_dir, tmp_path, tok, monkeypatch):
-    """eprstmt with 很 boosted: every test review is called Positive; the summary has finetune.run's shape."""
+    """eprstmt with 很 boosted: every test review is called Positive; the summary has every head's shape."""
     ckpt = _with_bias(tiny_model_dir, tmp_path / "m", tok, {"很": 30.0})
     real = prompts.load_pair
     monkeypatch.setattr(prompts, "load_pair", lambda t, k: dataclasses.replace(real(t, k), test=real(t, k).test[:40]))
-    res = run_prompt_task(ckpt, EPRSTMT, 0, "zero-shot", TINY, [3, 4], log=lambda m: None)
+    result = run_prompt_task(ckpt, EPRSTMT, 0, "zero-shot", TINY, [3, 4], log=lambda m: None)
+    res = result.summary()
     test = real(EPRSTMT, 0).test[:40]
-    assert res["test_predictions"] == ["Positive"] * 40
+    assert result.predictions == ["Positive"] * 40
     assert res["test_acc"] == pytest.approx(np.mean([e.label == "Positive" for e in test]))
     assert res["seeds"] == [3] and "only seed 3 ran" in res["note"]
     assert [set(r) >= {"seed", "dev_acc", "test_acc", "train_s"} for r in res["per_seed"]] == [True]
@@ -128,7 +129,7 @@ def test_training_scores_are_the_scores_eval_ranks(fixture, request):
     masks), on CSLDCP's mixed-length words, for both families (ModernBERT: no token types, its own head)."""
     import torch
 
-    from zh_bert.evaluation.cloze import candidate_logprobs, load_mlm
+    from zh_bert.evaluation.heads.cloze import candidate_logprobs, load_mlm
 
     model, tok2, _ = load_mlm(request.getfixturevalue(fixture))
     items = prompt_data("csldcp", 0).dev[:3]
@@ -152,7 +153,8 @@ def _pet(ckpt, monkeypatch, corrupt_test: bool):
     monkeypatch.setattr(prompts, "load_pair", load)
     logs = []
     cfg = dataclasses.replace(TINY, seq_len=24, patience=2)
-    return run_prompt_task(ckpt, EPRSTMT, 0, "pet", cfg, [0], log=logs.append), logs
+    res = run_prompt_task(ckpt, EPRSTMT, 0, "pet", cfg, [0], log=logs.append)
+    return {**res.summary(), "test_predictions": res.predictions}, logs
 
 
 def test_pet_trains_and_chooses_on_dev_only(tiny_model_dir, monkeypatch):

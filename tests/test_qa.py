@@ -12,10 +12,10 @@ import pytest
 
 from zh_bert.core.errors import ZhBertError
 from zh_bert.corpus.squad_files import SpanExample, load_squad
-from zh_bert.evaluation.cmrc import evaluate_cmrc
-from zh_bert.evaluation.finetune import FinetuneConfig
+from zh_bert.evaluation.metrics.cmrc import evaluate_cmrc
+from zh_bert.evaluation.loop import FinetuneConfig
 from zh_bert.evaluation.loop import run_seed
-from zh_bert.evaluation.qa import (
+from zh_bert.evaluation.heads.span import (
     QAConfig,
     SpanHead,
     best_span,
@@ -201,15 +201,16 @@ def test_run_cmrc_end_to_end(request, splits, which, random_init):
     ckpt = request.getfixturevalue(which)
     train, dev = (sorted(splits[name], key=lambda e: len(e.context))[:n] for name, n in (("trial", 4), ("dev", 3)))
     ticks = []   # the suite's progress bar: (units done, units found)
-    out = run_cmrc(ckpt, train, dev, FinetuneConfig(random_init=random_init, **SMALL), QAConfig(doc_stride=64),
+    res = run_cmrc(ckpt, train, dev, FinetuneConfig(random_init=random_init, **SMALL), QAConfig(doc_stride=64),
                    seeds=[0], log=lambda m: None, tick=lambda done=1, more=0: ticks.append((done, more)))
-    assert 0 <= out["em"] <= 100 and 0 <= out["f1"] <= 100 and out["em_std"] == 0
+    out = {**res.summary(), "predictions": res.predictions}
+    assert 0 <= out["em"] <= 1 and 0 <= out["f1"] <= 1 and "em_std" not in out     # fractions; one seed, no spread
     assert ticks == [(0, 1), (1, 0), (0, 1), (1, 0)]   # 1 training step (8 windows), 1 prediction batch (6)
     assert set(out["predictions"]) == {e.id for e in dev}
     assert out["n_dev"] == 3 and out["n_train"] + out["n_train_skipped"] == 4
     assert out["windows_train"] == 8 and out["windows_dev"] == 6     # two windows per context
     assert out["per_seed"][0]["seed"] == 0 and out["init"] == ("random" if random_init else "pretrained")
-    assert evaluate_cmrc(dev, out["predictions"])["f1"] == pytest.approx(out["f1"])
+    assert evaluate_cmrc(dev, out["predictions"])["f1"] == pytest.approx(100 * out["f1"])
     for ex in dev:   # every answer is a piece of its own context
         assert out["predictions"][ex.id] in ex.context
 

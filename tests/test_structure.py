@@ -291,6 +291,44 @@ def task_name_uses(root: Path = PKG) -> list[str]:
     return sorted(set(found))
 
 
+#: the one module that turns a head kind's name into its object, and so may compare kinds
+HEAD_HOME = PKG / "evaluation" / "heads" / "__init__.py"
+#: where the kinds' names are declared (task_spec) and given to tasks (task_registry's declarations)
+HEAD_DECLARED = (PKG / "corpus" / "task_spec.py", PKG / "corpus" / "task_registry.py")
+HEAD_CONSTANTS = {"CLASSIFY", "CHOICE", "SPAN", "TAG", "EMBED"}
+
+
+def head_kind_uses(root: Path = PKG) -> list[str]:
+    """A head kind named outside the registry: compared (`task.head == "tag"`, `kind.name in (CLASSIFY, ...)`,
+    `t.head != EMBED`), looked up or used as a key (`{CLASSIFY: ...}`, `x[TAG]`). Each is a branch on a kind that
+    its object (`zh_bert.evaluation.heads`) should answer."""
+    from zh_bert.evaluation.heads import HEAD_KINDS
+
+    names, found = set(HEAD_KINDS), []
+
+    def kind(node: ast.AST) -> bool:
+        return (isinstance(node, ast.Constant) and node.value in names) or \
+            (isinstance(node, ast.Name) and node.id in HEAD_CONSTANTS) or \
+            (isinstance(node, ast.Attribute) and (node.attr in HEAD_CONSTANTS or node.attr == "head"))
+
+    for path in modules(root).values():
+        if path == root / "evaluation" / "heads" / "__init__.py" or path in [root / p.relative_to(PKG)
+                                                                            for p in HEAD_DECLARED]:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            sides: list[ast.AST] = []
+            if isinstance(node, ast.Compare):
+                for side in [node.left, *node.comparators]:
+                    sides += side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
+            elif isinstance(node, ast.Subscript):
+                sides = [node.slice]
+            elif isinstance(node, ast.Dict):
+                sides = [k for k in node.keys if k is not None]
+            if any(kind(side) for side in sides):
+                found.append(f"{path.relative_to(root.parent)}:{node.lineno} {ast.unparse(node)[:80]}")
+    return sorted(set(found))
+
+
 def scaler_none_checks() -> list[str]:
     """`scaler is None` / `is not None`: the loss scaler is always an object (disabled unless fp16)."""
     found = []
@@ -306,10 +344,14 @@ def scaler_none_checks() -> list[str]:
 DIFFERENT_THINGS: dict[str, str] = {
     "corpus": "vocab reads plain text as well as cleaned JSONL; shard reads only `zh-bert clean` output",
     "data": "a recipe's pretraining corpus; `eval cloze`'s file of cloze items",
+    "dropout": "a recipe's dropout of the model it builds (a float); finetune's, the dropout an embedder trains with "
+               "(default by its loss: SimCSE's 0.1, else the checkpoint's own)",
     "eval_every": "pretrain: validation every N steps, 0 = at the end only; finetune: dev evals, 0 = every epoch",
     "out_dir": "a recipe's run dir; ablate's folder of runs",
     "output": "what each command writes (documents, TOKDIR, SHARDDIR, a downloaded or a staged folder, a board); "
               "required by some, optional in others: the same -o convention, not the same value",
+    "search": "models --hub --search TEXT: repos whose id contains TEXT; embed --search FILE: FILE's lines ranked by "
+              "cosine to --query",
     "source": "download: the hub to fetch from (hf, modelscope); publish: the run or checkpoint to upload",
     "text": "vocab report: texts to tokenize; eval mlm: texts to score",
     "tokenizer": "shard needs the TOKDIR to encode with; a recipe may leave it null (built from the raw corpus), "
@@ -440,7 +482,7 @@ def name_collisions() -> list[str]:
 
 def functions_named_like_modules() -> list[str]:
     """Module-level functions named like a module beside them (a function `evaluate` in zh_bert.train.pretrain
-    beside the module zh_bert.evaluation.evaluate; a function `report` in zh_bert/corpus/clean/__init__ beside
+    beside the module zh_bert.evaluation.commands.evaluate; a function `report` in zh_bert/corpus/clean/__init__ beside
     zh_bert.corpus.clean.report). A module's own entry function of its name (`zh_bert.release.publish.publish`) is fine."""
     mods = modules()
     found = []
@@ -500,8 +542,8 @@ def test_plan_does_not_import_pretrain():
 
 
 def test_eval_mlm_does_not_import_datatrove():
-    loaded = datatrove_loaded_by("zh_bert.evaluation.evaluate")
-    assert not loaded, f"importing zh_bert.evaluation.evaluate loads datatrove: {loaded[:5]}"
+    loaded = datatrove_loaded_by("zh_bert.evaluation.commands.evaluate")
+    assert not loaded, f"importing zh_bert.evaluation.commands.evaluate loads datatrove: {loaded[:5]}"
 
 
 def test_one_name_for_one_thing():
@@ -549,6 +591,27 @@ def test_the_task_name_check_finds_each_kind_of_use(tmp_path):
     assert len(found) == 6, found
 
 
+def test_head_kinds_are_asked_not_compared():
+    """No module outside the head registry (zh_bert/evaluation/heads/__init__.py) compares a head kind's name or
+    keys anything by one: a new head is one module there, and every command asks the kind's object."""
+    assert not head_kind_uses(), f"head kinds compared outside {HEAD_HOME.relative_to(PKG.parent)}: {head_kind_uses()}"
+
+
+def test_the_head_kind_check_finds_each_kind_of_use(tmp_path):
+    """The check above is not blind: a planted compare of each form is found, the registry's own is not."""
+    planted = tmp_path / "zh_bert" / "evaluation"
+    planted.mkdir(parents=True)
+    (planted / "planted.py").write_text(
+        'from zh_bert.corpus.task_spec import TAG\n\n\ndef f(task, kind, x):\n'
+        '    if task.head == "tag":\n        return {TAG: 1}\n'
+        '    return kind.name in ("classify", "embed"), x[TAG]\n', encoding="utf-8")
+    (tmp_path / "zh_bert" / "evaluation" / "heads").mkdir()
+    (tmp_path / "zh_bert" / "evaluation" / "heads" / "__init__.py").write_text(
+        'def head_kind(task, kinds):\n    return kinds[task.head] if task.head in kinds else None\n', encoding="utf-8")
+    found = head_kind_uses(tmp_path / "zh_bert")
+    assert len(found) == 4 and all("planted.py" in f for f in found), found
+
+
 def test_no_scaler_none_branch():
     assert not scaler_none_checks(), f"branches on a missing loss scaler: {scaler_none_checks()}"
 
@@ -585,13 +648,14 @@ if __name__ == "__main__":
     print(f"modules over {MAX_MODULE_LINES} lines:", *long_modules(), sep="\n  ")
     print("import cycles (package/submodule edges included):", *import_cycles(), sep="\n  ")
     print("imports pointing the wrong way:", *wrong_way_imports(), *upward_imports(), sep="\n  ")
-    print("datatrove modules loaded by importing zh_bert.evaluation.evaluate:", *datatrove_loaded_by("zh_bert.evaluation.evaluate")[:5],
+    print("datatrove modules loaded by importing zh_bert.evaluation.commands.evaluate:", *datatrove_loaded_by("zh_bert.evaluation.commands.evaluate")[:5],
           sep="\n  ")
     print("module-level names defined in two modules:", *name_collisions(), sep="\n  ")
     print("functions named like a zh_bert module:", *functions_named_like_modules(), sep="\n  ")
     print("needless function-local imports:", *needless_local_imports(), sep="\n  ")
     print("family/objective name comparisons:", *variant_comparisons(), sep="\n  ")
     print("task/suite names outside the registry:", *task_name_uses(), sep="\n  ")
+    print("head kinds compared outside the registry:", *head_kind_uses(), sep="\n  ")
     print("options declared more than once:", *options_declared_twice(), sep="\n  ")
     print(f"hand-written add_argument calls: {len(hand_written_options())}", *hand_written_options(), sep="\n  ")
     sys.exit(0)

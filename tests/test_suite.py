@@ -13,12 +13,15 @@ from zh_bert import cli
 from zh_bert.core.errors import ZhBertError
 from zh_bert.corpus.squad_files import load_squad
 from zh_bert.corpus.task_registry import task_named
-from zh_bert.evaluation import heads, loop, suite
-from zh_bert.evaluation.finetune import FinetuneConfig
+from zh_bert.evaluation import loop
+from zh_bert.evaluation.heads import choice, classify
+from zh_bert.evaluation.suite import protocol as suite
+from zh_bert.evaluation.loop import FinetuneConfig
 from zh_bert.evaluation.heads import head_kind
-from zh_bert.evaluation.suite import LR_GRID, SuiteArgs, run_pair, run_suite
-from zh_bert.evaluation.suite_report import suite_entries
-from zh_bert.evaluation.tasks import public_records
+from zh_bert.evaluation.result import Result
+from zh_bert.evaluation.suite.protocol import LR_GRID, SuiteArgs, run_pair, run_suite
+from zh_bert.evaluation.suite.report import suite_entries
+from zh_bert.evaluation.tasks.classification import public_records
 
 
 def official_predictions(name: str, predicted: list) -> list[dict]:
@@ -27,13 +30,20 @@ def official_predictions(name: str, predicted: list) -> list[dict]:
 
 
 def _fake_run(dev_by_lr: dict, test_by_lr: dict, calls: list):
-    """A stand-in for finetune.run: dev and test accuracy per learning rate, as if trained."""
+    """A stand-in for the classifier's runs: dev and test accuracy per learning rate, as if trained."""
     def run(ckpt, task, cfg, seeds, log=print):
         calls.append(cfg.lr)
-        per_seed = [{"seed": s, "dev_acc": dev_by_lr[cfg.lr], "test_acc": test_by_lr[cfg.lr],
-                     "test_pred": [task.test[0].label] * len(task.test)} for s in seeds]
-        return {"dev_acc": dev_by_lr[cfg.lr], "test_acc": test_by_lr[cfg.lr], "per_seed": per_seed}
+        runs = [{"seed": s, "dev_acc": dev_by_lr[cfg.lr], "test_acc": test_by_lr[cfg.lr]} for s in seeds]
+        return Result(task.name, cfg.random_init, seeds, runs, predictions=[task.test[0].label] * len(task.test))
     return run
+
+
+def _fake_prompt(figure: float, seen: list):
+    def prompt(ckpt, task, k, method, cfg, seeds, log=print):
+        seen.append((task.name, k, method))
+        return Result(task.name, cfg.random_init, seeds[:1], [{"seed": seeds[0], "dev_acc": figure,
+                                                               "test_acc": figure}], facts={"method": method})
+    return prompt
 
 
 def test_the_grid_is_chosen_on_dev_k_whatever_test_public_says(monkeypatch):
@@ -42,17 +52,17 @@ def test_the_grid_is_chosen_on_dev_k_whatever_test_public_says(monkeypatch):
     dev = dict(zip(LR_GRID, (0.50, 0.70, 0.60)))
     for test in (dict(zip(LR_GRID, (0.9, 0.1, 0.8))), dict(zip(LR_GRID, (0.1, 0.2, 0.3)))):
         calls = []
-        monkeypatch.setattr(heads, "run", _fake_run(dev, test, calls))
-        r = run_pair("unused", task_named("eprstmt"), 0, SuiteArgs(only=["eprstmt"]), FinetuneConfig(),
-                     log=lambda m: None)
-        assert calls == list(LR_GRID) and r["lr"] == LR_GRID[1] and r["test_acc"] == test[LR_GRID[1]]
+        monkeypatch.setattr(classify, "run_classifier", _fake_run(dev, test, calls))
+        r, lr = run_pair("unused", task_named("eprstmt"), 0, SuiteArgs(only=["eprstmt"]), FinetuneConfig(),
+                         log=lambda m: None)
+        assert calls == list(LR_GRID) and lr == LR_GRID[1] and r.mean("test_acc") == test[LR_GRID[1]]
 
 
 def test_each_task_gets_a_progress_bar_on_a_terminal_and_none_elsewhere(monkeypatch, capsys):
     """On a terminal, a bar per task counts its runs (pairs x rates x seeds) with the last dev figure, and the
     log lines still arrive; in CI or a pipe nothing is drawn."""
     dev = dict(zip(LR_GRID, (0.50, 0.70, 0.60)))
-    monkeypatch.setattr(heads, "run", _fake_run(dev, dev, []))
+    monkeypatch.setattr(classify, "run_classifier", _fake_run(dev, dev, []))
     args = SuiteArgs(only=["eprstmt", "bustm"], splits=2, seeds=2)
     for terminal in (True, False):
         monkeypatch.setattr(loop, "bars_shown", lambda terminal=terminal: terminal)
@@ -69,12 +79,8 @@ def test_each_task_gets_a_progress_bar_on_a_terminal_and_none_elsewhere(monkeypa
 
 def test_zero_shot_trains_nothing_and_runs_once(monkeypatch):
     seen = []
-
-    def prompt(ckpt, task, k, method, cfg, seeds, log=print):
-        seen.append((task.name, k, method))
-        return {"dev_acc": 0.5, "test_acc": 0.5, "per_seed": [{"seed": seeds[0], "dev_acc": 0.5, "test_acc": 0.5}]}
-
-    monkeypatch.setattr(heads, "run_prompt_task", prompt)
+    monkeypatch.setattr(classify, "run_prompt_task", _fake_prompt(0.5, seen))
+    monkeypatch.setattr(choice, "run_prompt_task", _fake_prompt(0.5, seen))
     res = run_suite("unused", SuiteArgs(only=["eprstmt", "chid"], method="zero-shot"), FinetuneConfig(),
                     log=lambda m: None)
     assert seen == [("eprstmt", 0, "zero-shot"), ("chid", 0, "zero-shot")]
@@ -83,11 +89,10 @@ def test_zero_shot_trains_nothing_and_runs_once(monkeypatch):
 
 def test_chid_is_pet_under_finetune(monkeypatch):
     seen = []
-    monkeypatch.setattr(heads, "run_prompt_task", lambda ckpt, task, k, method, cfg, seeds, log=print: seen.append(
-        method) or {"dev_acc": 0.2, "test_acc": 0.2, "per_seed": [{"seed": 0, "dev_acc": 0.2, "test_acc": 0.2}]})
+    monkeypatch.setattr(choice, "run_prompt_task", _fake_prompt(0.2, seen))
     run_pair("unused", task_named("chid"), 0, SuiteArgs(only=["chid"], lrs=[1e-3]), FinetuneConfig(),
              log=lambda m: None)
-    assert seen == ["pet"]
+    assert [m for _, _, m in seen] == ["pet"]
 
 
 def test_official_prediction_formats_round_trip():
@@ -138,7 +143,7 @@ def test_outputs_are_refused_before_any_training(tiny_model_dir, tmp_path, capsy
     user = tmp_path / "mine"
     user.mkdir()
     (user / "notes.txt").write_text("the user's")
-    monkeypatch.setattr(heads, "run", lambda *a, **k: pytest.fail("trained before refusing"))
+    monkeypatch.setattr(classify, "run_classifier", lambda *a, **k: pytest.fail("trained before refusing"))
     assert cli.main(["eval", "suite", str(tiny_model_dir), "--only", "eprstmt", "--predictions", str(user)]) == 2
     assert "--predictions" in capsys.readouterr().err and (user / "notes.txt").read_text() == "the user's"
 
@@ -149,12 +154,14 @@ def test_outputs_are_refused_before_any_training(tiny_model_dir, tmp_path, capsy
     (["--only", "tnew"], "--only tnew: not a task of --suite fewclue"),
     (["--suite", "cmrc2018", "--only", "eprstmt"], "--only eprstmt: not a task of --suite cmrc2018"),
     (["--splits", "6"], "--splits must be in 1..5"),
-    (["--cmrc-train", "/nonexistent/cmrc"], "--cmrc-train /nonexistent/cmrc: no such file or folder"),
+    (["--suite", "cmrc2018", "--cmrc-train", "/nonexistent/cmrc"], "--span-train /nonexistent/cmrc: no such file or folder"),
+    (["--cmrc-train", "/nonexistent/cmrc"], "--span-train: no span task among eprstmt"),
+    (["--suite", "fewclue", "--cmrc-lr", "1e-4"], "--span-lr: no span task among eprstmt"),
     (["--lrs", "3"], "a learning rate must be in (0, 1)"),
     (["--suite", "all", "--cmrc-train", "README.md"], "README.md:1: not valid JSON"),
 ])
 def test_bad_requests_are_one_line(tiny_model_dir, capsys, argv, message, monkeypatch):
-    monkeypatch.setattr(heads, "run", lambda *a, **k: pytest.fail("trained before refusing"))
+    monkeypatch.setattr(classify, "run_classifier", lambda *a, **k: pytest.fail("trained before refusing"))
     assert cli.main(["eval", "suite", str(tiny_model_dir), *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) <= 3, err
@@ -205,7 +212,7 @@ def test_cmrc2018_in_the_suite_trains_on_trial_and_says_so(tiny_model_dir, tmp_p
     out = capsys.readouterr().out
     res = json.loads(out.strip().split("\n")[-1])
     r = res["pretrained"]["cmrc2018"]
-    assert rc == 0 and r["trained_on"] == "trial" and r["reported_split"] == "dev" and 0 <= r["f1"] <= 100
+    assert rc == 0 and r["trained_on"] == "trial" and r["reported_split"] == "dev" and 0 <= r["f1"] <= 1
     assert "training on the trial set" in out and "RoBERTa-wwm-ext" in out and "random init" in out
     answers = json.loads((preds / "cmrc2018_predict.json").read_text(encoding="utf-8"))
     dev = load_squad(tmp_path / "cmrc2018" / "cmrc2018_dev.json")
@@ -223,11 +230,11 @@ def test_ablate_takes_suite_tasks_as_downstream_columns(monkeypatch):
     the spec's rate as the grid, its seeds) and fills the table's dev/test columns."""
     from types import SimpleNamespace
 
-    from zh_bert.evaluation import ablation_results
+    from zh_bert.evaluation.ablation import results as ablation_results
 
     seen = {}
 
-    def fake_task(model_dir, task, args, cfg, log=print):
+    def fake_task(model_dir, task, args, cfg, opts=None, log=print):
         seen.update(name=task.name, splits=args.splits, lrs=args.lrs, seeds=args.seed_list(), random_init=cfg.random_init)
         return {"dev_acc": 0.6, "test_acc": 0.55, "test_acc_std": 0.02}
 

@@ -104,12 +104,14 @@ def test_every_head_trains_through_the_one_loop_function(tiny_model_dir, monkeyp
     `loop.fit_head`
     itself (stopped there: the call is what is checked), and no module but the loop steps an optimizer."""
     from zh_bert.corpus.squad_files import load_squad
-    from zh_bert.evaluation import loop, prompts
-    from zh_bert.evaluation.finetune import FinetuneConfig, train_one
-    from zh_bert.evaluation.qa import QAConfig, run_cmrc
-    from zh_bert.evaluation.ner_finetune import TaggingConfig, train_tagger
-    from zh_bert.evaluation.ner_tasks import load_declared
-    from zh_bert.evaluation.tasks import load_pair
+    from zh_bert.evaluation import loop
+    from zh_bert.evaluation.heads import choice as prompts
+    from zh_bert.evaluation.heads.classify import train_one
+    from zh_bert.evaluation.loop import FinetuneConfig
+    from zh_bert.evaluation.heads.span import QAConfig, run_cmrc
+    from zh_bert.evaluation.heads.tag.head import TaggingConfig, train_tagger
+    from zh_bert.evaluation.heads.tag.kind import load_declared
+    from zh_bert.evaluation.tasks.classification import load_pair
 
     ner = load_declared(task_named("resume_ner"))
     reached = []
@@ -173,7 +175,7 @@ def test_the_cards_model_index_names_each_task_as_declared_and_the_board_places_
     puts each figure in its task's column (TNEWS's FewCLUE figure in the one TNEWS column, CMRC 2018's dev EM)."""
     from huggingface_hub import EvalResult, ModelCardData
 
-    from zh_bert.evaluation.suite_report import suite_entries
+    from zh_bert.evaluation.suite.report import suite_entries
     from zh_bert.leaderboard.cards import model_index_entries
     from zh_bert.leaderboard.record import sort_entries
     from zh_bert.release.card import model_index_fields

@@ -238,17 +238,23 @@ def real_card(name: str) -> str:
 
 def test_a_real_mteb_card_shows_no_figure_and_notes_every_claim_with_its_reason(model, tmp_path, capsys):
     """Dmeta-embedding's card: 35 C-MTEB results (TNews and IFlyTek on validation, in percent; STS, retrieval,
-    clustering) are embedding evaluations: no column, each noted, none dropped."""
+    clustering). Its LCQMC and PAWS-X test Spearman fill the board's STS columns (MTEB's convention: the model as
+    it is, x100); every other claim is an embedding evaluation without a column, each noted, none dropped."""
     shutil.copy(CARDS / "dmeta-embedding.md", model / "README.md")
     board = board_of(capsys, model, out=tmp_path / "b")
     row = board["rows"][0]
-    assert row["scores"] == {} and row["licence"] == "apache-2.0"
+    assert {k: v["value"] for k, v in row["scores"].items()} == {
+        "stsb-spearman": 80.77, "lcqmc-spearman": 78.76, "pawsx-spearman": 45.05} and row["licence"] == "apache-2.0"
+    assert {v["status"] for v in row["scores"].values()} == {"self-reported"}
     [mteb] = [n for n in row["notes"] if "MTEB" in n["reason"]]
     assert "MTEB TNews [default] (validation): accuracy 52.41" in mteb["claims"]
     assert "MTEB IFlyTek [default] (validation): accuracy 48.3" in mteb["claims"]
     meta = parse_yaml(real_card("dmeta-embedding.md").split("---")[1], "card")
     metrics = sum(len(r["metrics"]) for r in meta["model-index"][0]["results"])
-    assert len(mteb["claims"]) == metrics > 200 and mteb["more"] == 0     # every claim listed
+    noted = sum(len(n["claims"]) for n in row["notes"])
+    assert noted + len(row["scores"]) == metrics > 200 and mteb["more"] == 0     # every claim placed or listed
+    assert any("metric cos_sim_pearson: the LCQMC Spearman column shows cosine_spearman" in n["reason"]
+               for n in row["notes"])
     md = (tmp_path / "b" / "board.md").read_text(encoding="utf-8")
     page = (tmp_path / "b" / "index.html").read_text(encoding="utf-8")
     assert "## Notes" in md and "MTEB TNews [default] (validation): accuracy 52.41" in md

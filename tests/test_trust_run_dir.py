@@ -198,7 +198,7 @@ def test_a_run_dir_is_one_household_every_writer_takes_its_name_from_it():
                      node.args if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Path" else [])
             spelled += [f"{path.relative_to(REPO)}:{node.lineno} {p.value}" for p in parts
                         if isinstance(p, ast.Constant) and p.value in names
-                        and (path.name, p.value) != ("ablation_spec.py", "data")]   # ablate's own OUT/data/
+                        and (path.name, p.value) != ("spec.py", "data")]   # ablate's own OUT/data/
     assert not spelled, f"run-dir entries named outside the household list: {spelled}"
 
 

@@ -17,11 +17,17 @@ from conftest import TASKS
 from zh_bert import cli
 from zh_bert.core.errors import ZhBertError
 from zh_bert.corpus.task_registry import task_named
-from zh_bert.evaluation import classify, evaluate, finetune, heads, suite
+from zh_bert.evaluation.heads import classify
+from zh_bert.evaluation.commands import evaluate
+from zh_bert.evaluation.commands import finetune
+from zh_bert.evaluation.heads import choice, span
+from zh_bert.evaluation.suite import protocol as suite
 from zh_bert.evaluation.eval_results import entry, record
-from zh_bert.evaluation.prompts import load_items
-from zh_bert.evaluation.suite import SuiteArgs
-from zh_bert.evaluation.tasks import load_pair, load_task
+from zh_bert.evaluation.heads.choice import load_items
+from zh_bert.evaluation.heads.span import SpanOptions
+from zh_bert.evaluation.loop import FinetuneConfig
+from zh_bert.evaluation.suite.protocol import SuiteArgs
+from zh_bert.evaluation.tasks.classification import load_pair, load_task
 
 CMRC = TASKS / "cmrc2018"
 
@@ -44,8 +50,9 @@ def no_model(monkeypatch):
     def loaded(*a, **k):
         pytest.fail("a model was resolved, loaded or trained before the files were checked")
 
-    for module, name in ((evaluate, "local_model"), (heads, "run"), (heads, "run_cmrc"), (heads, "run_prompt_task"),
-                         (classify, "load_classifier"), (classify, "tokenizer_for"), (finetune, "tokenizer_for")):
+    for module, name in ((evaluate, "local_model"), (classify, "run_classifier"), (span, "run_cmrc"),
+                         (classify, "run_prompt_task"), (choice, "run_prompt_task"), (classify, "load_classifier"),
+                         (classify, "tokenizer_for"), (finetune, "tokenizer_for")):
         monkeypatch.setattr(module, name, loaded)
 
 
@@ -107,7 +114,7 @@ def test_trust_nothing_read_cmrc_train_that_holds_the_reported_dev_is_refused_be
     preds = tmp_path / "preds"
     err = _refused(["eval", "suite", str(run_dir), "--suite", "cmrc2018", "--cmrc-train", str(train),
                     "--predictions", str(preds)], run_dir, capsys)
-    assert SHARED[how] in err and f"--cmrc-train {train}" in err and str(CMRC / "cmrc2018_dev.json") in err, err
+    assert SHARED[how] in err and f"--span-train {train}" in err and str(CMRC / "cmrc2018_dev.json") in err, err
     assert "a model trained on its reporting split; give CMRC 2018's train file" in err
     assert not preds.exists()
 
@@ -115,8 +122,8 @@ def test_trust_nothing_read_cmrc_train_that_holds_the_reported_dev_is_refused_be
 def test_trust_nothing_read_the_suite_api_checks_the_splits_before_training(no_model, tmp_path):
     """`run_suite` called directly (as `leaderboard verify` calls it) makes the same check first."""
     with pytest.raises(ZhBertError, match="shares 3,219 of its 3,219 questions"):
-        suite.run_suite("unused", SuiteArgs(suite="all", cmrc_train=str(CMRC / "cmrc2018_dev.json")),
-                        finetune.FinetuneConfig())
+        suite.run_suite("unused", SuiteArgs(suite="all"), FinetuneConfig(),
+                        {SpanOptions: SpanOptions(span_train=str(CMRC / "cmrc2018_dev.json"))})
 
 
 # --------------------------------------------------------------------------- FewCLUE files

@@ -24,9 +24,10 @@ shard     zh_bert.corpus.shard          cleaned docs + tokenizer -> packed token
 inspect   zh_bert.train.inspect_shards  print shard sequences with masking and word boundaries visible
 pretrain  zh_bert.train.pretrain        train a masked LM from a recipe (Accelerate), with exact resume
 plan      zh_bert.plan                  memory/time plan for a model on a GPU (1080ti, k80, p100, ...)
-eval      zh_bert.evaluation.evaluate   evaluate a checkpoint: 'eval mlm' or 'eval cloze'
-finetune  zh_bert.evaluation.finetune   fine-tune a checkpoint on sentence classification (chnsenticorp, tnews, tsv)
-ablate    zh_bert.evaluation.ablate     run a grid of pretraining runs that differ in one setting
+eval      zh_bert.evaluation.commands.evaluate   evaluate a checkpoint: 'eval mlm' or 'eval cloze'
+finetune  zh_bert.evaluation.commands.finetune   fine-tune a checkpoint on a task: classify, tag (NER), span, embed (STS, pairs, SimCSE)
+embed     zh_bert.evaluation.commands.embed   sentence vectors of a file (.npy, .parquet), or the nearest lines to a query
+ablate    zh_bert.evaluation.commands.ablate     run a grid of pretraining runs that differ in one setting
 leaderboard zh_bert.leaderboard        Chinese encoders side by side: 'leaderboard build|verify|serve'
 publish   zh_bert.release.publish       upload a run/checkpoint to the Hugging Face Hub with a model card
 download  zh_bert.hub.download      download a released Chinese checkpoint (alias or repo id)

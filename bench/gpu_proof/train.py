@@ -1,5 +1,5 @@
 """gpu_proof sections that train: fp16 against fp32 from the same init, kill -9 + `--resume auto` of a real
-`python -m zh_bert pretrain` process, and the --science objective grid (`zh_bert.evaluation.ablate`).
+`python -m zh_bert pretrain` process, and the --science objective grid (`zh_bert.evaluation.commands.ablate`).
 
 All of them run zh-bert's own entry points on the prepared shards (`zh_bert.train.pretrain.train`, the CLI, the
 ablation machinery) rather than re-implementing a loop: what is proven is what a user runs."""
@@ -192,7 +192,7 @@ def science_overrides(ctx, vocab: int) -> dict:
     if ctx.quick:
         return {**sets, "model": "tiny", "max_steps": 6, "global_batch": 8, "micro_batch": 8, "warmup_steps": 1,
                 "eval_batches": 2, "finetune_seeds": 1, "finetune_epochs": 1, "finetune_seq_len": 32}
-    from zh_bert.evaluation.ablation_spec import recipe_flops_per_token
+    from zh_bert.evaluation.ablation.spec import recipe_flops_per_token
     from zh_bert.train.recipe import load_recipe
 
     base = {"data": str(shards), "model": "mini", "vocab_size": vocab, "mask_rate": 0.15}
@@ -207,10 +207,10 @@ def science_overrides(ctx, vocab: int) -> dict:
 
 
 def science_section(ctx) -> dict:
-    """recipes/ablations/objective-compute.yaml through `zh_bert.evaluation.ablate` on the prepared zh_real_text shards:
+    """recipes/ablations/objective-compute.yaml through `zh_bert.evaluation.commands.ablate` on the prepared zh_real_text shards:
     one `--only` invocation per objective (the time budget is checked between them, and a rerun in the same
     --work reuses finished runs), then the whole grid, which reuses them and adds random init."""
-    from zh_bert.evaluation import ablate
+    from zh_bert.evaluation.commands import ablate
 
     manifest = ctx.manifest["datasets"]["science"]
     sets = {**science_overrides(ctx, manifest["vocab_size"]), **ctx.science_set}

@@ -15,8 +15,11 @@ class ZhBertError(Exception):
 
 
 def suggest(name: str, valid: Iterable[str]) -> str:
-    """' (did you mean X?)' for the nearest valid name, or '' when nothing is close."""
-    match = difflib.get_close_matches(name, list(valid), n=1, cutoff=0.5)
+    """' (did you mean X?)' for the one valid name the typed one begins (`cmrc` -> cmrc2018), else the nearest by
+    difflib's ratio, or '' when nothing is close."""
+    valid = list(valid)
+    started = [v for v in valid if name and v.startswith(name)]
+    match = started if len(started) == 1 else difflib.get_close_matches(name, valid, n=1, cutoff=0.5)
     return f" (did you mean '{match[0]}'?)" if match else ""
 
 

@@ -6,7 +6,7 @@ line between sentences (CRLF and a byte-order mark read as LF); UER's TSV of one
 space-separated characters TAB `label` of as many tags, header optional. A line with more or fewer fields than
 that is one line naming the file and the line; a tag that is not O or PREFIX-TYPE likewise; a file without any tag
 is read as untagged (a test file to predict: the task decides whether that is allowed). Tag schemes, entities and
-the checks across files are the evaluation stage's (`zh_bert.evaluation.ner_data`); this module is at the corpus
+the checks across files are the evaluation stage's (`zh_bert.evaluation.tasks.ner`); this module is at the corpus
 stage because the task registry names its reader and `clean --decontaminate` reads NER test text.
 """
 

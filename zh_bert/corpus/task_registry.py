@@ -15,6 +15,10 @@ docs/eval.md). The bundled ones:
 - CMRC 2018, suite `cmrc2018`: span extraction, trained a fixed number of epochs on the official train file (or
   the bundled trial set) and reported on dev, on which nothing is chosen (protocol `cmrc2018-v1`).
 - ChnSentiCorp: sentence sentiment, `zh-bert finetune` only (the ERNIE/HFL train/dev/test split).
+- C-MTEB's STS sets, suite `sts` (protocol `sts-v1`): STS-B (0-5 grades; train, valid, test), LCQMC and PAWS-X
+  (1/0; valid and test bundled): the checkpoint scored as it is, the cosine of its sentence vectors against the
+  gold label by Spearman on test (mteb's main score), x100; `zh-bert finetune --task stsb|lcqmc|pawsx` trains an
+  embedder on train (LCQMC, PAWS-X: a fixed 90% of valid, choosing on the other 10%), reported on test.
 - NER, suite `ner` (protocol `ner-v1`): Resume NER (train trains, dev chooses, test reports) and MSRA NER (only
   dev and test bundled: trained on the user's train file, `--msra-train`, or else on a fixed 90% of dev and chosen
   on the other 10%; test only reports); entity-level micro F1, exact span and type, as seqeval's default. `zh-bert
@@ -38,10 +42,11 @@ from collections import Counter
 from zh_bert.core.errors import ZhBertError, suggest
 from zh_bert.corpus.cloze_items import ClozeFile
 from zh_bert.corpus.ner_files import NerFile, NerText
+from zh_bert.corpus.pair_files import PairFile, PairText
 from zh_bert.corpus.squad_files import SquadFile, SquadText
 from zh_bert.corpus.task_files import Fields, RecordText, TsvFile, joined_field, marked_spans, text_field
-from zh_bert.corpus.task_spec import (CHOICE, CLASSIFY, SPAN, TAG, Column, Metric, Pairs, Pattern, Reference, Score, Splits,
-                                      Suite, Task)
+from zh_bert.corpus.task_spec import (CHOICE, CLASSIFY, EMBED, SPAN, TAG, Column, Metric, Pairs, Pattern, Reference,
+                                      Score, Splits, Suite, Task)
 
 #: what `--suite` takes beside the suites' names: every suite
 ALL_SUITES = "all"
@@ -150,6 +155,34 @@ def _ner(name: str, title: str, splits: Splits, column: str, bert: float, descri
 
 
 
+C_MTEB_SOURCE = "https://github.com/FlagOpen/FlagEmbedding/tree/master/research/C_MTEB (C-MTEB leaderboard)"
+TEXT2VEC_SOURCE = "https://github.com/shibing624/text2vec (README: in-domain CoSENT and SBERT on bert-base-chinese)"
+COSINE_SPEARMAN = Metric("test_spearman", "cosine_spearman", "percent", "Spearman rank correlation of the cosine "
+                         "similarity of the two sentences' vectors with the gold label, x100 (mteb's STS main score; "
+                         "scipy.stats.spearmanr)", label="Spearman")
+#: published Spearman x100 on test (zero-shot: C-MTEB; in-domain: trained on the set's own train split), by row
+_STS_ROWS = {
+    "text2vec-base-chinese": ("zero-shot", C_MTEB_SOURCE, (79.30, 70.16, 17.21)),
+    "bge-small-zh-v1.5": ("zero-shot", C_MTEB_SOURCE, (76.73, 72.19, 9.26)),
+    "m3e-base": ("zero-shot", C_MTEB_SOURCE, (76.97, 74.88, 12.19)),
+    "CoSENT bert-base-chinese (in-domain)": ("finetune", TEXT2VEC_SOURCE, (79.27, 78.69, 60.00)),
+}
+
+
+def _sts(name: str, title: str, mteb: str, splits: Splits, reader: PairFile, column: int, description: str) -> Task:
+    """A C-MTEB STS set of the `sts` suite: its folder, cosine Spearman x100 on test, MTEB's dataset names (what
+    embedding models' cards write), its board column, the published rows."""
+    published = tuple(Reference(row, {"cosine_spearman": figures[column]}, source, method,
+                                beside=row == "text2vec-base-chinese", note="C-MTEB's table and text2vec's README")
+                      for row, (method, source, figures) in _STS_ROWS.items())
+    return Task(name=name, title=title, head=EMBED, reader=reader, folder="sts", splits=splits, suites=("sts",),
+                aliases=(name, mteb.lower(), f"mteb {mteb.lower()}"), metrics=(COSINE_SPEARMAN,), protocol="sts-v1",
+                published=published, columns=(Column(f"{name}-spearman", f"{title} Spearman", "test", "cosine_spearman",
+                                                     method="zero-shot"),),
+                test_text=PairText(), task_type="STS", dataset_type=f"C-MTEB/{mteb}", dataset_name=f"MTEB {mteb}",
+                description=description)
+
+
 _TNEWS_ALL = Splits("train_few_all.json", "dev_few_all.json", "test_public.json",
                     names=("train_few_all", "dev_few_all", "test_public"))
 _NLI = {"neutral": "并且", "entailment": "是的", "contradiction": "不是"}
@@ -201,6 +234,15 @@ BUNDLED_TASKS: tuple[Task, ...] = (
          dataset_type="seamew/ChnSentiCorp", description="hotel, book and product review sentiment"),
     _ner("resume_ner", "Resume NER", Splits("train.char.bmes", "dev.char.bmes", "test.char.bmes"), "Resume F1", 95.53,
          "résumé NER, 8 types, BMES"),
+    _sts("stsb", "STS-B", "STSB", Splits("STS-B.train.data", "STS-B.valid.data", "STS-B.test.data",
+                                         names=("train", "valid", "test")),
+         PairFile(grades=(0, 5)), 0, "sentence similarity graded 0-5 (a Chinese translation of the STS Benchmark)"),
+    _sts("lcqmc", "LCQMC", "LCQMC", Splits("LCQMC.valid.data", "LCQMC.valid.data", "LCQMC.test.data",
+                                           names=("valid (90%)", "valid (10%)", "test")),
+         PairFile(binary=True), 1, "question pairs of the same intent or not, 1/0"),
+    _sts("pawsx", "PAWS-X", "PAWSX", Splits("PAWSX.valid.data", "PAWSX.valid.data", "PAWSX.test.data",
+                                            names=("valid (90%)", "valid (10%)", "test")),
+         PairFile(binary=True), 2, "paraphrase or not, 1/0, adversarial word-order swaps"),
     # MSRA's train split is not bundled: train and choose name the same file, which the tag kind cuts into a fixed
     # 90% to train on and 10% to choose on (`ner_data.carve_choose`); `--msra-train` gives the official one
     _ner("msra_ner", "MSRA NER", Splits("dev.tsv", "dev.tsv", "test.tsv", names=("dev (90%)", "dev (10%)", "test"),
@@ -215,6 +257,8 @@ BUNDLED_SUITES: tuple[Suite, ...] = (
                       _fewclue_references("score"))),
     Suite("cmrc2018", "CMRC 2018", "cmrc2018-v1", "fine-tuned a fixed number of epochs on train (or the trial set), "
           "reported on dev, nothing chosen on dev"),
+    Suite("sts", "C-MTEB STS", "sts-v1", "the checkpoint as it is (no training): cosine of the pooled, L2-normalised "
+          "sentence vectors, Spearman x100 against the gold label on test"),
     Suite("ner", "NER", "ner-v1", "a token classifier trained on train (MSRA without --msra-train: a fixed 90% of "
           "dev), the learning rate and epoch chosen on dev (MSRA: the other 10%), entity F1 reported on test"),
 )

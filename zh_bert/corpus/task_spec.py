@@ -23,6 +23,8 @@ FINETUNE_PROTOCOL = "finetune-v1"
 CLASSIFY, CHOICE, SPAN = "classify", "choice", "span"
 #: the head kind of token tagging (NER): a token classifier, chosen on dev by entity F1
 TAG = "tag"
+#: the head kind of sentence embeddings: pooled, L2-normalised vectors compared by cosine (the STS sets)
+EMBED = "embed"
 
 
 @dataclass(frozen=True)
@@ -42,16 +44,23 @@ class Metric:
         return self.label or self.type
 
     def percent(self, value: float) -> float:
+        """A value in this metric's unit, in percent."""
         return value * 100 if self.unit == "fraction" else value
+
+    def of_fraction(self, value: float) -> float:
+        """A result's figure (always a fraction) in this metric's unit: what eval_results entries and cards hold."""
+        return value * 100 if self.unit == "percent" else value
 
 
 @dataclass(frozen=True)
 class Column:
-    """A board column: its key, its label, the split its figures are on, the metric it shows (in percent)."""
+    """A board column: its key, its label, the split its figures are on, the metric it shows (in percent), and the
+    method whose figures it holds (fine-tuned; the STS columns hold the model as it is, zero-shot, as C-MTEB)."""
     key: str
     label: str
     split: str
     metric: str = "accuracy"
+    method: str = "finetune"
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,10 @@ from zh_bert.train.rundir import find_run_dir
 ENTRY_KEYS = ("task_type", "task_name", "dataset_type", "dataset_name", "metric_type", "metric_name", "metric_value")
 _IDENTITY = ENTRY_KEYS[:-1]
 #: the range a figure of a metric may take: accuracy as a fraction [0, 1] or a percent [0, 100]; CMRC's EM and
-#: F1 in percent (the official scorer's scale), a macro-F1 as a fraction; a perplexity is at least 1. A metric
-#: not named here only has to be finite.
-METRIC_RANGE = {"accuracy": (0, 100), "exact_match": (0, 100), "f1": (0, 100), "perplexity": (1, None)}
+#: F1 in percent (the official scorer's scale), a macro-F1 as a fraction; a perplexity is at least 1; a Spearman
+#: correlation x100 (MTEB's scale) in [-100, 100]. A metric not named here only has to be finite.
+METRIC_RANGE = {"accuracy": (0, 100), "exact_match": (0, 100), "f1": (0, 100), "perplexity": (1, None),
+                "cosine_spearman": (-100, 100)}
 #: text details an entry may carry beside the card's keys, checked when present (the board reads them)
 TEXT_DETAILS = ("split", "method", "protocol", "zh_bert_version", "trained_on")
 

@@ -26,10 +26,74 @@ from __future__ import annotations
 import math
 import sys
 import time
+from dataclasses import dataclass
+from typing import Literal, Optional
 
 import numpy as np
 
+from zh_bert.core.config import at_least, check_choices, check_finite, option, option_of
+from zh_bert.core.errors import ZhBertError
+from zh_bert.core.hardware import Precision
+from zh_bert.core.options import Shared
+from zh_bert.corpus.shard.build import ShardConfig
 from zh_bert.evaluation.step import no_tick, optimizer_step, precision_autocast, stepping
+from zh_bert.train.recipe import check_seed
+from zh_bert.train.recipe_keys import OptimizerKeys, PrecisionKeys
+
+
+#: what `--pooling` takes (each head says which of them it computes)
+PoolingName = Literal["cls", "mean", "first-last-avg"]
+
+
+@dataclass
+class FinetuneConfig:
+    """How one fine-tuning run trains; `zh-bert ablate` keys its cached evaluations on the whole value."""
+    epochs: int = option(3, help="passes over the training set (early stop on dev may end sooner)")
+    lr: float = option_of(OptimizerKeys, "lr", default=5e-5, help="peak learning rate")
+    seq_len: int = option_of(ShardConfig, "seq_len", help="max tokens per example (longer ones are truncated)")
+    batch_size: int = option_of(Shared, "batch_size", help="examples per step")
+    warmup: float = option(0.1, help="warmup fraction of all steps")
+    weight_decay: float = option_of(OptimizerKeys, "weight_decay")
+    patience: int = option(2, help="early stop after N dev evals without gain")
+    eval_every: int = option(0, help="steps between dev evals (0: per epoch)")
+    max_train: int = option(0, help="use N training examples (0: all)")
+    random_init: bool = option(False, help="same architecture, random weights (baseline)")
+    precision: Precision = option_of(PrecisionKeys, "precision", default="fp32", help="auto = what pretrain picks here (bf16 on CPUs with avx512_bf16); fp16 with dynamic loss scaling; bf16 autocast")
+    pooling: Optional[PoolingName] = option(
+        None, help="how a sentence's tokens become one vector: cls ([CLS]; a classifier reads it through its stock "
+                   "pooler), mean (the masked mean of the last layer: an MLM-only checkpoint never trained [CLS] or "
+                   "the pooler, every token), first-last-avg (an embedder: the mean of the first and last layers' "
+                   "average); default: the head's (a classifier cls, an embedder mean, or a sentence-transformers "
+                   "folder's own)")
+
+    def __post_init__(self):
+        check_finite(self)   # nan passes every `<` test: refuse it (and inf) before any comparison
+        check_choices(self)
+        at_least(self, 1, "epochs", "batch_size")
+        at_least(self, 0, "patience", "eval_every", "max_train")
+        if not 8 <= self.seq_len <= 4096:
+            raise ZhBertError(f"--seq-len must be between 8 and 4096, got {self.seq_len}")
+        if not (0 < self.lr < 1):
+            raise ZhBertError(f"--lr must be in (0, 1), got {self.lr}")
+        if not 0 <= self.warmup < 1:
+            raise ZhBertError(f"--warmup is a fraction of the steps in [0, 1), got {self.warmup}")
+        if self.weight_decay < 0:
+            raise ZhBertError(f"--weight-decay must be >= 0, got {self.weight_decay}")
+
+
+@dataclass
+class Seeds:
+    """The seeds a command runs: S, S+1, ... (`--seeds N`); figures are mean ± std over them."""
+    seed: int = option_of(Shared, "seed", help="first seed")
+    seeds: int = option(1, help="number of seeds (S, S+1, ...); reports mean ± std")
+
+    def __post_init__(self):
+        at_least(self, 1, "seeds")
+        check_seed("--seed", self.seed, self.seed + self.seeds - 1)   # seeds S..S+N-1 (--seeds N)
+
+    def seed_list(self) -> list[int]:
+        return list(range(self.seed, self.seed + self.seeds))
+
 
 
 def snapshot(model, into: dict | None) -> dict:

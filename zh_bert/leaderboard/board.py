@@ -16,7 +16,7 @@ from zh_bert.core.errors import ZhBertError
 from zh_bert.core.fileio import MANIFEST, RUN_RECIPE, RUN_SUMMARY, Record, atomic_dir, claim_dir, read_text, write_json, write_text
 from zh_bert.corpus.benchmark_text import suite_tasks
 from zh_bert.corpus.task_registry import suites
-from zh_bert.evaluation.contamination_report import ContaminationArgs, contamination
+from zh_bert.evaluation.commands.contamination import ContaminationArgs, contamination
 from zh_bert.leaderboard.html import render_html
 from zh_bert.leaderboard.record import TOLERANCE, cell, columns, group_notes, sort_entries
 from zh_bert.leaderboard.sources import Model, gather, note

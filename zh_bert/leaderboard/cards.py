@@ -27,7 +27,8 @@ CARD_SPLITS = {"validation": "dev", "valid": "dev", "val": "dev", "dev": "dev", 
           "test_public": "test_public", "trial": "trial", "train": "train"}
 #: a card's metric ids -> the board's
 METRICS = {"accuracy": "accuracy", "acc": "accuracy", "exact_match": "exact_match", "exact": "exact_match",
-           "em": "exact_match", "f1": "f1"}
+           "em": "exact_match", "f1": "f1", "cosine_spearman": "cosine_spearman",
+           "cos_sim_spearman": "cosine_spearman"}   # MTEB's STS main score, before and after mteb 1.12
 #: the most claims of one card the board reads (a hostile card cannot make it build a huge board)
 MAX_CLAIMS = 5000
 

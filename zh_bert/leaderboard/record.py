@@ -46,14 +46,14 @@ def protocols() -> set[str]:
 NOTE_CLAIMS = 1000
 
 
-def _method_of(e: dict) -> str:
+def _method_of(e: dict, default: str = BOARD_METHOD) -> str:
     """`method` detail, else read from a suite task's name "FewCLUE x (fewclue-v2, pet, ...)" (cards drop
-    details)."""
+    details), else `default` (the column's own: a card that says nothing claims what the column holds)."""
     if e.get("method"):
         return str(e["method"])
     name = str(e.get("task_name", ""))
     inner = name[name.find("(") + 1:name.find(")")].split(", ") if "(" in name else []
-    return inner[1] if len(inner) > 1 and inner[0] in protocols() else BOARD_METHOD
+    return inner[1] if len(inner) > 1 and inner[0] in protocols() else default
 
 
 def _no_column(task: str | None) -> str:
@@ -95,9 +95,10 @@ def placement(e: dict) -> tuple[str | None, float | None, str]:
     if split != column.split:
         given = "no split given" if split is None else f"split {split}"
         return None, None, f"{given}: the {column.label} column holds {column.split} figures"
-    method = _method_of(e)
-    if method != BOARD_METHOD:
-        return None, None, f"method {method}: the columns hold fine-tuned figures"
+    method = _method_of(e, column.method)
+    if method != column.method:
+        held = "fine-tuned figures" if column.method == BOARD_METHOD else f"{column.method} figures"
+        return None, None, f"method {method}: the {column.label} column holds {held}"
     value = percent_of(metric, float(e["metric_value"]))
     if value is None:
         return None, None, _out_of_range(metric, e["metric_value"])

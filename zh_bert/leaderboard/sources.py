@@ -21,7 +21,8 @@ from zh_bert.core.fileio import RUN_SUMMARY, SUITE_DIR, VERIFICATION_FILE, Recor
 from zh_bert.evaluation import eval_results
 from zh_bert.corpus.task_registry import task_named, tasks_of
 from zh_bert.evaluation.heads import head_kind
-from zh_bert.evaluation.suite_report import suite_entries
+from zh_bert.evaluation.result import FIGURE_UNIT
+from zh_bert.evaluation.suite.report import suite_entries
 from zh_bert.hub.catalog import BY_ALIAS, resolve
 from zh_bert.hub.endpoint import endpoint_and_host, hub_errors, repo_info
 from zh_bert.hub.listing import card_metadata, facts_of_files, repo_facts
@@ -169,9 +170,10 @@ def hub_model(source: str, scratch: Path, endpoint: str | None = None, revision:
                  claims=claims, claims_from=CARD, run=_json_or_none(folder / RUN_SUMMARY, notes), notes=notes)
 
 
-def _suite_result(name: str, r: Record) -> None:
-    """One task of a suite report's random-init run, typed as `suite_entries` reads it (the task's metrics in
-    their units, its pairs or what it trained on)."""
+def _suite_result(name: str, r: Record, fractions: bool) -> None:
+    """One task of a suite report's random-init run, typed as `suite_entries` reads it (the task's metrics as
+    fractions, or in their own units in a report written before results held fractions; its pairs or what it
+    trained on)."""
     every = [t.name for t in tasks_of("all")]
     if name not in every:
         raise ZhBertError(f"{r.where}: {r.path}: not a task of a suite ({', '.join(every)})")
@@ -182,10 +184,11 @@ def _suite_result(name: str, r: Record) -> None:
     task = task_named(name)
     if head_kind(task).chooses:
         r.integer("pairs", lo=1, hi=1000)
-    else:
+    elif "trained_on" in r:
         r.text("trained_on", max_len=100)
     for m in task.metrics:
-        r.number(m.key, lo=0, hi=1 if m.unit == "fraction" else 100)
+        hi = 1 if fractions or m.unit == "fraction" else 100
+        r.number(m.key, lo=-hi if (eval_results.metric_range(m.type)[0] or 0) < 0 else 0, hi=hi)
 
 
 def baseline_of(m: Model) -> Model | None:
@@ -205,7 +208,7 @@ def baseline_of(m: Model) -> Model | None:
         protocols.text(key, max_len=100)
     runs = dict(rec.records_in("random_init"))
     for name, r in runs.items():
-        _suite_result(name, r)
+        _suite_result(name, r, rec.data.get("figures") == FIGURE_UNIT)
     claims = eval_results.checked_entries(suite_entries({**rec.data, "pretrained": rec.data["random_init"]}),
                                           str(path))
     return Model(id=f"{m.id}#random-init", name=f"{m.name} (random init)", source=m.source, kind="baseline",

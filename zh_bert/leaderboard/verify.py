@@ -26,10 +26,10 @@ from zh_bert.core.fileio import FINAL, VERIFICATION_FILE, claim_file, read_json,
 from zh_bert.core.hardware import machine_line
 from zh_bert.core.options import Shared
 from zh_bert.evaluation.eval_results import CheckpointArgs
-from zh_bert.evaluation.finetune import FinetuneConfig
-from zh_bert.evaluation.qa import QAConfig
-from zh_bert.evaluation.suite import SuiteArgs, run_suite
-from zh_bert.evaluation.suite_report import report_lines, suite_entries
+from zh_bert.evaluation.heads import option_classes
+from zh_bert.evaluation.loop import FinetuneConfig
+from zh_bert.evaluation.suite.protocol import SuiteArgs, head_options, run_suite
+from zh_bert.evaluation.suite.report import report_lines, suite_entries
 from zh_bert.hub.download import local_model, refuse_model_code
 from zh_bert.leaderboard.record import RECORD_SCHEMA, TOLERANCE, cell, columns, scores_of
 from zh_bert.leaderboard.sources import Model, folder_model, hub_model, kind_of, weights_sha256
@@ -85,7 +85,8 @@ def compare(claims: list[dict], entries: list[dict], tolerance: float) -> list[d
             for c in columns() if c.key in verified]
 
 
-def verify(args: VerifyArgs, suite: SuiteArgs, cfg: FinetuneConfig, qa: QAConfig, log=print) -> tuple[dict, Path]:
+def verify(args: VerifyArgs, suite: SuiteArgs, cfg: FinetuneConfig, opts: dict | None = None,
+           log=print) -> tuple[dict, Path]:
     refuse_remote_code(args.ckpt, args.endpoint, args.revision)
     out = Path(args.output) if args.output else default_output(args.ckpt)
     claim_file(out, ours=_is_ours, flag="-o", what="a verification record zh-bert wrote")
@@ -93,7 +94,8 @@ def verify(args: VerifyArgs, suite: SuiteArgs, cfg: FinetuneConfig, qa: QAConfig
         known = claims_of(args.ckpt, args.endpoint, args.revision, scratch)
     folder = local_model(args.ckpt, endpoint=args.endpoint, revision=args.revision, log=log)
     t0 = time.perf_counter()
-    res = run_suite(folder, suite, cfg, qa, log=log)
+    opts = head_options(suite, opts)
+    res = run_suite(folder, suite, cfg, opts, log=log)
     wall = round(time.perf_counter() - t0, 1)
     log("\n".join(report_lines(res)))
     entries = suite_entries(res)
@@ -107,7 +109,7 @@ def verify(args: VerifyArgs, suite: SuiteArgs, cfg: FinetuneConfig, qa: QAConfig
         "zh_bert_version": version("zh-bert"), "protocols": res["protocols"], "method": res["method"],
         "seeds": suite.seed_list(), "data_sha256": {k: r.get("data_sha256") for k, r in res["pretrained"].items()},
         "suite_args": dataclasses.asdict(suite), "finetune_config": dataclasses.asdict(cfg),
-        "qa_config": dataclasses.asdict(qa),
+        "head_options": {cls.__name__: dataclasses.asdict(o) for cls, o in opts.items()},
         "hardware": machine_line(), "software": {"python": platform.python_version(), "torch": torch.__version__,
                                                  "transformers": transformers.__version__},
         "wall_s": wall, "date": datetime.date.today().isoformat(),
@@ -130,13 +132,14 @@ def comparison_lines(record: dict) -> list[str]:
 
 
 def main_verify(args) -> int:
-    vargs, suite, cfg, qa = (config_from_args(c, args) for c in (VerifyArgs, SuiteArgs, FinetuneConfig, QAConfig))
+    vargs, suite, cfg = (config_from_args(c, args) for c in (VerifyArgs, SuiteArgs, FinetuneConfig))
+    opts = {cls: config_from_args(cls, args) for cls in option_classes("suite")}
     if not suite.lrs and cfg.lr != FinetuneConfig.lr:     # `--lr X` alone: a grid of one rate, as eval suite
         suite = dataclasses.replace(suite, lrs=[cfg.lr])
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
-    record, out = verify(vargs, suite, cfg, qa, log=lambda m: print(m, flush=True))
+    record, out = verify(vargs, suite, cfg, opts, log=lambda m: print(m, flush=True))
     print("\n".join(comparison_lines(record)), flush=True)
     print(f"verification record: {out}", flush=True)
     print(json.dumps({k: record[k] for k in ("model", "comparison", "wall_s")}, ensure_ascii=False), flush=True)

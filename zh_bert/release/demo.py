@@ -1,4 +1,5 @@
-"""`zh-bert demo [MODEL ...]`: a Gradio fill-in-the-blank (cloze) page for any BERT or ModernBERT masked LM.
+"""`zh-bert demo [MODEL ...]`: a Gradio fill-in-the-blank (cloze) page for any BERT or ModernBERT masked LM, and a
+similarity tab for a sentence embedder among the models (`similarity`).
 
 The fill logic is pure functions over a model and tokenizer (`parse_blanks`, `fill`), testable without
 Gradio; Gradio is imported only when the page is built (it costs ~2.5 s). A blank is `[MASK]`, a run of
@@ -24,6 +25,7 @@ from zh_bert.core.options import Shared
 from zh_bert.corpus.tokenizer_files import load_tokenizer
 from zh_bert.hub.catalog import CATALOG, resolve
 from zh_bert.hub.download import default_out, download_hf
+from zh_bert.release.similarity import EmbedderPool, is_embedder, similarity_tab
 from zh_bert.train import rundir
 from zh_bert.train.weights import check_weights, load_pretrained
 
@@ -131,7 +133,7 @@ def fill(model, tokenizer, text: str, top_k: int = 5, max_chars: int = MAX_CHARS
         raise FillError(f"文本太长：{len(ids)} 个词元，模型最多 {limit}。Text too long for this model ({len(ids)} tokens).")
     banned = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
     top_k = max(1, min(int(top_k), 20))
-    from zh_bert.evaluation.evaluate import (
+    from zh_bert.evaluation.commands.evaluate import (
         sparse_head,  # BERT's token types are left at their default (all zeros)
     )
 
@@ -295,41 +297,60 @@ CSS = """
 """
 
 
+def cloze_tab(gr, choices: list[str], pool: ModelPool) -> None:
+    """The fill-in-the-blank widgets inside the caller's Blocks (and Tab); `choices[0]` selected first."""
+    gr.Markdown("## zh-bert 中文填空 · Chinese fill-in-the-blank\n"
+                "用 `[MASK]`、`＿`（每字一个）或 `__` 标出空格；相邻的空格按一个多字词一起填。"
+                " Mark blanks with `[MASK]`, `＿` (one per character) or `__`.")
+    with gr.Row():
+        text = gr.Textbox(label="句子 Sentence", value=EXAMPLES[0], lines=2, elem_id="zh-text", scale=4)
+        with gr.Column(scale=1):
+            model = gr.Dropdown(choices, value=choices[0], label="模型 Model", elem_id="zh-model")
+            compare = gr.Dropdown(["(none)"] + choices, value="(none)", label="对比 Compare with",
+                                  elem_id="zh-compare")
+            top_k = gr.Slider(1, 10, value=5, step=1, label="top-k")
+    button = gr.Button("填空 Fill", variant="primary", elem_id="zh-fill")
+    gr.Examples(EXAMPLES, inputs=[text], label="例句 Examples")
+    with gr.Row():
+        main_html = gr.HTML(elem_id="zh-result")
+        compare_html = gr.HTML(elem_id="zh-compare-result")
+    with gr.Accordion("JSON (API output)", open=False):
+        result = gr.JSON(label="fill", elem_id="zh-json")
+
+    def _fill(text_, model_, top_k_=5, compare_="(none)"):
+        return run_fill(pool, text_, model_, top_k_, compare_)
+
+    inputs = [text, model, top_k, compare]
+    button.click(_fill, inputs, result, api_name="fill").then(
+        result_html, result, [main_html, compare_html], api_visibility="private")
+    text.submit(_fill, inputs, result, api_visibility="private").then(
+        result_html, result, [main_html, compare_html], api_visibility="private")
+
+
 def build_app(models: list[str], pool: ModelPool | None = None):
-    """The Blocks app. `models[0]` is selected first; the dropdown also offers local runs and the catalog."""
+    """The Blocks app: the cloze page for masked LMs (`models[0]` selected first; the dropdown also offers local
+    runs and the catalog), a similarity tab for sentence embedders among `models` (`similarity`), both as tabs
+    when both are given."""
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     import gradio as gr
 
-    choices = model_choices(models)
+    embedders = [m for m in models if is_embedder(m)]
+    mlms = [m for m in models if m not in embedders]
+    choices = model_choices(mlms) if mlms or not embedders else []
     pool = pool or ModelPool(choices)
-    with gr.Blocks(title="zh-bert 填空 cloze demo", analytics_enabled=False) as app:
-        gr.Markdown("## zh-bert 中文填空 · Chinese fill-in-the-blank\n"
-                    "用 `[MASK]`、`＿`（每字一个）或 `__` 标出空格；相邻的空格按一个多字词一起填。"
-                    " Mark blanks with `[MASK]`, `＿` (one per character) or `__`.")
-        with gr.Row():
-            text = gr.Textbox(label="句子 Sentence", value=EXAMPLES[0], lines=2, elem_id="zh-text", scale=4)
-            with gr.Column(scale=1):
-                model = gr.Dropdown(choices, value=choices[0], label="模型 Model", elem_id="zh-model")
-                compare = gr.Dropdown(["(none)"] + choices, value="(none)", label="对比 Compare with",
-                                      elem_id="zh-compare")
-                top_k = gr.Slider(1, 10, value=5, step=1, label="top-k")
-        button = gr.Button("填空 Fill", variant="primary", elem_id="zh-fill")
-        gr.Examples(EXAMPLES, inputs=[text], label="例句 Examples")
-        with gr.Row():
-            main_html = gr.HTML(elem_id="zh-result")
-            compare_html = gr.HTML(elem_id="zh-compare-result")
-        with gr.Accordion("JSON (API output)", open=False):
-            result = gr.JSON(label="fill", elem_id="zh-json")
-
-        def _fill(text_, model_, top_k_=5, compare_="(none)"):
-            return run_fill(pool, text_, model_, top_k_, compare_)
-
-        inputs = [text, model, top_k, compare]
-        button.click(_fill, inputs, result, api_name="fill").then(
-            result_html, result, [main_html, compare_html], api_visibility="private")
-        text.submit(_fill, inputs, result, api_visibility="private").then(
-            result_html, result, [main_html, compare_html], api_visibility="private")
-    app.zh_pool = pool
+    embed_pool = EmbedderPool(embedders)
+    title = "zh-bert 填空 cloze demo" if choices else "zh-bert 句子相似度 similarity demo"
+    with gr.Blocks(title=title, analytics_enabled=False) as app:
+        if choices and embedders:
+            with gr.Tab("填空 Cloze", elem_id="zh-tab-cloze"):
+                cloze_tab(gr, choices, pool)
+            with gr.Tab("相似度 Similarity", elem_id="zh-tab-similarity"):
+                similarity_tab(gr, embedders, embed_pool)
+        elif embedders:
+            similarity_tab(gr, embedders, embed_pool)
+        else:
+            cloze_tab(gr, choices, pool)
+    app.zh_pool, app.zh_embed_pool = pool, embed_pool
     return app
 
 
@@ -418,6 +439,6 @@ def main(argv: list[str]) -> int:
     models = default_models(cfg.models)
     check_local_models(models)
     app = build_app(models)
-    app.zh_pool.get(models[0])  # load (or fail) before serving
+    (app.zh_embed_pool if is_embedder(models[0]) else app.zh_pool).get(models[0])  # load (or fail) before serving
     serve(app, cfg.host, cfg.port, cfg.share)
     return 0

@@ -168,6 +168,10 @@ class Architecture:
         """(hidden dropout, attention dropout) of a transformers config of this family."""
         raise NotImplementedError
 
+    def dropout_kwargs(self, hidden: float, attention: float) -> dict:
+        """The config keys that set the family's hidden and attention dropout (`from_pretrained` overrides)."""
+        raise NotImplementedError
+
     def shape_label(self, shape) -> str:
         """How `plan` names a model shape (`plan.memory_model.ModelShape`)."""
         return f"L{shape.layers}/H{shape.hidden}/A{shape.heads}"

@@ -122,6 +122,9 @@ class Bert(Architecture):
     def dropouts(self, cfg):
         return cfg.hidden_dropout_prob, cfg.attention_probs_dropout_prob
 
+    def dropout_kwargs(self, hidden, attention):
+        return {"hidden_dropout_prob": hidden, "attention_probs_dropout_prob": attention}
+
     def model_class(self, objective):
         from transformers import BertForMaskedLM, BertForPreTraining
 

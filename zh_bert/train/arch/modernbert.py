@@ -297,6 +297,9 @@ class ModernBert(Architecture):
     def dropouts(self, cfg):
         return cfg.mlp_dropout, cfg.attention_dropout
 
+    def dropout_kwargs(self, hidden, attention):
+        return {"embedding_dropout": hidden, "mlp_dropout": hidden, "attention_dropout": attention}
+
     def shape_label(self, shape):
         s = shape
         return (f"ModernBERT L{s.layers}/H{s.hidden}/A{s.heads}/GeGLU {s.intermediate}, "

@@ -1,0 +1,278 @@
+"""`zh-bert eval mlm|cloze CKPT ...`: masked-LM figures that compare checkpoints fairly.
+
+`eval mlm` packs held-out text with the shard packer itself (rows `[CLS] doc [SEP] doc ... [SEP]`, exactly
+like the training rows) and masks them once with `zh_bert.train.masking.mask_batch` from a fixed seed, over the
+whole set at once, so the masked positions depend only on (text, tokenizer, seed, masking) — not on batch
+size or model — and two checkpoints with the same tokenizer are scored on exactly the same blanks.
+
+`eval cloze` fills each blank with every candidate: the blank becomes as many [MASK]s as the candidate has
+tokens, and the candidate's score is the sum (or mean) of its tokens' log-probabilities, all predicted at
+once. Candidates with the same token count share one forward pass (ChID's are all four characters).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+from dataclasses import InitVar, dataclass, field
+from pathlib import Path
+from typing import Literal, Optional
+
+import numpy as np
+
+from zh_bert.core.config import at_least, config_from_args, option, option_of
+from zh_bert.core.config import build_parser as derive_parser
+from zh_bert.core.errors import ZhBertError
+from zh_bert.core.fileio import SUITE_DIR
+from zh_bert.core.options import Shared
+from zh_bert.corpus.corpus_io import read_documents
+from zh_bert.corpus.segment import SEGMENTERS, Segmenter, SegmenterName
+from zh_bert.corpus.shard.build import ShardConfig
+from zh_bert.corpus.shard.encode import Specials, TextEncoder, pack_sequences
+from zh_bert.corpus.cloze_items import read_cloze
+from zh_bert.evaluation.heads.cloze import (
+    eval_cloze,
+    load_mlm,
+    masked_logits,
+    model_batch,
+    sparse_head,  # noqa: F401 (re-exported: the demo imports it from here)
+)
+from zh_bert.evaluation.commands.contamination import ContaminationArgs, main_contamination
+from zh_bert.evaluation.eval_results import CheckpointArgs, entry, record_for_checkpoint
+from zh_bert.evaluation.heads import option_classes
+from zh_bert.evaluation.loop import FinetuneConfig
+from zh_bert.evaluation.suite.protocol import SuiteArgs, check_suite_data, head_options, run_suite
+from zh_bert.evaluation.suite.report import (
+    claim_outputs,
+    report_lines,
+    suite_entries,
+    write_predictions,
+    write_report,
+)
+from zh_bert.hub.download import local_model
+from zh_bert.train.masking import MaskingConfig, mask_batch
+from zh_bert.train.rundir import find_run_dir
+
+# --------------------------------------------------------------------------- options shared by the commands
+
+# --------------------------------------------------------------------------- eval mlm
+
+def encode_and_pack(docs: list[str], tok, seq_len: int, segmenter: str = "rjieba") -> tuple[np.ndarray, np.ndarray]:
+    """(N, seq_len) ids and word starts, packed by the shard packer itself: full rows `[CLS] doc [SEP] doc
+    ... [SEP]`, the last one padded. Held-out text then looks to the model exactly like its training rows."""
+    encoder = TextEncoder(tok, Segmenter(segmenter))
+    if not encoder.self_check(docs[:100]):   # as `zh-bert shard` does: never trade exact ids for speed
+        encoder.lut = None
+    packed = pack_sequences(encoder.encode(docs), seq_len,
+                            Specials(cls=tok.cls_token_id, sep=tok.sep_token_id, pad=tok.pad_token_id))
+    if not len(packed["ids"]):
+        raise ZhBertError("the text tokenizes to nothing")
+    return packed["ids"], packed["word_start"]
+
+
+@dataclass
+class MlmEvalConfig:
+    """Settings of `eval mlm`. `masking` holds the masking options (--masking, --mask-rate, ...);
+    `mask_rate=` is accepted as a shorthand for `masking.mask_rate`."""
+    seed: int = option_of(Shared, "seed", default=0, help="masking seed (same seed = same blanks)")
+    seq_len: int = option_of(ShardConfig, "seq_len", help="tokens per packed sequence, [CLS] and [SEP] included")
+    batch_size: int = option_of(Shared, "batch_size", help="sequences per forward pass (does not change the figures)")
+    max_seqs: int = option(0, help="evaluate the first N packed sequences (0: all)")
+    segmenter: SegmenterName = option_of(ShardConfig, "segmenter", help="word boundaries for wwm/ngram")
+    order_check: bool = option(False, help="also score the same blanks with each sequence's tokens shuffled; "
+                                           "reports mlm_acc_shuffled and order_gain (≈0: the model ignores "
+                                           "word order)")
+    masking: MaskingConfig = field(default_factory=MaskingConfig)
+    mask_rate: InitVar[Optional[float]] = None
+
+    def __post_init__(self, mask_rate: Optional[float]):
+        if mask_rate is not None:
+            self.masking = dataclasses.replace(self.masking, mask_rate=mask_rate)
+        at_least(self, 1, "batch_size")
+        at_least(self, 8, "seq_len")
+        at_least(self, 0, "max_seqs")
+        if self.segmenter not in SEGMENTERS:
+            raise ZhBertError(f"--segmenter must be one of {', '.join(SEGMENTERS)}, got {self.segmenter!r}")
+
+
+def eval_mlm(model, tok, docs: list[str], cfg: MlmEvalConfig) -> dict:
+    """Masked-LM loss / accuracy / top-5 on `docs`, masked deterministically from cfg.seed."""
+    max_pos = getattr(model.config, "max_position_embeddings", 512)
+    if not 8 <= cfg.seq_len <= max_pos:
+        raise ZhBertError(f"--seq-len {cfg.seq_len}: must be between 8 and the model's {max_pos} positions")
+    ids, ws = encode_and_pack(docs, tok, cfg.seq_len, cfg.segmenter)
+    if cfg.max_seqs:
+        ids, ws = ids[:cfg.max_seqs], ws[:cfg.max_seqs]
+    vocab_size = model.config.vocab_size
+    unigram = None
+    if cfg.masking.strategy == "unigram-noise":
+        unigram = np.bincount(ids.ravel(), minlength=vocab_size).astype(np.float64)
+        unigram[list(tok.all_special_ids)] = 0
+        unigram /= unigram.sum()
+    masked, labels = mask_batch(ids, ws, cfg.masking, np.random.default_rng(cfg.seed), mask_id=tok.mask_token_id,
+                                special_ids=tok.all_special_ids, vocab_size=vocab_size, unigram_probs=unigram)
+    loss_sum, top1, top5, n = _score(model, tok, masked, labels, ids, cfg.batch_size)
+    if n == 0:
+        raise ZhBertError("no token was masked: the text is too short")
+    loss = loss_sum / n
+    out = {"mlm_loss": loss, "mlm_acc": top1 / n, "mlm_top5": top5 / n, "perplexity": math.exp(min(loss, 700)),
+            "n_masked": n, "n_sequences": int(len(ids)), "n_tokens": int((ids != tok.pad_token_id).sum()),
+            "seed": cfg.seed, "masking": cfg.masking.strategy, "mask_rate": cfg.masking.mask_rate,
+            "seq_len": cfg.seq_len}
+    if cfg.order_check:
+        # Same blanks, same tokens, random order within each sequence (padding stays at the end). A model
+        # that only counts which characters are around (bag of words) scores the same; one that reads its
+        # neighbours loses accuracy. order_gain = mlm_acc - mlm_acc_shuffled.
+        rng = np.random.default_rng([cfg.seed, 1])
+        sm, sl, si = masked.copy(), labels.copy(), ids.copy()
+        for r in range(len(ids)):
+            real = np.flatnonzero(ids[r] != tok.pad_token_id)
+            perm = real[rng.permutation(len(real))]
+            sm[r, real], sl[r, real], si[r, real] = masked[r, perm], labels[r, perm], ids[r, perm]
+        s_loss, s_top1, _, s_n = _score(model, tok, sm, sl, si, cfg.batch_size)
+        out.update(mlm_loss_shuffled=s_loss / s_n, mlm_acc_shuffled=s_top1 / s_n,
+                   order_gain=out["mlm_acc"] - s_top1 / s_n)
+    return out
+
+
+def _score(model, tok, masked: np.ndarray, labels: np.ndarray, ids: np.ndarray, batch_size: int):
+    """(loss sum, top-1 hits, top-5 hits, n) over the masked positions of packed (N, L) arrays."""
+    import torch
+
+    loss_sum, top1, top5, n = 0.0, 0, 0, 0
+    for s in range(0, len(ids), batch_size):
+        lab = torch.from_numpy(labels[s:s + batch_size])
+        if not (lab != -100).any():
+            continue
+        inp = torch.from_numpy(masked[s:s + batch_size])
+        batch = model_batch(model, inp, (torch.from_numpy(ids[s:s + batch_size]) != tok.pad_token_id).long())
+        pos = lab != -100
+        logits = masked_logits(model, batch, pos).cpu()
+        gold = lab[pos]
+        loss_sum += float(torch.nn.functional.cross_entropy(logits, gold, reduction="sum"))
+        best5 = logits.topk(min(5, logits.shape[-1]), dim=-1).indices
+        top1 += int((best5[:, 0] == gold).sum())
+        top5 += int((best5 == gold[:, None]).any(-1).sum())
+        n += int(pos.sum())
+    return loss_sum, top1, top5, n
+
+
+# --------------------------------------------------------------------------- CLI
+
+@dataclass
+class MlmText:
+    text: list[str] = option(metavar="FILE", help="held-out text: `zh-bert clean` JSONL or plain text, "
+                                                  "one document per line, or a directory of parts "
+                                                  "(a `zh-bert clean` OUTDIR)")
+
+
+@dataclass
+class ClozeEvalConfig:
+    """Settings of `eval cloze`."""
+    data: str = option(metavar="FILE", help='JSON lines: {"content": "..#idiom#..", "candidates": [..], '
+                                            '"answer": i} or {"text": "..[MASK]..", "answer": "..", '
+                                            '"candidates": [..] (optional)}')
+    score: Literal["sum", "mean"] = option("sum", help="rank candidates by summed or mean token log-probability")
+    seq_len: int = option_of(ShardConfig, "seq_len", default=256, help="longest input; the window is centred on the blank")
+    batch_size: int = option_of(Shared, "batch_size", help="inputs per forward pass")
+    show: int = option(5, help="print the first N predictions")
+
+    def __post_init__(self):
+        if self.score not in ("sum", "mean"):
+            raise ZhBertError(f"--score must be sum or mean, got {self.score!r}")
+        at_least(self, 1, "batch_size")
+        at_least(self, 3, "seq_len")
+        at_least(self, 0, "show")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    return derive_parser("zh-bert eval", __doc__.split("\n\n")[0], subcommands={
+        "mlm": ("masked-LM loss, perplexity, top-1/top-5 accuracy on held-out text",
+                (CheckpointArgs, MlmText, MlmEvalConfig, MaskingConfig)),
+        "cloze": ("multiple-choice cloze (ChID #idiom# or [MASK] sentences)", (CheckpointArgs, ClozeEvalConfig)),
+        "suite": ("the benchmarks under their own protocols: FewCLUE (train on train_k, choose on dev_k, report "
+                  "test_public), CMRC 2018 (span extraction, dev EM/F1), any declared suite",
+                  (CheckpointArgs, SuiteArgs, FinetuneConfig, *option_classes("suite"))),
+        "contamination": ("share of each benchmark test set whose text (character n-grams) is in a pretraining "
+                          "corpus", (ContaminationArgs,))})
+
+
+def _main_mlm(ckpt: str, args: argparse.Namespace) -> tuple[dict, list[dict]]:
+    cfg = dataclasses.replace(config_from_args(MlmEvalConfig, args), masking=config_from_args(MaskingConfig, args))
+    text = config_from_args(MlmText, args).text
+    docs = read_documents(text)
+    model, tok, ckpt_dir = load_mlm(ckpt)
+    res = eval_mlm(model, tok, docs, cfg)
+    res["checkpoint"] = str(ckpt_dir)
+    print(f"{ckpt_dir}: {res['n_sequences']} sequences, {res['n_masked']} masked tokens ({res['masking']}, "
+          f"seed {cfg.seed}): loss {res['mlm_loss']:.4f}, perplexity {res['perplexity']:.2f}, "
+          f"acc {res['mlm_acc']:.4f}, top-5 {res['mlm_top5']:.4f}", flush=True)
+    if cfg.order_check:
+        print(f"context shuffled: acc {res['mlm_acc_shuffled']:.4f} (order gain {res['order_gain'] * 100:+.1f} "
+              f"points), loss {res['mlm_loss_shuffled']:.4f}", flush=True)
+    name = ", ".join(Path(t).name for t in text)
+    task = f"Masked LM ({res['masking']} masking, seed {cfg.seed})"
+    return res, [entry("fill-mask", task, "text", name, "accuracy", "MLM accuracy", res["mlm_acc"]),
+                 entry("fill-mask", task, "text", name, "accuracy", "MLM top-5 accuracy", res["mlm_top5"]),
+                 entry("fill-mask", task, "text", name, "perplexity", "perplexity", res["perplexity"])]
+
+
+def _main_cloze(ckpt: str, args: argparse.Namespace) -> tuple[dict, list[dict]]:
+    cfg = config_from_args(ClozeEvalConfig, args)
+    items = read_cloze(cfg.data)
+    model, tok, ckpt_dir = load_mlm(ckpt)
+    res, preds = eval_cloze(model, tok, items, cfg.score, cfg.seq_len, cfg.batch_size)
+    res["checkpoint"] = str(ckpt_dir)
+    for p in preds[:cfg.show]:
+        print(f"{p['where']}: {'✓' if p['correct'] else '✗'} predicted {p['prediction']!r}, answer {p['answer']!r}")
+    print(f"{ckpt_dir}: cloze accuracy {res['accuracy']:.4f} on {res['n']} items "
+          f"(sum {res['accuracy_sum']:.4f}, mean {res['accuracy_mean']:.4f})", flush=True)
+    return res, [entry("fill-mask", f"Cloze ({cfg.score} log-prob)", "cloze", Path(cfg.data).name, "accuracy",
+                       "cloze accuracy", res["accuracy"])]
+
+
+def _main_suite(ckpt: str, args: argparse.Namespace) -> tuple[dict, list[dict]]:
+    from transformers.utils import logging as hf_logging
+
+    suite, cfg = (config_from_args(c, args) for c in (SuiteArgs, FinetuneConfig))
+    if not suite.lrs and cfg.lr != FinetuneConfig.lr:     # `--lr X` alone: a grid of one rate
+        suite = dataclasses.replace(suite, lrs=[cfg.lr])
+    opts = head_options(suite, {cls: config_from_args(cls, args) for cls in option_classes("suite")})
+    data = check_suite_data(suite, opts)      # every file read and its roles kept apart before a model is resolved
+    model = local_model(ckpt, log=lambda m: print(m, flush=True))
+    run_dir = find_run_dir(model)
+    report = suite.report or (str(Path(run_dir) / SUITE_DIR) if run_dir else None)
+    claim_outputs(suite.predictions, report)          # before any training: never a user's folder
+    hf_logging.set_verbosity_error()  # "newly initialised classifier" warnings are expected here
+    hf_logging.disable_progress_bar()
+    res = run_suite(model, suite, cfg, opts, log=lambda m: print(m, flush=True), data=data)
+    print("\n".join(report_lines(res)), flush=True)
+    if suite.predictions:
+        files = write_predictions(res, suite.predictions)
+        print(f"predictions: {len(files)} files in {suite.predictions} (the benchmarks' own formats)", flush=True)
+    if report:
+        write_report(res, report, "zh-bert eval " + " ".join(sys.argv[2:] if len(sys.argv) > 2 else [ckpt]))
+        print(f"report: {report}/suite.md, suite.png, suite.json", flush=True)
+    for r in [*res["pretrained"].values(), *res["random_init"].values()]:   # the files hold every prediction
+        r.pop("predictions", None)
+        for pair in r.get("per_pair", []):
+            pair.pop("test_predictions", None)
+    return res, suite_entries(res)
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "contamination":   # reads a corpus, not a checkpoint: nothing to record
+        print(json.dumps(main_contamination(args), ensure_ascii=False), flush=True)
+        return 0
+    target = config_from_args(CheckpointArgs, args)
+    res, entries = {"mlm": _main_mlm, "cloze": _main_cloze, "suite": _main_suite}[args.command](target.ckpt, args)
+    if not target.no_record:
+        where = record_for_checkpoint(target.ckpt, entries)
+        if where:
+            print(f"recorded in {where}", flush=True)
+    print(json.dumps(res, ensure_ascii=False), flush=True)
+    return 0
