@@ -38,7 +38,7 @@ from bench import REPO
 from bench.cli import parse
 from bench.timing import machine
 from zh_bert.core.config import at_least, option
-from zh_bert.core.fileio import atomic_dir, save_pretrained, write_text
+from zh_bert.core.fileio import atomic_dir, copy_file, save_pretrained, write_text
 
 MAIN = REPO / "runs" / "tiny-cpu" / "final"
 VOCAB = REPO / "tests" / "data" / "bert_base_chinese_vocab" / "vocab.txt"
@@ -74,7 +74,7 @@ def start_model(opts: Options, scratch: Path) -> Path:
     if MAIN.is_dir() and not opts.quick:
         return MAIN
     import torch
-    from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
+    from transformers import BertConfig, BertForMaskedLM, BertTokenizer
 
     out = scratch / "tiny"
     torch.manual_seed(0)
@@ -82,7 +82,8 @@ def start_model(opts: Options, scratch: Path) -> Path:
                                        intermediate_size=512))
     with atomic_dir(out) as tmp:
         save_pretrained(model, tmp)
-        save_pretrained(BertTokenizerFast(vocab_file=str(VOCAB)), tmp)
+        save_pretrained(BertTokenizer(vocab=str(VOCAB)), tmp)
+        copy_file(VOCAB, tmp / "vocab.txt")
     return out
 
 
@@ -127,13 +128,13 @@ def theirs_train(ckpt: Path, pairs, opts: Options, seed: int, out: Path) -> floa
 
     t0 = time.perf_counter()
     word = models.Transformer(str(ckpt), max_seq_length=opts.seq_len)
-    model = SentenceTransformer(modules=[word, models.Pooling(word.get_word_embedding_dimension(), "mean")],
+    model = SentenceTransformer(modules=[word, models.Pooling(word.get_embedding_dimension(), "mean")],
                                 device="cpu")
     data = Dataset.from_dict({"sentence1": [p.a for p in pairs], "sentence2": [p.b for p in pairs],
                               "score": [float(p.label) for p in pairs]})
     args = SentenceTransformerTrainingArguments(
         output_dir=str(out.parent / f"{out.name}-trainer"), num_train_epochs=opts.epochs,
-        per_device_train_batch_size=opts.batch_size, learning_rate=opts.lr, warmup_ratio=0.1, weight_decay=0.01,
+        per_device_train_batch_size=opts.batch_size, learning_rate=opts.lr, warmup_steps=0.1, weight_decay=0.01,
         max_grad_norm=1.0, seed=seed, save_strategy="no", report_to="none", logging_strategy="no",
         use_cpu=True, dataloader_num_workers=0, disable_tqdm=True)
     trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=data,
@@ -176,12 +177,15 @@ def training_rows(ckpt: Path, opts: Options, scratch: Path) -> Path:
 
 
 def corpus_lines(n: int, scratch: Path) -> Path:
+    """The first `n` lines of the sample corpus (repeated when it has fewer), as a file in `scratch`."""
+    out = scratch / f"lines-{n}.txt"
+    if out.is_file():
+        return out
     lines: list[str] = []
     for path in LINES:
         lines += [x.strip() for x in path.read_text(encoding="utf-8").split("\n") if x.strip()]
     while len(lines) < n:
         lines += lines
-    out = scratch / f"lines-{n}.txt"
     write_text(out, "\n".join(lines[:n]) + "\n")
     return out
 

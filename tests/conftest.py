@@ -17,7 +17,7 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 # fixtures that several stages' tests share, kept beside the helpers they use
-pytest_plugins = ("_hub_helpers", "_demo_helpers", "_run_helpers")
+pytest_plugins = ("_hub_helpers", "_demo_helpers", "_run_helpers", "_embed_helpers")
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "tests" / "data"

@@ -34,6 +34,10 @@ RESULT_LINES = {
     "demo_latency": [rf"^zh-bert fill, 1 blank .* median +{NUM} ms", rf"^ratio baseline/ours: {NUM}x"],
     "distill_speed": [rf"^\| mini → tiny \| fp32 \| {NUM} \| {NUM} \| \*\*{NUM}×\*\* \| {NUM}% \| {NUM}% \|$",
                       rf"^fp32: first-step loss TextBrewer {NUM}, zh-bert {NUM}$"],
+    "embed_speed": [rf"^\| CoSENT on STS-B train, 64 pairs × 1 epochs \| zh-bert \| {NUM} tokens/s \| STS-B test -?{NUM} ",
+                    rf"^training tokens/s zh-bert / sentence-transformers: {NUM}x$",
+                    rf"^encode sentences/s zh-bert / SentenceTransformer.encode: {NUM}x \(largest \|difference\| ",
+                    rf"^zh-bert embed peak RSS: {NUM} MB at 100 lines, {NUM} MB at 400 lines"],
     "finetune_speed": [rf"^\| tiny \| fine-tune 32 × 1 epochs \| Trainer \| {NUM} \| {NUM} \| \*\*{NUM}×\*\* \|",
                        rf"^\| tiny \| predict 64 \| pipeline \| {NUM} \| {NUM} \| \*\*{NUM}×\*\* \|",
                        rf"^\| tiny \| CMRC 2018 fine-tune 16 \(trial\) × 1 epochs \| Trainer \| {NUM} \| {NUM} \| "

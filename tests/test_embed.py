@@ -12,13 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from _embed_helpers import TINY, pairs_file, stsb_rows
 from zh_bert import cli
 from zh_bert.core.errors import ZhBertError
 
 REPO = Path(__file__).resolve().parent.parent
 STS = REPO / "corpora" / "tasks" / "sts"
 SAMPLE = REPO / "corpora" / "sample" / "zhwiki_sampled.txt"
-TINY = ["--seq-len", "32", "--batch-size", "8", "--no-record", "--precision", "fp32"]
 
 
 def sts_slice(root: Path, per_file: int = 48) -> Path:
@@ -30,15 +30,6 @@ def sts_slice(root: Path, per_file: int = 48) -> Path:
         lines = [x for x in f.read_text(encoding="utf-8").split("\n") if x.strip()]
         (out / f.name).write_text("\n".join(lines[::3][:per_file]) + "\n", encoding="utf-8")
     return root
-
-
-def pairs_file(path: Path, rows: list[str]) -> str:
-    path.write_text("".join(r + "\n" for r in rows), encoding="utf-8")
-    return str(path)
-
-
-def stsb_rows(split: str, n: int) -> list[str]:
-    return [x for x in (STS / f"STS-B.{split}.data").read_text(encoding="utf-8").split("\n") if x.strip()][:n]
 
 
 def run(capsys, *argv) -> tuple[int, str, str]:
@@ -137,19 +128,6 @@ def test_a_repeated_text_is_never_its_own_negative():
 
 # --------------------------------------------------------------------------- the folder and the vectors
 
-@pytest.fixture(scope="module")
-def embedder(tiny_model_dir, tmp_path_factory) -> Path:
-    """A tiny embedder trained one epoch by CoSENT on 64 STS-B pairs and saved with --save."""
-    tmp = tmp_path_factory.mktemp("embedder")
-    train = pairs_file(tmp / "train.tsv", stsb_rows("train", 64))
-    dev = pairs_file(tmp / "dev.tsv", stsb_rows("valid", 24))
-    test = pairs_file(tmp / "test.tsv", stsb_rows("test", 24))
-    out = tmp / "model"
-    assert cli.main(["finetune", str(tiny_model_dir), "--task", f"pairs:{train},{dev},{test}", "--epochs", "1",
-                     "--lr", "1e-3", "--save", str(out), *TINY]) == 0
-    return out
-
-
 def test_the_saved_folder_loads_in_sentence_transformers_and_gives_zh_berts_vectors(embedder, tmp_path, capsys):
     """`SentenceTransformer(DIR)` as it is: its vectors equal `zh-bert embed`'s within 1e-5 (fp32), and the card
     carries the model-index in MTEB's convention."""
@@ -245,6 +223,15 @@ def test_a_declared_tasks_labels_are_checked(name, line, message, tmp_path, monk
     task = "stsb" if name.startswith("STS") else "lcqmc"
     rc, _, err = run(capsys, "finetune", str(tmp_path / "no-model"), "--task", task)
     assert rc == 2 and message in err and len(err.strip().split("\n")) == 1, err
+
+
+def test_mnrl_trains_on_the_positive_pairs_of_a_binary_file(tmp_path, capsys):
+    """Under --loss mnrl a 1/0 file's label-1 pairs are the positives; a file without two of them is one line."""
+    rows = [r.rsplit("\t", 1)[0] + "\t0" for r in stsb_rows("train", 8)] + [stsb_rows("train", 9)[8].rsplit("\t", 1)[0] + "\t1"]
+    train = pairs_file(tmp_path / "train.tsv", rows)
+    dev = pairs_file(tmp_path / "dev.tsv", [r.rsplit("\t", 1)[0] + "\t1" for r in stsb_rows("valid", 4)])
+    rc, _, err = run(capsys, "finetune", str(tmp_path / "no-model"), "--task", f"pairs:{train},{dev}")
+    assert rc == 2 and "1 positive (label 1) train pairs, fewer than one batch needs (2" in err, err
 
 
 def test_too_few_simcse_sentences_and_blank_files_are_one_line(tmp_path, capsys):

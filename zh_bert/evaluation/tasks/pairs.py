@@ -46,6 +46,7 @@ class PairTask:
     warnings: list[str] = field(default_factory=list)
     roles: dict[str, str] = field(default_factory=dict)
     task: Task | None = None
+    loss: str = ""          # the loss it trains with (the embed head's choice, made when its files are read)
 
 
 @dataclass
@@ -58,6 +59,7 @@ class SentenceTask:
     files: list[str] = field(default_factory=list)
     task: Task | None = None
     sets: dict[str, list[Pair]] = field(default_factory=dict)   # test pairs scored after training, by task name
+    loss: str = "simcse"
 
 
 def label_kind(pairs: list[Pair]) -> str:

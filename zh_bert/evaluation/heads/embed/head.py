@@ -62,6 +62,8 @@ class EmbedHead:
     def draw(self, rng: np.random.Generator) -> None:
         """The seed's training items (all, or `max_train` drawn with its rng), as id arrays."""
         items = self.task.sentences if isinstance(self.task, SentenceTask) else self.task.train
+        if self.loss_fn.positives_only:
+            items = [p for p in items if p.label is None or p.label > 0]
         if self.cfg.max_train and self.cfg.max_train < len(items):
             items = [items[i] for i in sorted(rng.permutation(len(items))[:self.cfg.max_train])]
         if isinstance(self.task, SentenceTask):

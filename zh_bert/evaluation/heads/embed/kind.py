@@ -126,24 +126,21 @@ class EmbedKind(HeadKind):
             data = load_pairs(spec, triplets=eo.loss != "cosent")
         else:
             data = load_declared_pairs(self.declared(spec))
-        loss = self.loss_of(data, eo)
+        data.loss = loss = eo.loss or ("cosent" if data.labels == GRADES else "mnrl")
         if loss == "mnrl" and data.labels == GRADES:
             raise ZhBertError(f"--loss mnrl: the train pairs of task {data.name} are graded; mnrl learns from "
                               f"positive pairs (1/0 labels, or triplets with a hard negative): use --loss cosent")
         return data
 
-    def loss_of(self, data, eo: EmbedOptions) -> str:
-        if isinstance(data, SentenceTask):
-            return "simcse"
-        return eo.loss or ("cosent" if data.labels == GRADES else "mnrl")
-
     def check_data(self, data, cfg) -> None:
         """One line, before any model loads, when the training items cannot fill what a contrastive batch needs:
         SimCSE one whole batch (the other sentences are each one's negatives), pairs at least two."""
         simcse = isinstance(data, SentenceTask)
-        n, need = (len(data.sentences), cfg.batch_size) if simcse else (len(data.train), 2)
+        positives = not simcse and LOSSES[data.loss].positives_only
+        n = len(data.sentences) if simcse else sum(1 for p in data.train if not positives or p.label is None or p.label > 0)
+        need = cfg.batch_size if simcse else 2
         if n < need:
-            what = "sentences" if simcse else "train pairs"
+            what = "sentences" if simcse else ("positive (label 1) train pairs" if positives else "train pairs")
             raise ZhBertError(f"task {data.name}: {n} {what}, fewer than one batch needs ({need}: the other items of a "
                               f"batch are each one's negatives)")
 
@@ -162,7 +159,7 @@ class EmbedKind(HeadKind):
 
     def run(self, ckpt_dir, data, cfg, opts, seeds, log=print, tok=None, objective=None, keep=None) -> Result:
         eo = opts[EmbedOptions]
-        loss = self.loss_of(data, eo)
+        loss = data.loss
         dropout = eo.dropout if eo.dropout is not None else (SIMCSE_DROPOUT if loss == "simcse" else None)
         pooling = checkpoint_pooling(ckpt_dir, cfg)
         tok = tok or load_tokenizer(ckpt_dir)

@@ -38,6 +38,7 @@ def _mask_same_text(scores, anchor_ids: np.ndarray, candidate_ids: np.ndarray):
 class SimCSE:
     """Unsupervised SimCSE: the batch's sentences against themselves under another dropout mask."""
     name = "simcse"
+    positives_only = False
 
     def rows(self, batch: dict) -> list[np.ndarray]:
         """The text indices to encode: the sentences, then the same sentences again."""
@@ -54,6 +55,7 @@ class SimCSE:
 class CoSENT:
     """CoSENT on graded (or 1/0) pairs: a ranking of the pairs' cosines by their labels."""
     name = "cosent"
+    positives_only = False
 
     def rows(self, batch: dict) -> list[np.ndarray]:
         return [batch["a"], batch["b"]]
@@ -70,8 +72,10 @@ class CoSENT:
 
 
 class MNRL:
-    """Multiple negatives ranking: each anchor's positive against every other positive (and hard negative)."""
+    """Multiple negatives ranking: each anchor's positive against every other positive (and hard negative). It
+    trains on positive pairs only: a 1/0 file's label-1 pairs (its 0 pairs are scored, not trained on)."""
     name = "mnrl"
+    positives_only = True
 
     def rows(self, batch: dict) -> list[np.ndarray]:
         return [batch["a"], batch["b"]] + ([batch["neg"]] if "neg" in batch else [])
