@@ -104,7 +104,7 @@ def ours_train(ckpt: Path, pairs, opts: Options, seed: int, out: Path) -> float:
 
     cfg = FinetuneConfig(epochs=opts.epochs, lr=opts.lr, seq_len=opts.seq_len, batch_size=opts.batch_size,
                          pooling="mean")
-    data = PairTask("stsb", pairs, None, None, "grades")
+    data = PairTask("stsb", pairs, None, None, "grades", loss="cosent")
     kept = []
     t0 = time.perf_counter()
     res = EMBED_HEAD.run(ckpt, data, cfg, {EmbedOptions: EmbedOptions(loss="cosent")}, [seed], log=lambda m: None,

@@ -3,6 +3,7 @@ a known top candidate without any training), and the Gradio app served in-proces
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from pathlib import Path
 
@@ -28,14 +29,21 @@ def nudged_tiny(tmp_path_factory, tiny_model_dir) -> Path:
     return nudge(tiny_model_dir, tmp_path_factory.mktemp("demo") / "tiny-nudged")
 
 
-@pytest.fixture(scope="module")
-def demo_url(nudged_tiny, tiny_model_dir):
+@contextlib.contextmanager
+def served(models: list[Path]):
+    """`zh-bert demo MODELS...`'s app on a free port of 127.0.0.1, in this process: its URL."""
     from zh_bert.release.demo import build_app, serve
 
-    app = build_app([str(nudged_tiny), str(tiny_model_dir)])
+    app = build_app([str(m) for m in models])
     port = free_port()
     serve(app, "127.0.0.1", port, prevent_thread_lock=True, quiet=True)
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
         app.close()
+
+
+@pytest.fixture(scope="module")
+def demo_url(nudged_tiny, tiny_model_dir):
+    with served([nudged_tiny, tiny_model_dir]) as url:
+        yield url

@@ -37,16 +37,10 @@ def test_fill_in_the_browser(browser, demo_url, output_dir):
 @pytest.fixture(scope="module")
 def tabs_url(embedder, nudged_tiny):
     """`zh-bert demo EMBEDDER MLM`: the cloze tab and the similarity tab on one page."""
-    from hub_server import free_port
-    from zh_bert.release.demo import build_app, serve
+    from _demo_helpers import served
 
-    app = build_app([str(nudged_tiny), str(embedder)])
-    port = free_port()
-    serve(app, "127.0.0.1", port, prevent_thread_lock=True, quiet=True)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        app.close()
+    with served([nudged_tiny, embedder]) as url:
+        yield url
 
 
 def test_similarity_tab_in_the_browser(browser, tabs_url, output_dir):

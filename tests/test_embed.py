@@ -252,7 +252,7 @@ def test_search_needs_an_embedder_and_long_texts_are_cut_and_said_once(tiny_mode
     assert rc == 2 and "is not a sentence embedder (no modules.json)" in err
     rc, out, err = run(capsys, "embed", str(tiny_model_dir), str(src), "-o", str(tmp_path / "v.npy"), "--seq-len",
                        "32")
-    assert rc == 0 and out.count("2 texts cut at --seq-len 32") == 1 and "not a trained sentence embedder" in err
+    assert rc == 0 and out.count("2 texts cut at 32 tokens") == 1 and "not a trained sentence embedder" in err
 
 
 def test_a_modernbert_checkpoint_becomes_an_embedder_sentence_transformers_loads(tiny_modernbert_dir, tmp_path,
@@ -299,3 +299,20 @@ def test_the_saved_folder_loads_in_sentence_transformers_on_transformers_4(embed
 
     ours = Encoder(str(embedder), None, 32, "fp32").encode(texts)
     assert got["versions"][0].startswith("4.") and np.abs(np.array(got["v"]) - ours).max() < 1e-5, got["versions"]
+
+
+def test_zero_shot_sts_entries_fill_the_board_columns_and_trained_ones_do_not():
+    """`eval suite --suite sts` entries (protocol sts-v1, method zero-shot, Spearman x100, MTEB's dataset names)
+    take the board's STS columns; a `finetune --task stsb` entry (finetune-v1) is a note, never that column."""
+    from zh_bert.evaluation.eval_results import checked_entries
+    from zh_bert.evaluation.suite.report import suite_entries
+    from zh_bert.leaderboard.record import sort_entries
+
+    res = {"zh_bert_version": "9.9", "method": "finetune", "protocols": {"sts": "sts-v1"}, "figures": "fraction",
+           "pretrained": {"stsb": {"seeds": [42], "data_sha256": "ab" * 32, "test_spearman": 0.5123}}}
+    (e,) = checked_entries(suite_entries(res), "res")
+    assert (e["dataset_type"], e["metric_type"], e["metric_value"], e["method"], e["split"]) == (
+        "C-MTEB/STSB", "cosine_spearman", 51.23, "zero-shot", "test")
+    trained = dict(e, protocol="finetune-v1", method="finetune")
+    scores, notes = sort_entries([e, trained], "x")
+    assert scores == {"stsb-spearman": 51.23} and "protocol finetune-v1" in notes[0]["reason"]

@@ -265,6 +265,19 @@ def _names_task(node: ast.AST, names: set[str]) -> bool:
         node.value in names or any(node.value.startswith(n) for n in names if n[-1] in "-/"))
 
 
+def operands(node: ast.AST) -> list[ast.AST]:
+    """What a name check looks at in `node`: both sides of a comparison (each element of a literal tuple, list or
+    set), a subscript's key, a dict's keys; nothing for other nodes."""
+    if isinstance(node, ast.Compare):
+        return [e for side in [node.left, *node.comparators]
+                for e in (side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side])]
+    if isinstance(node, ast.Subscript):
+        return [node.slice]
+    if isinstance(node, ast.Dict):
+        return [k for k in node.keys if k is not None]
+    return []
+
+
 def task_name_uses(root: Path = PKG) -> list[str]:
     """A task or suite named outside the registry: compared (`name == "cmrc2018"`, `t in ("tnews", ...)`), looked
     up (`res["cmrc2018"]`, `.get("fewclue")`), a dict keyed by one, or a name built from a suite's prefix
@@ -274,16 +287,9 @@ def task_name_uses(root: Path = PKG) -> list[str]:
         if path == TASK_HOME:
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            sides: list[ast.AST] = []
-            if isinstance(node, ast.Compare):
-                for side in [node.left, *node.comparators]:
-                    sides += side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
-            elif isinstance(node, ast.Subscript):
-                sides = [node.slice]
-            elif isinstance(node, ast.Call) and getattr(node.func, "attr", None) in ("get", "pop", "setdefault"):
+            sides = operands(node)
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) in ("get", "pop", "setdefault"):
                 sides = node.args[:1]
-            elif isinstance(node, ast.Dict):
-                sides = [k for k in node.keys if k is not None]
             elif isinstance(node, ast.JoinedStr):
                 sides = node.values[:1]
             if any(_names_task(side, names) for side in sides):
@@ -316,15 +322,7 @@ def head_kind_uses(root: Path = PKG) -> list[str]:
                                                                             for p in HEAD_DECLARED]:
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            sides: list[ast.AST] = []
-            if isinstance(node, ast.Compare):
-                for side in [node.left, *node.comparators]:
-                    sides += side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
-            elif isinstance(node, ast.Subscript):
-                sides = [node.slice]
-            elif isinstance(node, ast.Dict):
-                sides = [k for k in node.keys if k is not None]
-            if any(kind(side) for side in sides):
+            if any(kind(side) for side in operands(node)):
                 found.append(f"{path.relative_to(root.parent)}:{node.lineno} {ast.unparse(node)[:80]}")
     return sorted(set(found))
 
@@ -579,15 +577,20 @@ def test_tasks_are_asked_not_named():
     assert not task_name_uses(), f"task/suite names used outside {TASK_HOME.name}: {task_name_uses()}"
 
 
+def planted(root: Path, files: dict[str, str]) -> Path:
+    """A package `zh_bert` under `root` holding `files` (path under zh_bert/ -> source): what a check must find."""
+    for rel, code in files.items():
+        (root / "zh_bert" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / "zh_bert" / rel).write_text(code, encoding="utf-8")
+    return root / "zh_bert"
+
+
 def test_the_task_name_check_finds_each_kind_of_use(tmp_path):
     """The check above is not blind: each form it looks for, planted in a module, is found."""
-    planted = tmp_path / "zh_bert" / "evaluation"
-    planted.mkdir(parents=True)
-    (planted / "planted.py").write_text(
+    found = task_name_uses(planted(tmp_path, {"evaluation/planted.py": (
         'def f(name, res, t):\n'
         '    if name == "cmrc2018":\n        return res["fewclue"]\n'
-        '    return {"tnews": 1}.get("csl"), f"fewclue-{t}", t in ("eprstmt", "x")\n', encoding="utf-8")
-    found = task_name_uses(tmp_path / "zh_bert")
+        '    return {"tnews": 1}.get("csl"), f"fewclue-{t}", t in ("eprstmt", "x")\n')}))
     assert len(found) == 6, found
 
 
@@ -599,16 +602,11 @@ def test_head_kinds_are_asked_not_compared():
 
 def test_the_head_kind_check_finds_each_kind_of_use(tmp_path):
     """The check above is not blind: a planted compare of each form is found, the registry's own is not."""
-    planted = tmp_path / "zh_bert" / "evaluation"
-    planted.mkdir(parents=True)
-    (planted / "planted.py").write_text(
-        'from zh_bert.corpus.task_spec import TAG\n\n\ndef f(task, kind, x):\n'
-        '    if task.head == "tag":\n        return {TAG: 1}\n'
-        '    return kind.name in ("classify", "embed"), x[TAG]\n', encoding="utf-8")
-    (tmp_path / "zh_bert" / "evaluation" / "heads").mkdir()
-    (tmp_path / "zh_bert" / "evaluation" / "heads" / "__init__.py").write_text(
-        'def head_kind(task, kinds):\n    return kinds[task.head] if task.head in kinds else None\n', encoding="utf-8")
-    found = head_kind_uses(tmp_path / "zh_bert")
+    found = head_kind_uses(planted(tmp_path, {
+        "evaluation/planted.py": ('from zh_bert.corpus.task_spec import TAG\n\n\ndef f(task, kind, x):\n'
+                                  '    if task.head == "tag":\n        return {TAG: 1}\n'
+                                  '    return kind.name in ("classify", "embed"), x[TAG]\n'),
+        "evaluation/heads/__init__.py": 'def head_kind(task, kinds):\n    return kinds[task.head] if task.head in kinds else None\n'}))
     assert len(found) == 4 and all("planted.py" in f for f in found), found
 
 

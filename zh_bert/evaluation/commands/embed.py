@@ -54,7 +54,8 @@ class EmbedArgs:
                               help="--search: the text to find neighbours of (repeatable)")
     k: int = option(10, flags=("-k",), help="--search: how many nearest lines to print")
     pooling: Optional[PoolingName] = option_of(FinetuneConfig, "pooling")
-    seq_len: int = option_of(FinetuneConfig, "seq_len", help="max tokens of a text (longer ones are cut, said once)")
+    seq_len: int = option_of(FinetuneConfig, "seq_len", help="max tokens of a text (longer ones are cut, said once); "
+                                                             "a sentence-transformers folder's own max length wins")
     precision: Precision = option_of(PrecisionKeys, "precision", default="auto",
                                      help="auto: bf16 on a CPU with native bf16 (avx512_bf16, AMX), fp32 elsewhere")
     workers: Optional[int] = option_of(Shared, "workers", help="--executor local: tasks run at once (default: 1; "
@@ -102,7 +103,7 @@ def main(argv: list[str]) -> int:
     written = encode_files(enc, lines, out, total)
     print(f"zh-bert embed: {written:,} vectors of {enc.dim} ({enc.pooling.name} pooling, {enc.precision}) -> {out}"
           + (f"; {lines.blank:,} blank lines skipped" if lines.blank else "")
-          + (f"; {enc.cut:,} texts cut at --seq-len {cfg.seq_len}" if enc.cut else ""), flush=True)
+          + (f"; {enc.cut:,} texts cut at {enc.seq_len} tokens" if enc.cut else ""), flush=True)
     return 0
 
 

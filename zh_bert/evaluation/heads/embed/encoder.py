@@ -28,6 +28,8 @@ BATCH_TOKENS = 8192
 ENCODE_MAX_ROWS = 256
 #: texts tokenized, sorted and encoded together when a file is streamed
 CHUNK_TEXTS = 16384
+#: characters of a text tokenized per token of `--seq-len` (a token is at least one character but for specials)
+CUT_CHARS_PER_TOKEN = 4
 
 
 def load_encoder(ckpt_dir: Path, tok, seq_len: int, random_init: bool = False, dropout: float | None = None):
@@ -49,10 +51,25 @@ def pad_id_of(tok) -> int:
 
 
 def tokenize(tok, texts: list[str], seq_len: int) -> tuple[list[list[int]], int]:
-    """Token ids of each text ([CLS] ... [SEP]), cut at `seq_len`; and how many texts were cut."""
+    """Token ids of each text ([CLS] ... [SEP]), cut at `seq_len`; and how many texts were cut. A text longer than
+    `CUT_CHARS_PER_TOKEN` characters per token is tokenized from its start only (a 5,000-character line costs
+    its first few hundred), and again whole in the rare case that start yields fewer than `seq_len` tokens
+    (whitespace): the ids are always those of the whole text cut at `seq_len`."""
+    budget = CUT_CHARS_PER_TOKEN * seq_len
+    ids, cut = _tokenize(tok, [t[:budget] for t in texts], seq_len)
+    short = [i for i, t in enumerate(texts) if len(t) > budget and len(ids[i]) < seq_len]
+    if short:
+        redo, _ = _tokenize(tok, [texts[i] for i in short], seq_len)
+        for i, row in zip(short, redo):
+            ids[i] = row
+    cut = sum(1 for i, t in enumerate(texts) if len(ids[i]) == seq_len and (len(t) > budget or cut[i]))
+    return ids, cut
+
+
+def _tokenize(tok, texts: list[str], seq_len: int) -> tuple[list[list[int]], list[bool]]:
     enc = tok(texts, truncation=True, max_length=seq_len)
-    cut = sum(bool(e.overflowing) for e in enc.encodings) if getattr(enc, "encodings", None) else 0
-    return enc["input_ids"], cut
+    encodings = getattr(enc, "encodings", None) or [None] * len(texts)
+    return enc["input_ids"], [bool(e.overflowing) if e is not None else False for e in encodings]
 
 
 def forward_rows(model, rows: list[list[int]], pooling: Pooling, pad_id: int):
@@ -75,13 +92,10 @@ def grouped_rows(model, rows: list[list[int]], pooling: Pooling, pad_id: int, ov
     a training batch of short and long sentences pads each group to its own longest only."""
     import torch
 
-    lengths = np.array([len(r) for r in rows])
-    out = [None] * len(rows)
-    for group in length_groups(lengths, len(rows), overhead):
-        vecs = forward_rows(model, [rows[i] for i in group], pooling, pad_id)
-        for j, i in enumerate(group):
-            out[i] = vecs[j]
-    return torch.stack(out)
+    groups = length_groups(np.array([len(r) for r in rows]), len(rows), overhead)
+    vecs = torch.cat([forward_rows(model, [rows[i] for i in g], pooling, pad_id) for g in groups])
+    order = torch.from_numpy(np.argsort(np.concatenate(groups), kind="stable")).to(vecs.device)
+    return vecs.index_select(0, order)
 
 
 def token_batches(lengths: np.ndarray, batch_tokens: int = BATCH_TOKENS, max_rows: int = ENCODE_MAX_ROWS) -> list[np.ndarray]:

@@ -15,7 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from zh_bert.core.errors import ZhBertError
-from zh_bert.core.fileio import atomic_dir, copy_file, read_json, save_pretrained, write_json, write_text
+from zh_bert.core.fileio import (atomic_dir, copy_file, read_json, read_object, save_pretrained, write_json,
+                                 write_text)
 from zh_bert.evaluation.heads.embed.pooling import Pooling, pooling_of_st
 from zh_bert.train.arch import of_config
 
@@ -46,6 +47,15 @@ def st_pooling(folder: Path) -> Pooling:
     if pooling is None:
         raise ZhBertError(f"{folder / POOLING_CONFIG}: a pooling zh-bert does not compute (it computes mean and cls)")
     return pooling
+
+
+def st_seq_len(folder: Path) -> int | None:
+    """The max length a sentence-transformers folder declares (`sentence_bert_config.json`), what
+    `SentenceTransformer(DIR)` cuts texts at; None for another folder."""
+    path = Path(folder) / "sentence_bert_config.json"
+    if not is_st_folder(folder) or not path.is_file():
+        return None
+    return read_object(path, what="sentence-transformers' config").integer("max_seq_length", lo=1, hi=1 << 20)
 
 
 def card(name: str, base: str, pooling: Pooling, seq_len: int, trained: str, results: list[dict]) -> str:

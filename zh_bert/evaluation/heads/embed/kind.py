@@ -13,7 +13,7 @@ the STS sets under `eval suite --suite sts`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal, Optional
 
@@ -28,7 +28,7 @@ from zh_bert.corpus.tokenizer_files import load_tokenizer
 from zh_bert.evaluation.eval_results import entry
 from zh_bert.evaluation.heads.base import HeadKind, check_count, sha256_of
 from zh_bert.evaluation.heads.embed.encoder import encode_texts, load_encoder
-from zh_bert.evaluation.heads.embed.folder import card, is_st_folder, save_embedder, st_pooling
+from zh_bert.evaluation.heads.embed.folder import card, is_st_folder, save_embedder, st_pooling, st_seq_len
 from zh_bert.evaluation.heads.embed.head import EmbedHead
 from zh_bert.evaluation.heads.embed.losses import LOSSES
 from zh_bert.evaluation.heads.embed.pooling import Pooling, pooling_named
@@ -91,6 +91,12 @@ def checkpoint_pooling(ckpt_dir: Path, cfg) -> Pooling:
     if cfg.pooling is None and is_st_folder(ckpt_dir):
         return st_pooling(ckpt_dir)
     return pooling_named(cfg.pooling)
+
+
+def checkpoint_seq_len(ckpt_dir: Path, seq_len: int) -> int:
+    """The length a checkpoint is encoded at as it is: a sentence-transformers folder's own max length (as
+    `SentenceTransformer(DIR)` encodes it), else `--seq-len`."""
+    return st_seq_len(ckpt_dir) or seq_len
 
 
 def score_pairs(model, tok, pairs, pooling: Pooling, seq_len: int, precision: str) -> tuple[float, list[float], int]:
@@ -178,14 +184,18 @@ class EmbedKind(HeadKind):
             runs.append(r)
         facts = {"checkpoint": str(ckpt_dir), "loss": loss, "pooling": pooling.name, "scale": eo.scale,
                  "dropout": dropout, "seq_len": cfg.seq_len, "texts_cut": head.table.cut, "notes": data.notes,
-                 "warnings": data.warnings, **self.floor_facts(ckpt_dir, data, cfg, tok, pooling)}
+                 "warnings": data.warnings, **self.floor_facts(ckpt_dir, data, cfg, tok, pooling, seeds[0])}
         return Result(data.name, cfg.random_init, seeds, runs, facts, SIMILARITY_FIGURES, first)
 
-    def floor_facts(self, ckpt_dir, data, cfg, tok, pooling) -> dict:
-        """The TF-IDF floor and the checkpoint before training, on the reported split (pairs with a test)."""
+    def floor_facts(self, ckpt_dir, data, cfg, tok, pooling, seed: int) -> dict:
+        """On the reported split (pairs with a test): the TF-IDF floor, and the model before training (the
+        checkpoint, or under `--random-init` the same random weights the first seed trains from)."""
+        import torch
+
         if isinstance(data, SentenceTask) or not data.test:
             return {}
-        model = load_encoder(ckpt_dir, tok, cfg.seq_len)
+        torch.manual_seed(seed)
+        model = load_encoder(ckpt_dir, tok, cfg.seq_len, cfg.random_init)
         start, _, _ = score_pairs(model, tok, data.test, pooling, cfg.seq_len,
                                   resolve_precision(cfg.precision, model.device)[0])
         return {"tfidf_test_spearman": tfidf_spearman(data.test), "untrained_test_spearman": start}
@@ -246,6 +256,7 @@ class EmbedKind(HeadKind):
         folder = model_dir(ckpt)
         tok = load_tokenizer(folder)
         pooling = checkpoint_pooling(folder, cfg)
+        cfg = replace(cfg, seq_len=checkpoint_seq_len(folder, cfg.seq_len))
         torch.manual_seed(seeds[0])
         model = load_encoder(folder, tok, cfg.seq_len, cfg.random_init)
         precision = resolve_precision(cfg.precision, model.device)[0]

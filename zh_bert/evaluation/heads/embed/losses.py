@@ -35,6 +35,15 @@ def _mask_same_text(scores, anchor_ids: np.ndarray, candidate_ids: np.ndarray):
     return scores.masked_fill(torch.from_numpy(same).to(scores.device), float("-inf"))
 
 
+def in_batch(anchors, candidates, anchor_ids: np.ndarray, candidate_ids: np.ndarray, scale: float):
+    """Cross-entropy of each anchor against every candidate, its own (row i) the target: the in-batch negatives
+    of SimCSE and MNRL, same-text cells masked."""
+    import torch
+
+    scores = _mask_same_text(scale * anchors @ candidates.T, anchor_ids, candidate_ids)
+    return torch.nn.functional.cross_entropy(scores, torch.arange(len(anchors), device=anchors.device))
+
+
 class SimCSE:
     """Unsupervised SimCSE: the batch's sentences against themselves under another dropout mask."""
     name = "simcse"
@@ -45,11 +54,8 @@ class SimCSE:
         return [batch["a"], batch["a"]]
 
     def loss(self, vecs: list, batch: dict, scale: float):
-        import torch
-
         z1, z2 = vecs
-        scores = _mask_same_text(scale * z1 @ z2.T, batch["a"], batch["a"])
-        return torch.nn.functional.cross_entropy(scores, torch.arange(len(z1), device=z1.device))
+        return in_batch(z1, z2, batch["a"], batch["a"], scale)
 
 
 class CoSENT:
@@ -83,10 +89,8 @@ class MNRL:
     def loss(self, vecs: list, batch: dict, scale: float):
         import torch
 
-        anchors, candidates = vecs[0], torch.cat(vecs[1:])
         ids = np.concatenate([batch["b"]] + ([batch["neg"]] if "neg" in batch else []))
-        scores = _mask_same_text(scale * anchors @ candidates.T, batch["a"], ids)
-        return torch.nn.functional.cross_entropy(scores, torch.arange(len(anchors), device=anchors.device))
+        return in_batch(vecs[0], torch.cat(vecs[1:]), batch["a"], ids, scale)
 
 
 LOSSES = {c.name: c() for c in (SimCSE, CoSENT, MNRL)}

@@ -19,7 +19,7 @@ from zh_bert.corpus.tokenizer_files import load_tokenizer
 from zh_bert.evaluation.heads.base import quiet_transformers
 from zh_bert.evaluation.heads.embed.encoder import CHUNK_TEXTS, encode_stream, encode_texts, load_encoder
 from zh_bert.evaluation.heads.embed.folder import is_st_folder
-from zh_bert.evaluation.heads.embed.kind import checkpoint_pooling
+from zh_bert.evaluation.heads.embed.kind import checkpoint_pooling, checkpoint_seq_len
 from zh_bert.evaluation.loop import FinetuneConfig, bars_shown
 from zh_bert.train.rundir import model_dir
 
@@ -87,8 +87,8 @@ class Encoder:
         self.folder = model_dir(ckpt)
         self.tok = load_tokenizer(self.folder)
         self.pooling = checkpoint_pooling(self.folder, FinetuneConfig(pooling=pooling))
-        self.model = load_encoder(self.folder, self.tok, seq_len)
-        self.seq_len = seq_len
+        self.seq_len = checkpoint_seq_len(self.folder, seq_len)
+        self.model = load_encoder(self.folder, self.tok, self.seq_len)
         self.precision = resolve_precision(precision, self.model.device)[0]
         self.embedder = is_st_folder(self.folder)
         self.cut = 0
