@@ -164,7 +164,7 @@ def trainer_fit(ckpt: Path, tok, task, cfg, scratch: str) -> int:
 def fit_row(shape: str, ckpt: Path, tok, task, cfg, repeat: int) -> tuple[float, float]:
     """(Trainer examples/s, zh-bert examples/s) of fine-tuning on train_0 for `cfg.epochs` epochs."""
     from zh_bert.core.fileio import scratch_dir
-    from zh_bert.evaluation.commands.finetune import train_one
+    from zh_bert.evaluation.heads.classify import train_one
 
     no_test = replace(task, test=None)
     with scratch_dir("zh-bert-bench-trainer-") as scratch:   # the Trainer's output folder (it saves nothing)

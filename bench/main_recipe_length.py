@@ -69,7 +69,8 @@ def measure(args, recipe: dict, ft: dict, every: int = 1) -> int:
     example of each split, print the table."""
     import dataclasses
 
-    from zh_bert.evaluation.commands.finetune import FinetuneConfig, run
+    from zh_bert.evaluation.heads.classify import run_classifier
+    from zh_bert.evaluation.loop import FinetuneConfig
     from zh_bert.train.pretrain import train
     from zh_bert.train.recipe import load_recipe
     from zh_bert.evaluation.tasks.classification import load_task
@@ -88,12 +89,12 @@ def measure(args, recipe: dict, ft: dict, every: int = 1) -> int:
         t0 = time.perf_counter()
         summary = train(load_recipe(REPO / "recipes" / "tiny-cpu.yaml", over), log=lambda *a: None)
         wall = time.perf_counter() - t0
-        res = run(over["out_dir"], task, FinetuneConfig(**ft), seeds, log=lambda m: None)
+        res = run_classifier(over["out_dir"], task, FinetuneConfig(**ft), seeds, log=lambda m: None).summary()
         rows.append((f"{steps} steps ({summary['tokens_seen'] / 1e6:.1f}M tokens)", summary, res, wall))
         print(json.dumps({"steps": steps, "val": summary["final_validation"], "tokens_per_s": summary["tokens_per_s"],
                           "wall_s": round(wall, 1), "finetune": {k: res[k] for k in res if "acc" in k}}), flush=True)
-    rand = run(f"{args.out}/steps-{args.steps[0]}", task, FinetuneConfig(**ft, random_init=True), seeds,
-               log=lambda m: None)
+    rand = run_classifier(f"{args.out}/steps-{args.steps[0]}", task, FinetuneConfig(**ft, random_init=True), seeds,
+                          log=lambda m: None).summary()
     print(f"\n{'pretraining':<28} {'val mlm acc':>11} {'test acc (mean ± std)':>24} {'dev acc':>18}")
     for name, summary, res, _ in rows:
         print(f"{name:<28} {summary['final_validation']['mlm_acc']:>11.4f} "

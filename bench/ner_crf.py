@@ -56,7 +56,8 @@ def crf_run(ckpt: Path, tok, task, cfg, seed: int) -> dict[str, tuple[float, flo
     Viterbi kept to the paths the tag scheme allows (`constrained`); each keeps its own best dev state."""
     import torch
 
-    from zh_bert.evaluation.commands.finetune import snapshot, train_batches
+    from zh_bert.evaluation.heads.classify import train_batches
+    from zh_bert.evaluation.loop import snapshot
     from zh_bert.evaluation.heads.tag.crf import attach_crf, crf_loss, crf_tags, scheme_constraint
     from zh_bert.evaluation.metrics.entities import entity_scores
     from zh_bert.evaluation.step import optimizer_step, stepping
@@ -116,7 +117,7 @@ def softmax_run(ckpt: Path, tok, task, cfg, seed: int) -> dict:
 
     r = train_tagger(ckpt, task, cfg, TaggingConfig(window_stride=0), seed, tok=tok, log=lambda m: None,
                      keep=decode_constrained)
-    return {**r, **constrained}
+    return {"dev_f1": 100 * r["dev_f1"], "test_f1": 100 * r["test_f1"], **constrained}   # the run's are fractions
 
 
 def mean_pm(xs: list[float]) -> str:

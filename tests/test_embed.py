@@ -274,6 +274,23 @@ def test_a_modernbert_checkpoint_becomes_an_embedder_sentence_transformers_loads
     assert np.abs(ours - theirs).max() < 1e-5
 
 
+def test_a_folder_sentence_transformers_saves_encodes_at_its_own_max_length(tiny_model_dir, tmp_path):
+    """A folder written by sentence-transformers itself (6.x keeps the max length in the tokenizer's config, 5.x in
+    sentence_bert_config.json): zh-bert cuts where it cuts, and gives its vectors (L2-normalised, as zh-bert's always
+    are; this folder has no Normalize module)."""
+    from sentence_transformers import SentenceTransformer, models
+
+    from zh_bert.evaluation.heads.embed.vectors import Encoder
+
+    word = models.Transformer(str(tiny_model_dir), max_seq_length=24)
+    SentenceTransformer(modules=[word, models.Pooling(word.get_embedding_dimension(), "mean")],
+                        device="cpu").save(str(tmp_path / "st"))
+    texts = ["很长的句子" * 20, "短句。"] + [r.split("\t")[0] for r in stsb_rows("test", 6)]
+    enc = Encoder(str(tmp_path / "st"), None, 512, "fp32")
+    theirs = SentenceTransformer(str(tmp_path / "st"), device="cpu").encode(texts, normalize_embeddings=True)
+    assert enc.seq_len == 24 and np.abs(enc.encode(texts) - theirs).max() < 1e-5
+
+
 @pytest.mark.slow
 def test_the_saved_folder_loads_in_sentence_transformers_on_transformers_4(embedder, tmp_path):
     """The same folder in the transformers 4.x venv of .ci/run with the newest sentence-transformers that runs there

@@ -12,7 +12,6 @@ import pytest
 from conftest import REPO
 
 from zh_bert import cli
-from zh_bert.corpus.task_spec import CLASSIFY
 
 CHNSENTI = REPO / "corpora" / "tasks" / "chnsenticorp"
 RESUME = REPO / "corpora" / "tasks" / "resume_ner"
@@ -148,9 +147,9 @@ def test_a_distilled_student_agrees_with_its_teacher_more_than_one_trained_alone
     the same students trained on the gold labels alone (measured: 0.779 against 0.710 of 300 test reviews)."""
     import torch
 
-    from zh_bert.evaluation.heads.classify import tokenizer_for
-    from zh_bert.evaluation.commands.finetune import FinetuneConfig, run
+    from zh_bert.evaluation.heads.classify import CLASSIFY_HEAD, run_classifier, tokenizer_for
     from zh_bert.evaluation.heads.distill import TaskDistillOptions, claim_save, save_finetuned, teacher_for
+    from zh_bert.evaluation.loop import FinetuneConfig
     from zh_bert.evaluation.tasks.classification import load_task
     from zh_bert.train.objectives.teacher import folder_sha256
 
@@ -158,15 +157,18 @@ def test_a_distilled_student_agrees_with_its_teacher_more_than_one_trained_alone
     task, tok, quiet = load_task(reviews), tokenizer_for(tiny_model_dir), (lambda m: None)
     cfg = FinetuneConfig(epochs=3, lr=2e-3, seq_len=48, batch_size=16)
     out = claim_save(TaskDistillOptions(save=str(tmp_path / "teacher")), tiny_model_dir)
-    teacher = run(tiny_model_dir, task, cfg, [1], log=quiet, tok=tok,
-                  keep=lambda m: save_finetuned(m, tok, tiny_model_dir, out, log=quiet))
-    said = np.array(teacher["per_seed"][0]["test_pred"])
+    teacher = run_classifier(tiny_model_dir, task, cfg, [1], log=quiet, tok=tok,
+                             keep=lambda m: save_finetuned(m, tok, tiny_model_dir, out, log=quiet))
+    said = np.array(teacher.predictions)
     cfg = FinetuneConfig(epochs=3, lr=1e-3, seq_len=48, batch_size=16)
-    objective = teacher_for(TaskDistillOptions(teacher=str(out), kd_alpha=0.9), CLASSIFY, task.labels, tok, "t")
-    alone = run(tiny_model_dir, task, cfg, [11, 12, 13], log=quiet, tok=tok)
-    taught = run(tiny_model_dir, task, cfg, [11, 12, 13], log=quiet, tok=tok, objective=objective)
-    agree = [[float((np.array(r["test_pred"]) == said).mean()) for r in s["per_seed"]] for s in (alone, taught)]
+    objective = teacher_for(TaskDistillOptions(teacher=str(out), kd_alpha=0.9), CLASSIFY_HEAD.teacher_class,
+                            task.labels, tok, "t")
+    alone = [run_classifier(tiny_model_dir, task, cfg, [s], log=quiet, tok=tok) for s in (11, 12, 13)]
+    taught = [run_classifier(tiny_model_dir, task, cfg, [s], log=quiet, tok=tok, objective=objective)
+              for s in (11, 12, 13)]
+    agree = [[float((np.array(r.predictions) == said).mean()) for r in runs] for runs in (alone, taught)]
     assert np.mean(agree[1]) > np.mean(agree[0]) + 0.03 and all(b > a for a, b in zip(*agree)), agree
+    taught = taught[0].summary()
     assert taught["teacher_sha256"] == folder_sha256(out) and taught["kd_temperature"] == 8.0
 
 
@@ -183,5 +185,5 @@ def test_the_tag_head_learns_from_a_teacher_on_resume(tiny_model_dir, tmp_path, 
     teacher = _finetune(capsys, tiny_model_dir, *ner, "--epochs", "2", "--save", tmp_path / "teacher")
     student = _finetune(capsys, tiny_model_dir, *ner, "--epochs", "1", "--seed", "4", "--teacher",
                         tmp_path / "teacher")
-    assert 0 <= student["test_f1"] <= 100 and "test_f1" in teacher
+    assert 0 <= student["test_f1"] <= 1 and "test_f1" in teacher     # fractions
     assert student["teacher"] == str((tmp_path / "teacher").resolve()) and student["kd_alpha"] == 0.5

@@ -179,7 +179,7 @@ def test_pet_modernbert_and_chid(tiny_modernbert_dir, monkeypatch):
     real = prompts.load_items
     monkeypatch.setattr(prompts, "load_items", lambda t, k: tuple(s[:24] for s in real(t, k)))
     res = run_prompt_task(tiny_modernbert_dir, CHID, 0, "pet", TINY, [0], log=lambda m: None)
-    assert res["per_seed"][0]["steps"] >= 2 and all(0 <= p < 7 for p in res["test_predictions"])
+    assert res.runs[0]["steps"] >= 2 and all(0 <= p < 7 for p in res.predictions)
     _pet(tiny_modernbert_dir, monkeypatch, corrupt_test=False)
 
 

@@ -227,14 +227,14 @@ def test_modernbert_gets_no_token_types(tiny_model_dir, tiny_modernbert_dir):
 @pytest.mark.slow
 def test_training_fits_its_own_questions(tiny_model_dir, splits, tok):
     """Wiring proof: 60 epochs on the 8 short-answer trial questions with the shortest contexts, predicted back,
-    answer most of them exactly (labels, loss, windows and offsets line up); 62.5 EM when written; 60 steps,
+    answer most of them exactly (labels, loss, windows and offsets line up); EM 0.625 when written; 60 steps,
     1 to 6 minutes on 2 cores depending on what else runs."""
     train = sorted([e for e in splits["trial"] if e.spans and len(e.spans[0][0]) <= 8], key=lambda e: len(e.context))[:8]
     cfg = FinetuneConfig(epochs=60, seq_len=256, batch_size=16, lr=1e-3, warmup=0.0)
     qa = QAConfig(doc_stride=64)
     info = train_qa(tiny_model_dir, train, cfg, qa, seed=0, tok=tok, log=lambda m: None, dev=train)
     assert info["n_train"] == 8 and info["windows"] == 14 and info["steps"] == 60
-    assert info["em"] >= 50
+    assert info["em"] >= 0.5     # a fraction
 
 
 def test_the_span_head_steps_like_every_fine_tuning_loop(tiny_model_dir, splits, tok, optimizers_made):

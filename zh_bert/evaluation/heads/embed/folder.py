@@ -23,6 +23,7 @@ from zh_bert.train.arch import of_config
 MODULES = "modules.json"
 POOLING_CONFIG = "1_Pooling/config.json"
 NORMALIZE = "2_Normalize"
+MAX_SEQ_LEN = 1 << 20
 #: what sentence-transformers reads from the folder (classic module paths, which its 6.x maps to the new ones)
 MODULE_ROWS = ({"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
                {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
@@ -50,12 +51,22 @@ def st_pooling(folder: Path) -> Pooling:
 
 
 def st_seq_len(folder: Path) -> int | None:
-    """The max length a sentence-transformers folder declares (`sentence_bert_config.json`), what
-    `SentenceTransformer(DIR)` cuts texts at; None for another folder."""
-    path = Path(folder) / "sentence_bert_config.json"
-    if not is_st_folder(folder) or not path.is_file():
+    """The max length a sentence-transformers folder declares, what `SentenceTransformer(DIR)` cuts texts at:
+    `max_seq_length` in `sentence_bert_config.json` (5.x and earlier), else the tokenizer's `model_max_length`
+    (where 6.x keeps it); None for another folder or a tokenizer without a real limit (its 1e30 placeholder)."""
+    folder = Path(folder)
+    if not is_st_folder(folder):
         return None
-    return read_object(path, what="sentence-transformers' config").integer("max_seq_length", lo=1, hi=1 << 20)
+    config = folder / "sentence_bert_config.json"
+    if config.is_file():
+        record = read_object(config, what="sentence-transformers' config")
+        if record.raw("max_seq_length") is not None:
+            return record.integer("max_seq_length", lo=1, hi=MAX_SEQ_LEN)
+    tokenizer = folder / "tokenizer_config.json"
+    if not tokenizer.is_file():
+        return None
+    limit = read_object(tokenizer, what="the tokenizer's config").raw("model_max_length")
+    return limit if type(limit) is int and 1 <= limit <= MAX_SEQ_LEN else None
 
 
 def card(name: str, base: str, pooling: Pooling, seq_len: int, trained: str, results: list[dict]) -> str:
