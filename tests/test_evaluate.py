@@ -70,7 +70,8 @@ def write_jsonl(path, rows):
 # --------------------------------------------------------------------------- cloze
 
 def test_cloze_known_probabilities(biased_model_dir, tmp_path):
-    from zh_bert.evaluation.commands.evaluate import eval_cloze, load_mlm, read_cloze
+    from zh_bert.corpus.cloze_items import read_cloze
+    from zh_bert.evaluation.heads.cloze import eval_cloze, load_mlm
 
     data = write_jsonl(tmp_path / "cloze.jsonl", [
         # ChID style: all candidates 4 characters; 好好好好 has the highest probability.
@@ -152,7 +153,7 @@ def test_eval_mlm_known_accuracy(biased_model_dir, heldout, capsys):
     """With the bias-only head, top-1 is 好 and top-5 is {好, 很, 坏, two ties}: accuracy = share of 好."""
     from transformers import AutoTokenizer
 
-    from zh_bert.evaluation.commands.evaluate import encode_and_pack
+    from zh_bert.evaluation.heads.cloze import encode_and_pack
     from zh_bert.train.masking import MaskingConfig, mask_batch
 
     rc, res, _ = run_cli(["eval", "mlm", str(biased_model_dir), "--text", str(heldout), "--masking", "token",
@@ -208,7 +209,7 @@ def test_eval_packs_rows_exactly_as_the_shards(sample_docs, sample_jsonl, google
     """`encode_and_pack` and a SHARDDIR built by `zh-bert shard` from the same documents hold identical rows:
     `[CLS] doc [SEP] doc ... [SEP]`, full rows, only the last one padded."""
     from zh_bert.train.data import ShardDataset
-    from zh_bert.evaluation.commands.evaluate import encode_and_pack
+    from zh_bert.evaluation.heads.cloze import encode_and_pack
     from zh_bert.corpus.tokenizer_files import load_tokenizer
 
     sharddir = build_shards(sample_jsonl, google_tokdir, "--seq-len", "64", "--valid-docs", "0")
@@ -244,7 +245,8 @@ def test_eval_mlm_refuses_bad_options(tiny_model_dir, heldout, capsys, argv, mes
 
 def test_eval_configs_validate_like_the_cli():
     from zh_bert.core.errors import ZhBertError
-    from zh_bert.evaluation.commands.evaluate import ClozeEvalConfig, MlmEvalConfig
+    from zh_bert.evaluation.commands.evaluate import ClozeEvalConfig
+    from zh_bert.evaluation.heads.cloze import MlmEvalConfig
 
     with pytest.raises(ZhBertError, match="--batch-size must be >= 1"):
         MlmEvalConfig(batch_size=0)

@@ -67,7 +67,7 @@ def test_modernbert_sparse_head_equals_dense_logits(tiny_modernbert_dir):
     with padding in the batch; and no token_type_ids reach it."""
     import torch
 
-    from zh_bert.evaluation.commands.evaluate import load_mlm, masked_logits, model_batch
+    from zh_bert.evaluation.heads.cloze import load_mlm, masked_logits, model_batch
 
     model, tok, _ = load_mlm(tiny_modernbert_dir)
     enc = tok(["北京是中国的[MASK]都。", "今天天气很[MASK]，我们去公园散步吧。"], padding=True, return_tensors="pt")
@@ -84,7 +84,7 @@ def test_model_batch_keeps_token_types_for_bert(tiny_model_dir):
     import torch
     from transformers import AutoConfig
 
-    from zh_bert.evaluation.commands.evaluate import model_batch
+    from zh_bert.evaluation.heads.cloze import model_batch
 
     model = type("M", (), {"config": AutoConfig.from_pretrained(str(tiny_model_dir))})()
     ids = torch.ones((1, 4), dtype=torch.long)
@@ -132,7 +132,7 @@ def test_demo_fill_equals_dense_pipeline(tiny_modernbert_dir, nudged_modernbert,
     from transformers import ModernBertForMaskedLM
 
     from zh_bert.release.demo import _token_text, fill, load_model
-    from zh_bert.evaluation.commands.evaluate import sparse_head
+    from zh_bert.evaluation.heads.cloze import sparse_head
 
     folder = nudged_modernbert if which == "nudged" else tiny_modernbert_dir
     model, tok = load_model(str(folder))

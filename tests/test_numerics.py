@@ -60,7 +60,7 @@ def train_pinned(root: Path, tokdir: Path, sharddir: Path, **over) -> tuple[list
 
 def measure(root: Path, tokdir: Path, sharddir: Path) -> dict:
     """Run the pinned steps in `root` (30 fp32 steps on the shards, then eval mlm); return the numbers."""
-    from zh_bert.evaluation.commands.evaluate import MlmEvalConfig, eval_mlm, load_mlm
+    from zh_bert.evaluation.heads.cloze import MlmEvalConfig, eval_mlm, load_mlm
 
     rows, weights = train_pinned(root, tokdir, sharddir)
     model, tok, _ = load_mlm(root / "run" / "final")

@@ -133,9 +133,7 @@ def fill(model, tokenizer, text: str, top_k: int = 5, max_chars: int = MAX_CHARS
         raise FillError(f"文本太长：{len(ids)} 个词元，模型最多 {limit}。Text too long for this model ({len(ids)} tokens).")
     banned = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
     top_k = max(1, min(int(top_k), 20))
-    from zh_bert.evaluation.commands.evaluate import (
-        sparse_head,  # BERT's token types are left at their default (all zeros)
-    )
+    from zh_bert.evaluation.heads.cloze import sparse_head   # BERT's token types are left at their default (zeros)
 
     split = sparse_head(model)
 

@@ -12,7 +12,7 @@ from zh_bert.corpus.corpus_io import read_documents
 from zh_bert.train.curves import cjk_text
 from zh_bert.core.errors import ZhBertError
 from zh_bert.evaluation.eval_results import entry, record
-from zh_bert.evaluation.commands.evaluate import MlmEvalConfig, eval_mlm, load_mlm
+from zh_bert.evaluation.heads.cloze import MlmEvalConfig, eval_mlm, load_mlm
 from zh_bert.core.fileio import ABLATE_EVALS, CHECKPOINTS, RUN_SUMMARY, Record, atomic_write, read_json, read_object, write_json
 from zh_bert.evaluation.heads.classify import eval_entries, run_classifier
 from zh_bert.evaluation.result import percent

@@ -15,13 +15,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import sys
-from dataclasses import InitVar, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Optional
-
-import numpy as np
+from typing import Literal
 
 from zh_bert.core.config import at_least, config_from_args, option, option_of
 from zh_bert.core.config import build_parser as derive_parser
@@ -29,17 +26,9 @@ from zh_bert.core.errors import ZhBertError
 from zh_bert.core.fileio import SUITE_DIR
 from zh_bert.core.options import Shared
 from zh_bert.corpus.corpus_io import read_documents
-from zh_bert.corpus.segment import SEGMENTERS, Segmenter, SegmenterName
 from zh_bert.corpus.shard.build import ShardConfig
-from zh_bert.corpus.shard.encode import Specials, TextEncoder, pack_sequences
 from zh_bert.corpus.cloze_items import read_cloze
-from zh_bert.evaluation.heads.cloze import (
-    eval_cloze,
-    load_mlm,
-    masked_logits,
-    model_batch,
-    sparse_head,  # noqa: F401 (re-exported: the demo imports it from here)
-)
+from zh_bert.evaluation.heads.cloze import MlmEvalConfig, eval_cloze, eval_mlm, load_mlm
 from zh_bert.evaluation.commands.contamination import ContaminationArgs, main_contamination
 from zh_bert.evaluation.eval_results import CheckpointArgs, entry, record_for_checkpoint
 from zh_bert.evaluation.heads import option_classes
@@ -53,112 +42,10 @@ from zh_bert.evaluation.suite.report import (
     write_report,
 )
 from zh_bert.hub.download import local_model
-from zh_bert.train.masking import MaskingConfig, mask_batch
+from zh_bert.train.masking import MaskingConfig
 from zh_bert.train.rundir import find_run_dir
 
 # --------------------------------------------------------------------------- options shared by the commands
-
-# --------------------------------------------------------------------------- eval mlm
-
-def encode_and_pack(docs: list[str], tok, seq_len: int, segmenter: str = "rjieba") -> tuple[np.ndarray, np.ndarray]:
-    """(N, seq_len) ids and word starts, packed by the shard packer itself: full rows `[CLS] doc [SEP] doc
-    ... [SEP]`, the last one padded. Held-out text then looks to the model exactly like its training rows."""
-    encoder = TextEncoder(tok, Segmenter(segmenter))
-    if not encoder.self_check(docs[:100]):   # as `zh-bert shard` does: never trade exact ids for speed
-        encoder.lut = None
-    packed = pack_sequences(encoder.encode(docs), seq_len,
-                            Specials(cls=tok.cls_token_id, sep=tok.sep_token_id, pad=tok.pad_token_id))
-    if not len(packed["ids"]):
-        raise ZhBertError("the text tokenizes to nothing")
-    return packed["ids"], packed["word_start"]
-
-
-@dataclass
-class MlmEvalConfig:
-    """Settings of `eval mlm`. `masking` holds the masking options (--masking, --mask-rate, ...);
-    `mask_rate=` is accepted as a shorthand for `masking.mask_rate`."""
-    seed: int = option_of(Shared, "seed", default=0, help="masking seed (same seed = same blanks)")
-    seq_len: int = option_of(ShardConfig, "seq_len", help="tokens per packed sequence, [CLS] and [SEP] included")
-    batch_size: int = option_of(Shared, "batch_size", help="sequences per forward pass (does not change the figures)")
-    max_seqs: int = option(0, help="evaluate the first N packed sequences (0: all)")
-    segmenter: SegmenterName = option_of(ShardConfig, "segmenter", help="word boundaries for wwm/ngram")
-    order_check: bool = option(False, help="also score the same blanks with each sequence's tokens shuffled; "
-                                           "reports mlm_acc_shuffled and order_gain (≈0: the model ignores "
-                                           "word order)")
-    masking: MaskingConfig = field(default_factory=MaskingConfig)
-    mask_rate: InitVar[Optional[float]] = None
-
-    def __post_init__(self, mask_rate: Optional[float]):
-        if mask_rate is not None:
-            self.masking = dataclasses.replace(self.masking, mask_rate=mask_rate)
-        at_least(self, 1, "batch_size")
-        at_least(self, 8, "seq_len")
-        at_least(self, 0, "max_seqs")
-        if self.segmenter not in SEGMENTERS:
-            raise ZhBertError(f"--segmenter must be one of {', '.join(SEGMENTERS)}, got {self.segmenter!r}")
-
-
-def eval_mlm(model, tok, docs: list[str], cfg: MlmEvalConfig) -> dict:
-    """Masked-LM loss / accuracy / top-5 on `docs`, masked deterministically from cfg.seed."""
-    max_pos = getattr(model.config, "max_position_embeddings", 512)
-    if not 8 <= cfg.seq_len <= max_pos:
-        raise ZhBertError(f"--seq-len {cfg.seq_len}: must be between 8 and the model's {max_pos} positions")
-    ids, ws = encode_and_pack(docs, tok, cfg.seq_len, cfg.segmenter)
-    if cfg.max_seqs:
-        ids, ws = ids[:cfg.max_seqs], ws[:cfg.max_seqs]
-    vocab_size = model.config.vocab_size
-    unigram = None
-    if cfg.masking.strategy == "unigram-noise":
-        unigram = np.bincount(ids.ravel(), minlength=vocab_size).astype(np.float64)
-        unigram[list(tok.all_special_ids)] = 0
-        unigram /= unigram.sum()
-    masked, labels = mask_batch(ids, ws, cfg.masking, np.random.default_rng(cfg.seed), mask_id=tok.mask_token_id,
-                                special_ids=tok.all_special_ids, vocab_size=vocab_size, unigram_probs=unigram)
-    loss_sum, top1, top5, n = _score(model, tok, masked, labels, ids, cfg.batch_size)
-    if n == 0:
-        raise ZhBertError("no token was masked: the text is too short")
-    loss = loss_sum / n
-    out = {"mlm_loss": loss, "mlm_acc": top1 / n, "mlm_top5": top5 / n, "perplexity": math.exp(min(loss, 700)),
-            "n_masked": n, "n_sequences": int(len(ids)), "n_tokens": int((ids != tok.pad_token_id).sum()),
-            "seed": cfg.seed, "masking": cfg.masking.strategy, "mask_rate": cfg.masking.mask_rate,
-            "seq_len": cfg.seq_len}
-    if cfg.order_check:
-        # Same blanks, same tokens, random order within each sequence (padding stays at the end). A model
-        # that only counts which characters are around (bag of words) scores the same; one that reads its
-        # neighbours loses accuracy. order_gain = mlm_acc - mlm_acc_shuffled.
-        rng = np.random.default_rng([cfg.seed, 1])
-        sm, sl, si = masked.copy(), labels.copy(), ids.copy()
-        for r in range(len(ids)):
-            real = np.flatnonzero(ids[r] != tok.pad_token_id)
-            perm = real[rng.permutation(len(real))]
-            sm[r, real], sl[r, real], si[r, real] = masked[r, perm], labels[r, perm], ids[r, perm]
-        s_loss, s_top1, _, s_n = _score(model, tok, sm, sl, si, cfg.batch_size)
-        out.update(mlm_loss_shuffled=s_loss / s_n, mlm_acc_shuffled=s_top1 / s_n,
-                   order_gain=out["mlm_acc"] - s_top1 / s_n)
-    return out
-
-
-def _score(model, tok, masked: np.ndarray, labels: np.ndarray, ids: np.ndarray, batch_size: int):
-    """(loss sum, top-1 hits, top-5 hits, n) over the masked positions of packed (N, L) arrays."""
-    import torch
-
-    loss_sum, top1, top5, n = 0.0, 0, 0, 0
-    for s in range(0, len(ids), batch_size):
-        lab = torch.from_numpy(labels[s:s + batch_size])
-        if not (lab != -100).any():
-            continue
-        inp = torch.from_numpy(masked[s:s + batch_size])
-        batch = model_batch(model, inp, (torch.from_numpy(ids[s:s + batch_size]) != tok.pad_token_id).long())
-        pos = lab != -100
-        logits = masked_logits(model, batch, pos).cpu()
-        gold = lab[pos]
-        loss_sum += float(torch.nn.functional.cross_entropy(logits, gold, reduction="sum"))
-        best5 = logits.topk(min(5, logits.shape[-1]), dim=-1).indices
-        top1 += int((best5[:, 0] == gold).sum())
-        top5 += int((best5 == gold[:, None]).any(-1).sum())
-        n += int(pos.sum())
-    return loss_sum, top1, top5, n
-
 
 # --------------------------------------------------------------------------- CLI
 
