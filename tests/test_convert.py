@@ -82,11 +82,31 @@ def test_converted_model_gives_the_source_tools_logits(kind, converted):
         assert hashlib.sha256((fixture(kind) / name).read_bytes()).hexdigest() == digest
     eq = record["equality"]
     assert eq["mlm_max_abs_diff"] < 1e-5 and eq["nsp_max_abs_diff"] < 1e-5
-    if kind == "tf1":
+    if kind == "tf1":   # Google's 2018 modeling.py: gelu is erf, what a plain rename gives too
         assert record["tensors"]["skipped"] == {"adam_m": 46, "adam_v": 46, "global_step": 1}
-        assert record["model"]["hidden_act"] == "gelu_new" and eq["rename_only"]["mlm_max_abs_diff"] > 1e-4
+        assert record["model"]["hidden_act"] == "gelu" and record["source"]["gelu"] == "erf" and "rename_only" not in eq
     if kind.startswith(("uer", "tencent")):   # UER's LayerNorm: a plain rename is off by far more than 1e-5
         assert eq["rename_only"]["mlm_max_abs_diff"] > 1e-2
+
+
+def test_gelu_tanh_converts_a_checkpoint_trained_with_googles_later_code(tmp_path, capsys):
+    """`--gelu tanh`: modeling.py since 2019-02-07 (the curve TensorFlow computed `reference_logits_tanh.npz`
+    with); OUT says `gelu_new`, equal to that forward within 1e-5, and a plain rename (erf) is measurably off.
+    `--gelu` of a format that names its curve is one line."""
+    out = tmp_path / "tanh"
+    assert main(["convert", str(FIXTURES / "tf1"), "-o", str(out), "--gelu", "tanh"]) == 0
+    ref = np.load(FIXTURES / "tf1" / "reference_logits_tanh.npz")
+    mlm, nsp = logits(out, ref)
+    valid = ref["attention_mask"].astype(bool)
+    assert np.abs(mlm - ref["mlm"])[valid].max() < 1e-5 and np.abs(nsp - ref["nsp"]).max() < 1e-5
+    record = json.loads((out / "conversion.json").read_text(encoding="utf-8"))
+    assert record["model"]["hidden_act"] == "gelu_new" and record["source"]["gelu"] == "tanh"
+    assert record["equality"]["rename_only"]["mlm_max_abs_diff"] > 1e-4
+    assert json.loads((out / "config.json").read_text())["hidden_act"] == "gelu_new"
+    capsys.readouterr()
+    assert main(["convert", str(FIXTURES / "uer_modular"), "-o", str(tmp_path / "uer"), "--gelu", "tanh"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "only a TensorFlow 1 checkpoint leaves its gelu's curve unsaid" in err[0]
 
 
 def _renamed(tmp: Path, kind: str, rename) -> Path:

@@ -8,9 +8,10 @@ checkpoints, every model trained with UER-py or TencentPretrain), and converting
 wrong. So the kind is detected from the files, the shape comes from the source's own config and is checked
 against every tensor, every tensor is claimed by a name table or refused (`bert_names`), and the converted folder,
 loaded back from disk, must reproduce the source's own forward on a probe (`equality`) before it is renamed into
-place. Two differences are corrected, not copied: Google's `gelu` is the tanh curve (`gelu_new` here), and UER's
-LayerNorm divides by the unbiased standard deviation, which a stock BertLayerNorm reproduces with gamma scaled by
-sqrt((H-1)/H). `OUT/conversion.json` records the source, its key generation, tensors read and skipped, the
+place. UER's LayerNorm divides by the unbiased standard deviation, which a stock BertLayerNorm reproduces with
+gamma scaled by sqrt((H-1)/H): corrected, not copied. A TensorFlow 1 checkpoint's `gelu` is erf (`gelu`) unless
+`--gelu tanh` says it was trained with Google's code after 2019-02-07 (`gelu_new`): its files cannot tell.
+`OUT/conversion.json` records the source, its key generation, the gelu chosen, tensors read and skipped, the
 inputs' sha256 and the logit differences.
 """
 
@@ -32,7 +33,7 @@ from zh_bert.core.options import Shared
 from zh_bert.hub.bert_names import (DECODER, NSP_HEAD, OPTIONAL, POOLER, TOKEN_TYPES, WORD, generation, is_kernel,
                                     other_architecture, table)
 from zh_bert.hub.equality import max_difference, model_logits, probe, source_logits
-from zh_bert.hub.sources import Source, open_source
+from zh_bert.hub.sources import TF1_TANH_SINCE, GeluCurve, Source, open_source
 from zh_bert.train.weights import load_pretrained
 
 #: the record of a conversion, written into OUT
@@ -54,6 +55,9 @@ class ConvertConfig:
     vocab: Optional[str] = option(None, metavar="FILE", help="the source's vocab.txt (default: the one in SRC)")
     heads: Optional[int] = option(None, bounds=(1, 4096), help="attention heads, for a UER checkpoint without its "
                                                                "config (the only size its tensors do not show)")
+    gelu: Optional[GeluCurve] = option(None, help=f"the curve of a TensorFlow 1 checkpoint's gelu: erf (default: "
+                                                  f"google-research/bert before {TF1_TANH_SINCE}, Google's Chinese "
+                                                  f"and multilingual BERT) or tanh (trained with its code since)")
     force: bool = option_of(Shared, "force", help="replace OUT if it is an earlier output of convert")
 
 
@@ -208,11 +212,11 @@ def _rename_only(raw, found, source: Source, state: dict, tied: bool, cls):
 
 
 def convert_checkpoint(src: Path, out: Path, *, forced: str | None = None, config: str | None = None,
-                       vocab: str | None = None, heads: int | None = None, overwrite: bool = False,
-                       legacy=None, finish: Callable[[Path], None] | None = None) -> dict:
+                       vocab: str | None = None, heads: int | None = None, gelu: GeluCurve | None = None,
+                       overwrite: bool = False, legacy=None, finish: Callable[[Path], None] | None = None) -> dict:
     """SRC -> OUT (atomic: nothing is left in OUT unless the proof passed); returns the conversion record.
     `finish(tmp)` adds files before the rename (download's marker)."""
-    source = open_source(src, forced, config, vocab, heads)
+    source = open_source(src, forced, config, vocab, heads, gelu)
     raw, found = map_tensors(source)
     state = to_hf(raw, found, source)
     try:
@@ -247,6 +251,12 @@ def _transformers_silenced() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
+#: what conversion.json says of a TensorFlow 1 checkpoint's gelu, by the curve chosen
+_GELU_NOTE = {"erf": f"gelu taken as erf (google-research/bert before {TF1_TANH_SINCE}: Google's Chinese and "
+                     f"multilingual BERT); --gelu tanh for a checkpoint trained with its code since",
+              "tanh": f"gelu taken as the tanh curve (--gelu tanh: google-research/bert since {TF1_TANH_SINCE})"}
+
+
 def _record(source: Source, found: dict, state: dict, cls_name: str, tied: bool) -> dict:
     fmt = source.fmt
     adjustments = [a for a, applies in (
@@ -255,9 +265,11 @@ def _record(source: Source, found: dict, state: dict, cls_name: str, tied: bool)
         (f"LayerNorm gamma x sqrt((H-1)/H): the source divides by the unbiased deviation + {source.norm_eps:g}",
          fmt.unbiased_norm),
         (f"hidden_act {source.source_act} -> {source.hidden_act}", source.source_act != source.hidden_act),
+        (_GELU_NOTE[source.gelu], fmt.kind == "tf1" and source.source_act == "gelu"),
         ("decoder restored as the word embeddings (tied)", DECODER not in found)) if applies]
     return {"source": {"kind": source.label, "path": str(source.checkpoint),
                        "key_generation": generation(found) if fmt.kind == "uer" else None,
+                       "gelu": source.gelu if fmt.kind == "tf1" else None,
                        "files": {p.name: _sha256(p) for p in source.files}},
             "model": {"class": cls_name, "predicts": ["mlm"] + (["nsp"] if NSP_HEAD[0] in state else []),
                       "tied_decoder": tied, "hidden_act": source.hidden_act, **vars(source.dims)},
@@ -274,7 +286,7 @@ def main(argv: list[str]) -> int:
     src, out = Path(cfg.checkpoint), Path(cfg.output)
     claim_dir(out, inputs=[str(src)], force=cfg.force, need_force=True, what="an earlier output of zh-bert convert")
     record = convert_checkpoint(src, out, forced=cfg.from_format, config=cfg.config, vocab=cfg.vocab,
-                                heads=cfg.heads, overwrite=cfg.force)
+                                heads=cfg.heads, gelu=cfg.gelu, overwrite=cfg.force)
     eq, src_info = record["equality"], record["source"]
     skipped = ", ".join(f"{n} {k}" for k, n in record["tensors"]["skipped"].items()) or "none"
     print(f"converted {src} ({src_info['kind']}" + (f", {src_info['key_generation']} keys" if src_info["key_generation"]

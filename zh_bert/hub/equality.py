@@ -48,8 +48,9 @@ def probe(vocab: list[str], positions: int, type_vocab: int) -> dict:
             "attention_mask": [[1] * len(row) + [0] * (size - len(row)), [1] * size]}
 
 
-def _source_activation(name: str, fmt_kind: str):
-    """The source's own activation `name` (Google's gelu is the tanh curve; UER's gelu is erf, gelu_fast tanh)."""
+def _source_activation(name: str, fmt_kind: str, gelu: str = "erf"):
+    """The source's own activation `name`: its `gelu` is the `gelu` curve (erf, or tanh for Google's code after
+    2019-02-07: `sources.TF1_TANH_SINCE`), UER's gelu_fast tanh."""
     import torch
 
     tanh_gelu = lambda x: 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))  # noqa: E731
@@ -59,8 +60,8 @@ def _source_activation(name: str, fmt_kind: str):
 
         return ACT2FN[name]
     own = {"relu": torch.relu, "tanh": torch.tanh, "linear": lambda x: x, "silu": torch.nn.functional.silu,
-           "gelu_fast": tanh_gelu}
-    return own.get(name, tanh_gelu if fmt_kind == "tf1" else erf_gelu)
+           "gelu_fast": tanh_gelu, "gelu": tanh_gelu if gelu == "tanh" else erf_gelu}
+    return own.get(name, erf_gelu)
 
 
 def source_logits(raw: dict, found: dict, source, batch: dict):
@@ -70,7 +71,7 @@ def source_logits(raw: dict, found: dict, source, batch: dict):
 
     t = {k: v.double() for k, v in raw.items()}
     fmt, dims = source.fmt, source.dims
-    act = _source_activation(source.source_act, fmt.kind)
+    act = _source_activation(source.source_act, fmt.kind, source.gelu)
 
     def linear(x, name):
         w, b = t[f"{name}.weight"], t[f"{name}.bias"]

@@ -14,7 +14,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from zh_bert.core.errors import ZhBertError
 from zh_bert.core.fileio import Record, read_object, read_text, read_vocab_txt
@@ -38,6 +38,14 @@ _UER_BERT = (("encoder", ("transformer", "bert"), "another encoder"), ("layernor
 MAX_PICKLE = 8 << 30
 
 
+GeluCurve = Literal["erf", "tanh"]
+#: the Hugging Face activation that computes each curve of a source's `gelu`
+GELU_ACT: dict[str, str] = {"erf": "gelu", "tanh": "gelu_new"}
+#: the day google-research/bert's modeling.py changed `gelu` from tf.erf to the tanh curve (commit "Updating GELU"):
+#: checkpoints Google trained before it (Chinese BERT 2018-11-04, the multilingual models) use erf
+TF1_TANH_SINCE = "2019-02-07"
+
+
 @dataclass
 class Source:
     """What `convert` needs of a checkpoint: tensors by name, the shape, the files it was read from."""
@@ -55,6 +63,7 @@ class Source:
     names: list[str]
     get: Callable[[str], Any]      # name -> torch tensor (float32)
     skipped: Counter = field(default_factory=Counter)
+    gelu: GeluCurve = "erf"        # the curve the source's own `gelu` computes
 
 
 def _single(folder: Path, pattern: str, what: str) -> Path | None:
@@ -89,13 +98,16 @@ def _refuse_alien(config: Record) -> None:
 
 
 class Tf1Format:
-    """Google's TensorFlow 1 BERT: bert_config.json, dense kernels [in, out], and a `gelu` that is the tanh
-    approximation (modeling.py's), which Hugging Face calls `gelu_new`."""
+    """Google's TensorFlow 1 BERT: bert_config.json, dense kernels [in, out], and a `gelu` whose curve the files do
+    not say: google-research/bert's modeling.py computed it with tf.erf from its first release until
+    `TF1_TANH_SINCE`, then with the tanh approximation. Google's Chinese BERT and the multilingual models (and
+    every Hub copy of them, `hidden_act: "gelu"`) are erf, the default; `--gelu tanh` is for a checkpoint trained
+    with the later code (Hugging Face's `gelu_new`)."""
 
     kind = "tf1"
     segment_pad_row = False
     unbiased_norm = False
-    activations = {"gelu": "gelu_new", "relu": "relu", "tanh": "tanh", "linear": "linear"}
+    activations = {"gelu": "gelu", "relu": "relu", "tanh": "tanh", "linear": "linear"}
 
     def locate(self, src: Path) -> Path | None:
         """The checkpoint prefix (`.../bert_model.ckpt`) SRC names or holds, or None."""
@@ -118,7 +130,8 @@ class Tf1Format:
             return named
         return indexes[0].with_name(indexes[0].name[: -len(".index")]) if indexes else None
 
-    def open(self, prefix: Path, config: str | None, vocab: str | None, heads: int | None) -> Source:
+    def open(self, prefix: Path, config: str | None, vocab: str | None, heads: int | None,
+             gelu: GeluCurve = "erf") -> Source:
         folder = prefix.parent
         cfg_path = Path(config) if config else folder / "bert_config.json"
         if not cfg_path.is_file():
@@ -136,8 +149,8 @@ class Tf1Format:
         dims = _hf_style_dims(cfg, len(read_vocab_txt(vocab_path)), heads)
         act = cfg.text("hidden_act", "gelu", max_len=40)
         source = Source(self, self.kind, prefix, [Path(f"{prefix}.index"), *ckpt.shards, cfg_path, vocab_path], dims,
-                        act, _hf_activation(act, self.activations, f"{cfg_path}"), 1e-12, _dropouts(cfg), vocab_path,
-                        [], lambda name: _tensor(ckpt.array(name)))
+                        act, _hf_activation(act, {**self.activations, "gelu": GELU_ACT[gelu]}, f"{cfg_path}"), 1e-12,
+                        _dropouts(cfg), vocab_path, [], lambda name: _tensor(ckpt.array(name)), gelu=gelu)
         for name in ckpt.entries:
             skip = next((what for suffix, what in TF_SKIPPED if name.endswith(suffix)), None)
             skip = skip or (name if name in TF_COUNTERS else None)
@@ -331,9 +344,11 @@ TF1, UER, HF = Tf1Format(), UerFormat(), HfFormat()
 SOURCE_FORMATS = {"tf1": (TF1, "tf1"), "uer": (UER, "uer"), "tencentpretrain": (UER, "tencentpretrain"), "hf": (HF, "hf")}
 
 
-def open_source(src: Path, forced: str | None, config: str | None, vocab: str | None, heads: int | None) -> Source:
+def open_source(src: Path, forced: str | None, config: str | None, vocab: str | None, heads: int | None,
+                gelu: GeluCurve | None = None) -> Source:
     """SRC (a folder, a checkpoint prefix, a `.index`, a `.bin`) opened as the format its files show, or the
-    one `--from` forces; one line when it holds none, or two that `--from` must choose between."""
+    one `--from` forces; one line when it holds none, or two that `--from` must choose between. `gelu`: the curve
+    of a TensorFlow 1 checkpoint's `gelu` (default erf); the other formats name their curve, and refuse it."""
     if not src.exists() and not Path(f"{src}.index").is_file():
         raise ZhBertError(f"{src}: no such file or folder")
     prefix = TF1.locate(src) if forced in (None, "tf1") else None
@@ -342,7 +357,10 @@ def open_source(src: Path, forced: str | None, config: str | None, vocab: str | 
         raise ZhBertError(f"{src}: holds both a TensorFlow checkpoint ({prefix.name}) and {binary.name}; give "
                           f"--from tf1 or --from {'hf' if binary.name == 'pytorch_model.bin' else 'uer'}")
     if prefix:
-        return TF1.open(prefix, config, vocab, heads)
+        return TF1.open(prefix, config, vocab, heads, gelu or "erf")
+    if gelu is not None:
+        raise ZhBertError(f"--gelu {gelu}: only a TensorFlow 1 checkpoint leaves its gelu's curve unsaid; "
+                          f"{src} is not one (its format names the curve)")
     if binary is None:
         if src.is_dir() and any(src.glob("*.safetensors")):
             raise ZhBertError(f"{src}: already a Hugging Face safetensors folder; nothing to convert")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass
+from glob import escape as glob_escape
 from pathlib import Path
 
 from zh_bert.core.errors import ZhBertError
@@ -28,6 +29,11 @@ _TRAILER = 5           # block type (1 byte) + masked CRC-32C (4 bytes)
 _DTYPES = {1: ("<f4", 4), 2: ("<f8", 8), 3: ("<i4", 4), 4: ("u1", 1), 5: ("<i2", 2), 6: ("i1", 1), 9: ("<i8", 8),
            10: ("?", 1), 14: ("<u2", 2), 19: ("<f2", 2)}
 _BFLOAT16 = 14
+#: the dtypes a weight may have (float32, float64, bfloat16, float16): TF's own restore refuses a variable whose
+#: saved dtype differs from the graph's, so an int32 kernel is a damaged or forged entry, never a weight
+FLOAT_DTYPES = frozenset({1, 2, 14, 19})
+#: the highest rank read (TensorFlow allows 254, numpy 64; a BERT's tensors are rank 1 or 2)
+MAX_RANK = 8
 #: the most bytes of an index read (Google's BERT-large index with Adam slots is ~40 KB)
 MAX_INDEX = 64 << 20
 
@@ -84,6 +90,9 @@ def _shape(buf: bytes, where: str) -> tuple[int, ...]:
     dims = []
     for number, value in _proto_fields(buf, where):
         if number == 2:          # TensorShapeProto.dim
+            if len(dims) == MAX_RANK:
+                raise ZhBertError(f"{where}: a tensor of rank above {MAX_RANK}: no checkpoint weight has one "
+                                  f"(a damaged or forged index)")
             dims.append(next((v for n, v in _proto_fields(value, where) if n == 1), 0))
         elif number == 3 and value:
             raise ZhBertError(f"{where}: a tensor of unknown rank")
@@ -184,9 +193,17 @@ class TfCheckpoint:
         if header.get(2, 0) != 0:
             raise ZhBertError(f"{index}: a big-endian checkpoint; only little-endian ones are read")
         count = header.get(1, 1)
+        # The declared count is checked against the shard files there before it sizes anything: a forged header
+        # saying 10^12 shards costs one directory listing, not a list of 10^12 paths.
+        present = {p.name for p in Path(prefix).parent.glob(f"{glob_escape(Path(prefix).name)}.data-*-of-*")}
+        first = Path(f"{prefix}.data-00000-of-{count:05d}")
+        if not 1 <= count <= max(len(present), 1) or first.name not in present:
+            raise ZhBertError(f"{index}: the header names {count:,} data shards, and {len(present):,} "
+                              f"{Path(prefix).name}.data-* file{'s' * (len(present) != 1)} are there: "
+                              f"{'a damaged index' if count > len(present) else f'{first.name} is missing'}")
         shards = [Path(f"{prefix}.data-{i:05d}-of-{count:05d}") for i in range(count)]
         for shard in shards:
-            if not shard.is_file():
+            if shard.name not in present:
                 raise ZhBertError(f"{shard}: missing (the index names {count} data shard{'s' * (count > 1)})")
         sizes = [os.path.getsize(s) for s in shards]
         for e in entries.values():
@@ -197,14 +214,17 @@ class TfCheckpoint:
                                   f"bytes {e.offset:,}..{e.offset + e.size:,}: the shard is truncated")
         return cls(Path(prefix), entries, shards)
 
-    def array(self, name: str):
+    def array(self, name: str, weight: bool = True):
         """The tensor `name` as a float32 numpy array (float16/bfloat16/float64 widened or narrowed exactly as
-        stored values allow), its byte count and CRC checked."""
+        stored values allow), its byte count and CRC checked; a `weight` must be stored as floating point."""
         import numpy as np
 
         e = self.entries[name]
         if e.dtype not in _DTYPES:
             raise ZhBertError(f"{self.prefix}: {name} has TensorFlow dtype {e.dtype}, not a numeric tensor")
+        if weight and e.dtype not in FLOAT_DTYPES:
+            raise ZhBertError(f"{self.prefix}.index: {name} is stored as {_DTYPES[e.dtype][0]} integers, but a weight "
+                              f"is floating point (TensorFlow's own restore refuses it): a damaged or forged index")
         code, width = _DTYPES[e.dtype]
         count = 1
         for d in e.shape:
