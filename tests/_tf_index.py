@@ -11,6 +11,8 @@ from zh_bert.hub.tf_checkpoint import TABLE_MAGIC, _block, _block_items, _proto_
 
 
 def varint(n: int) -> bytes:
+    """Protobuf's base-128 varint; a negative int64 as its two's complement, ten bytes, as protobuf writes it."""
+    n &= (1 << 64) - 1
     out = b""
     while True:
         out += bytes([n & 0x7F | (0x80 if n > 0x7F else 0)])

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from _tf_index import varint
 from conftest import DATA, SAMPLE
 from zh_bert.cli import main
 
@@ -139,15 +140,6 @@ def test_other_spellings_of_the_same_format_convert_equal(kind, rename, generati
     assert generation is None or generation in record["source"]["key_generation"]
 
 
-def _varint(n: int) -> bytes:
-    out = b""
-    while True:
-        out += bytes([n & 0x7F | (0x80 if n > 0x7F else 0)])
-        n >>= 7
-        if not n:
-            return out
-
-
 def _index_past_end(src: Path) -> None:
     """The footer's index-block handle moved past the end of the file (a block handle nothing can read)."""
     index = src / "bert_model.ckpt.index"
@@ -164,7 +156,7 @@ def _index_past_end(src: Path) -> None:
             if b < 0x80:
                 break
         handles.append(n)
-    body = _varint(handles[0]) + _varint(handles[1]) + _varint(handles[2] + 10_000) + _varint(handles[3])
+    body = varint(handles[0]) + varint(handles[1]) + varint(handles[2] + 10_000) + varint(handles[3])
     index.write_bytes(data[:-48] + body.ljust(40, b"\0") + struct.pack("<Q", 0xDB4775248B80FB57))
 
 

@@ -87,6 +87,7 @@ def _copies(tmp_path: Path) -> dict[str, Path]:
         for p in a["paragraphs"]:
             for q in p["qas"]:
                 q["id"] = q["id"].replace("DEV", "TRAIN")
+    halfwidth = json.loads(json.dumps(renumbered).replace("，", ","))   # B9: equal to dev under NFKC
     trial = json.loads((CMRC / "cmrc2018_trial.json").read_text(encoding="utf-8"))
     trial["data"].append({"paragraphs": [dev["data"][0]["paragraphs"][0]]})
     (tmp_path / "folder").mkdir()
@@ -94,6 +95,7 @@ def _copies(tmp_path: Path) -> dict[str, Path]:
     return {"the dev file": CMRC / "cmrc2018_dev.json",
             "a renamed copy": shutil.copy(CMRC / "cmrc2018_dev.json", tmp_path / "my_train.json"),
             "a copy with new ids": _squad(tmp_path / "renumbered.json", renumbered),
+            "b9: new ids and ， written ,": _squad(tmp_path / "halfwidth.json", halfwidth),
             "a folder": tmp_path / "folder",
             "trial and one dev paragraph": _squad(tmp_path / "trial_plus.json", trial)}
 
@@ -101,6 +103,7 @@ def _copies(tmp_path: Path) -> dict[str, Path]:
 SHARED = {"the dev file": "shares 3,219 of its 3,219 questions (ids) and 848 of its 848 contexts",
           "a renamed copy": "shares 3,219 of its 3,219 questions (ids) and 848 of its 848 contexts",
           "a copy with new ids": "shares 0 of its 3,219 questions (ids) and 848 of its 848 contexts",
+          "b9: new ids and ， written ,": "shares 0 of its 3,219 questions (ids) and 848 of its 848 contexts",
           "a folder": "shares 3,219 of its 3,219 questions (ids) and 848 of its 848 contexts",
           "trial and one dev paragraph": "questions (ids) and 1 of its 257 contexts"}
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import sys
+import threading
 
 from zh_bert import __version__
 from zh_bert.core.errors import ZhBertError, suggest
@@ -58,6 +60,36 @@ if _hub_model not in MODEL_SOURCES:
     MODEL_SOURCES.append(_hub_model)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C raises KeyboardInterrupt: the same cleanup (temp files removed, worker pools
+    stopped, a checkpoint where pretrain saves one), then exit 143."""
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
+
+
+def _default_sigterm_in_child() -> None:
+    """A process forked while the handler is in place (a worker pool, an executor's tasks) dies on SIGTERM as
+    processes do: its parent stops it that way, and a worker raising Terminated would never exit."""
+    if signal.getsignal(signal.SIGTERM) is _raise_terminated:
+        try:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        except ValueError:   # forked from a thread other than the main one: that thread cannot set handlers
+            pass
+
+
+os.register_at_fork(after_in_child=_default_sigterm_in_child)
+
+
+def _terminate_like_interrupt():
+    """SIGTERM as SIGINT is handled, in the main thread of a process that has not chosen its own handling; the
+    handler it replaced (to put back when the command returns), or None."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        return signal.signal(signal.SIGTERM, _raise_terminated)
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
@@ -72,18 +104,25 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     reset_claims()   # a command owns only what it claims itself
+    before = _terminate_like_interrupt()
     try:
         module = importlib.import_module(COMMANDS[name][0])
         return int(module.main(rest) or 0)
     except ZhBertError as e:
         print(f"zh-bert {name}: error: {e}", file=sys.stderr)
         return 2
+    except Terminated:
+        print(f"zh-bert {name}: terminated", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print(f"zh-bert {name}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `zh-bert models | head`: the reader left; not an error worth a traceback
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    finally:
+        if before is not None:
+            signal.signal(signal.SIGTERM, before)
 
 
 if __name__ == "__main__":

@@ -143,9 +143,45 @@ class DuplicateKeyError(yaml.constructor.ConstructorError):
     """A YAML mapping that gives one key twice (`_UniqueKeyLoader`)."""
 
 
+class YamlBudgetError(yaml.composer.ComposerError):
+    """YAML nested deeper than `MAX_YAML_DEPTH`, or whose aliases expand past `MAX_YAML_NODES`."""
+
+
+#: the deepest YAML nesting read (a recipe is 3 levels, a model card's model-index 6)
+MAX_YAML_DEPTH = 64
+#: the most nodes a YAML document may stand for with every alias expanded (a C-MTEB card's model-index is a few
+#: thousand): 827 bytes of aliases to aliases stand for 10^9 strings, which anything that walks them would build
+MAX_YAML_NODES = 200_000
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
     """yaml.safe_load, except that a key given twice in one mapping is an error: YAML's own rule lets the
-    last one win silently, so `max_steps` written twice would train for the other value than the user read."""
+    last one win silently, so `max_steps` written twice would train for the other value than the user read.
+    And bounded: nesting past `MAX_YAML_DEPTH` and an alias tree expanding past `MAX_YAML_NODES` are errors,
+    counted while the document is composed (each node's expanded size once, an alias at the size of its anchor)."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self._depth = 0
+        self._sizes: dict[int, int] = {}
+
+    def compose_node(self, parent, index):
+        if self._depth >= MAX_YAML_DEPTH:
+            raise YamlBudgetError(None, None, f"nested deeper than {MAX_YAML_DEPTH} levels", self.peek_event().start_mark)
+        self._depth += 1
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        if id(node) not in self._sizes:
+            children = (node.value if isinstance(node, yaml.SequenceNode) else
+                        [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else [])
+            size = 1 + sum(self._sizes.get(id(c), 1) for c in children)
+            if size > MAX_YAML_NODES:
+                raise YamlBudgetError(None, None, f"its aliases stand for more than {MAX_YAML_NODES:,} values",
+                                      node.start_mark)
+            self._sizes[id(node)] = size
+        return node
 
     def construct_mapping(self, node, deep=False):
         seen = {}
@@ -160,8 +196,12 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 
 def safe_load_unique(text: str) -> Any:
-    """`yaml.safe_load` that refuses duplicate keys (`_UniqueKeyLoader`)."""
-    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506  (a SafeLoader subclass)
+    """`yaml.safe_load` that refuses duplicate keys and unbounded documents (`_UniqueKeyLoader`); a value PyYAML
+    cannot build (an integer of 5,000 digits: Python's ValueError) is a YAMLError like any other."""
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506  (a SafeLoader subclass)
+    except (ValueError, RecursionError) as e:
+        raise yaml.YAMLError(str(e).splitlines()[0][:80] if str(e) else type(e).__name__) from None
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:

@@ -99,9 +99,11 @@ def _item_ngrams(fields: list[list[str]], n: int) -> tuple[np.ndarray, np.ndarra
     (pair_hash,) = window_keys(joined, (n,))
     cps = np.frombuffer(joined.encode("utf-32-le"), np.uint32)
     ends, han = (np.concatenate(([0], np.cumsum(hit))) for hit in (cps == ord("\n"), han_mask(cps)))
-    m = len(pair_hash)
+    m = len(pair_hash)     # windows of n: none when the text is shorter
     whole = (ends[n:n + m] == ends[:m]) & (han[n:n + m] > han[:m])
     pair_hash, pair_owner = pair_hash[whole], owner_of_char[:m][whole]
+    if not len(pair_hash):      # every example shorter than n (or none at all): nothing to count
+        return pair_hash, pair_owner
     order = np.argsort(pair_hash, kind="stable")   # owners stay in order within a hash: repeats are neighbours
     pair_hash, pair_owner = pair_hash[order], pair_owner[order]
     first = np.concatenate(([True], (pair_hash[1:] != pair_hash[:-1]) | (pair_owner[1:] != pair_owner[:-1])))

@@ -198,6 +198,35 @@ class _ZstdStream(io.RawIOBase):
         super().close()
 
 
+#: the longest line read (bytes): a cleaned document is at most `clean --max-chars` (500,000) characters, 2 MB of
+#: UTF-8, 3 MB as JSON escapes; a longer line is counted or refused after this many bytes, never held whole
+MAX_LINE_BYTES = 32 << 20
+
+
+def bounded_lines(f: IO[bytes], limit: int = MAX_LINE_BYTES) -> Iterator[bytes | int]:
+    """Each line of the binary stream `f` with its newline, or, for a line longer than `limit` bytes, its length
+    (an int): read in pieces past the limit and dropped, so memory is bounded by `limit`, not by the file."""
+    while True:
+        raw = f.readline(limit + 1)
+        if not raw:
+            return
+        if len(raw) <= limit or raw.endswith(b"\n"):
+            yield raw
+            continue
+        n = len(raw)
+        while not raw.endswith(b"\n"):
+            raw = f.readline(1 << 20)
+            if not raw:
+                break
+            n += len(raw)
+        yield n
+
+
+def too_long(n: int) -> str:
+    """What a message says of a line `bounded_lines` dropped."""
+    return f"a line of {n:,} bytes, over the {MAX_LINE_BYTES:,} read of one line"
+
+
 def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
     """(line number, line without its newline) for the non-blank lines of a UTF-8 file (gzip by suffix).
     Decoded line by line, so a missing file, a byte that is not UTF-8 or a broken gzip stream is a one-line
@@ -208,7 +237,9 @@ def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
     n = 0
     try:
         with open_binary(path) as f:
-            for n, raw in enumerate(f, 1):
+            for n, raw in enumerate(bounded_lines(f), 1):
+                if isinstance(raw, int):
+                    raise ZhBertError(f"{path}:{n}: {too_long(raw)}; no document is that long")
                 try:
                     line = raw.decode("utf-8")
                 except UnicodeDecodeError as e:
@@ -308,8 +339,9 @@ def plan_shares(paths: list[Path], tasks: int, whole=None) -> list[list[Segment]
     return shares
 
 
-def segment_raw_lines(path: str | os.PathLike, start: int, end: int) -> Iterator[tuple[int, bytes]]:
-    """(byte offset, raw line with its newline) for every line that begins in bytes [start, end) of an
+def segment_raw_lines(path: str | os.PathLike, start: int, end: int) -> Iterator[tuple[int, bytes | int]]:
+    """(byte offset, raw line with its newline, or its length when over `MAX_LINE_BYTES`: `bounded_lines`) for
+    every line that begins in bytes [start, end) of an
     uncompressed file: a line cut by `start` belongs to the previous segment's reader, so the segments
     of `plan_shares` read every line exactly once."""
     with open(path, "rb") as f:
@@ -317,12 +349,13 @@ def segment_raw_lines(path: str | os.PathLike, start: int, end: int) -> Iterator
             f.seek(start - 1)
             f.readline()   # the rest of a line that began before `start`
         pos = f.tell()
+        lines = bounded_lines(f)
         while pos < end:
-            raw = f.readline()
-            if not raw:
+            raw = next(lines, None)
+            if raw is None:
                 break
             yield pos, raw
-            pos += len(raw)
+            pos += raw if isinstance(raw, int) else len(raw)
 
 
 def line_number(path: str | os.PathLike, offset: int) -> int:

@@ -358,6 +358,11 @@ class JobMarker:
             self.job = old
             self._take_logdir(logdir, log_old)
             return True
+        changed = self._changed_inputs(old, done)
+        if changed:       # the same job on a repaired input: the parts of the old file are useless, and ours
+            print(f"{self.command}: {changed[0]}{f' and {len(changed) - 1} more' if len(changed) > 1 else ''} changed "
+                  f"since the unfinished run in {self.outdir}; starting over")
+            force = True
         self._claim_outdir(old, owned, force, done, finished, inputs)
         if (old is not None or log_old is not None) and not force:
             self._refuse_other_job(old, log_old, logdir, done)
@@ -375,6 +380,21 @@ class JobMarker:
                 remove_owned(self.outdir, listed={})   # the folder only if it is still empty
             raise
         return False
+
+    def _changed_inputs(self, old: dict | None, done: str | None) -> list[str]:
+        """The inputs that changed (size or modification time) since an unfinished run of this same job, when
+        nothing else did (the same command, files and settings): that run cannot be finished, only redone."""
+        if old is None or old.get("command") != self.command or (done and (self.outdir / done).is_file()):
+            return []
+        then, now = old.get("settings"), self.job["settings"]
+        if not isinstance(then, dict) or not isinstance(then.get("inputs"), list) or set(then) != set(now):
+            return []
+        if any(then[k] != now[k] for k in now if k != "inputs") or len(then["inputs"]) != len(now["inputs"]):
+            return []
+        pairs = list(zip(then["inputs"], now["inputs"]))
+        if any(not isinstance(a, list) or not a or a[0] != b[0] for a, b in pairs):
+            return []
+        return [b[0] for a, b in pairs if a != b]
 
     def _claim_outdir(self, old: dict | None, owned, force: bool, done: str | None, finished, inputs) -> None:
         """OUTDIR through the ownership layer: new or empty, or every entry one this command writes (`owned`,

@@ -213,7 +213,30 @@ def load_pickle(path: Path) -> dict:
         raise ZhBertError(f"{path}: refused: not a state dict of named tensors")
     if state and all(k.startswith("module.") for k in state):   # saved from a DataParallel wrapper
         state = {k[len("module."):]: v for k, v in state.items()}
+    for name, tensor in state.items():
+        check_tensor(name, tensor, path)
     return state
+
+
+def check_tensor(name: str, tensor, path: Path) -> None:
+    """A tensor of a checkpoint is dense, on the CPU, its own data (its storage holds every element: a stride-0
+    `expand` of 100,000 values saying 10^10 would be materialised by the first `.float()`), and a number type;
+    one line naming it otherwise, before anything is converted."""
+    import torch
+
+    problem = None
+    if tensor.layout != torch.strided:
+        problem = f"a {str(tensor.layout).split('.')[-1]} tensor (only dense tensors are weights)"
+    elif tensor.is_meta or tensor.device.type != "cpu":
+        problem = f"a tensor on the {tensor.device.type} device, without its data"
+    elif not (tensor.dtype.is_floating_point or tensor.dtype in (torch.int64, torch.int32, torch.int16, torch.uint8,
+                                                                  torch.int8, torch.bool)):
+        problem = f"of dtype {tensor.dtype}, not a number type"
+    elif tensor.untyped_storage().nbytes() < (tensor.storage_offset() + tensor.numel()) * tensor.element_size():
+        problem = (f"a view of {tensor.untyped_storage().nbytes() // max(tensor.element_size(), 1):,} stored values "
+                   f"shaped {list(tensor.shape)} ({tensor.numel():,} elements): not a weight's own data")
+    if problem:
+        raise ZhBertError(f"{path}: {name} is {problem}; refused before anything is converted")
 
 
 def pickle_kind(state: dict, path: Path) -> str:

@@ -251,10 +251,11 @@ def claim_board(out: str | Path, sources: list[str]) -> None:
     if kind:
         raise ZhBertError(f"-o {out}: is {kind}, not a board; refusing to write a board into it (give a new "
                           f"folder for the board)")
-    parent_kind = folder_kind(real.parent)
-    if parent_kind:
-        raise ZhBertError(f"-o {out}: inside {real.parent}, which is {parent_kind}; refusing to add a board to it "
-                          f"(give a folder outside it)")
+    for above in real.parents:      # at any depth: `-o MODEL/a/b` makes a/b inside the model folder too
+        parent_kind = folder_kind(above)
+        if parent_kind:
+            raise ZhBertError(f"-o {out}: inside {above}, which is {parent_kind}; refusing to add a board to it "
+                              f"(give a folder outside it)")
     if real.is_dir() and not out.is_symlink():
         other = sorted(p.name for p in real.iterdir() if p.name not in (*BOARD_FILES, MANIFEST) or not p.is_file())
         if other:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import re
 
+from zh_bert.core.fileio import preview
 from zh_bert.corpus.task_registry import suites, tasks, tasks_of
 from zh_bert.evaluation.eval_results import metric_range
 
@@ -31,6 +32,8 @@ METRICS = {"accuracy": "accuracy", "acc": "accuracy", "exact_match": "exact_matc
            "cos_sim_spearman": "cosine_spearman"}   # MTEB's STS main score, before and after mteb 1.12
 #: the most claims of one card the board reads (a hostile card cannot make it build a huge board)
 MAX_CLAIMS = 5000
+#: the most notes one card's model-index gives (then one note counting the rest)
+MAX_CARD_NOTES = 20
 
 
 def _letters_digits(text: object) -> str:
@@ -149,13 +152,26 @@ def _metric_entries(result: dict, rp: str, base: dict, notes: list[dict]) -> lis
             continue
         value, metric = m.get("value"), _text(m.get("type")) or ""
         e = {**base, "metric_type": metric, "metric_name": _text(m.get("name")) or "", "where": mp}
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            shown = f"{type(value).__name__} {str(value)[:40]!r}"
-            notes.append({"where": mp, "claim": f"{_claim_label(e)}: {metric} {str(value)[:40]}",
+        if not _finite_number(value):
+            shown = f"{type(value).__name__} {preview(value)}"
+            notes.append({"where": mp, "claim": f"{_claim_label(e)}: {metric} {_claimed_value(value)}",
                           "reason": f"{mp}.value: expected a finite number, got {shown}"})
             continue
         out.append({**e, "metric_value": value})
     return out
+
+
+def _finite_number(value: object) -> bool:
+    """A number a figure can be: finite, and an integer that a float holds (YAML reads 400 digits as an int, and
+    `math.isfinite` of it is an OverflowError)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return math.isfinite(value) if isinstance(value, float) else abs(value) < 10 ** 300
+
+
+def _claimed_value(value: object) -> str:
+    """A claimed value as a note shows it: text as written, anything else through the bounded preview."""
+    return value[:40] if isinstance(value, str) else preview(value)
 
 
 def _claim_label(e: dict) -> str:
@@ -168,7 +184,7 @@ def _claim_label(e: dict) -> str:
 def claim_text(e: dict) -> str:
     """How a note shows a claim: 'MTEB TNews (validation): accuracy 52.41'."""
     value = e.get("metric_value")
-    shown = f"{value:.4g}" if isinstance(value, (int, float)) else str(value)[:40]
+    shown = f"{value:.4g}" if _finite_number(value) else _claimed_value(value)
     return f"{_claim_label(e)}: {e.get('metric_name') or e.get('metric_type')} {shown}"
 
 
@@ -200,6 +216,10 @@ def model_index_entries(meta: dict, where: str) -> tuple[list[dict], list[dict]]
                     "dataset_type": _text(data.get("type")) or "", "dataset_name": _text(data.get("name")) or "",
                     "config": _config(data), "split": _text(data.get("split"))}
             out += _metric_entries(r, rp, base, notes)
+    if len(notes) > MAX_CARD_NOTES:    # one card cannot fill the board: the first ones, and how many more
+        more = len(notes) - MAX_CARD_NOTES
+        notes = notes[:MAX_CARD_NOTES] + [{"where": "model-index", "claim": "?",
+                                           "reason": f"{more:,} more unreadable parts of this card's model-index"}]
     for n in notes:
         n["source"] = where
     return out, notes

@@ -110,12 +110,18 @@ def sort_entries(entries: list[dict], source: str) -> tuple[dict[str, float], li
     a suite's score when all its scored tasks are there (FewCLUE's eight); and a note for each entry not placed."""
     out: dict[str, float] = {}
     notes = []
+    first: dict[str, dict] = {}
     for e in entries:
         key, value, why = placement(e)
         if key is None:
             notes.append({"source": source, "reason": why, "claim": claim_text(e)})
-        else:
-            out[key] = value
+            continue
+        if key in out and out[key] != value:     # one source, two figures for one cell: both named
+            notes.append({"source": source, "reason": f"two claims for the {key} column: "
+                                                      f"{claim_text(first[key])} and {claim_text(e)}; the last is shown",
+                          "claim": claim_text(e)})
+        first.setdefault(key, e)
+        out[key] = value
     for suite in suites():
         keys = [t.columns[0].key for t in scored(suite) if t.columns]
         if suite.score and keys and all(k in out for k in keys):

@@ -128,8 +128,52 @@ def refuse_repo_code(path: str | Path) -> None:
 def load_pretrained(cls: Any, path: str | Path, what: str = "a model", **kwargs: Any) -> Any:
     """`cls.from_pretrained(path, **kwargs)` (a model or config class); a broken folder is a ZhBertError."""
     refuse_repo_code(path)
+    if not any(part in cls.__name__ for part in ("Config", "Tokenizer")):
+        check_layers(path, what)
     with _one_line(path, what):
         return cls.from_pretrained(str(path), **kwargs)
+
+
+#: a transformer layer's index in a weight's name (group 2): BERT's `encoder.layer.3.`, ModernBERT's `layers.3.`
+LAYER_INDEX = re.compile(r"(?:^|\.)(layer|layers)\.(\d+)\.")
+
+
+def weight_names(folder: Path) -> list[str] | None:
+    """The tensor names of a folder's safetensors weights, from their headers (or the shards' index) alone;
+    None when the folder has none (transformers then says what it lacks)."""
+    from safetensors import safe_open
+
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        weight_map = read_json(index)
+        return list(weight_map.get("weight_map", {})) if isinstance(weight_map, dict) else None
+    single = folder / "model.safetensors"
+    if not single.is_file():
+        return None
+    try:
+        with safe_open(str(single), framework="numpy") as f:
+            return list(f.keys())
+    except _load_errors():
+        return None      # a damaged file: the load itself says so, in its one line
+
+
+def check_layers(path: str | Path, what: str = "a model") -> None:
+    """config.json's `num_hidden_layers` against the layers the weight files hold, before a model is built: a
+    config saying 3 where the weights hold 2 would build layer 3 at random and run (transformers only logs it),
+    and one saying 20,000 would allocate them all first. One line naming both counts."""
+    folder = Path(path)
+    config = read_json(folder / "config.json", default=None) if folder.is_dir() else None
+    declared = config.get("num_hidden_layers") if isinstance(config, dict) else None
+    if type(declared) is not int:
+        return
+    names = weight_names(folder)
+    held = {int(m[2]) for n in names or () if (m := LAYER_INDEX.search(n))}
+    if names is None or not held or held == set(range(declared)):
+        return
+    missing = sorted(set(range(min(declared, max(held) + 1))) - held)
+    raise ZhBertError(f"{folder / 'config.json'}: num_hidden_layers {declared:,}, but the weights hold {len(held):,} "
+                      f"layer{'s' * (len(held) != 1)}" + (f" (layer {missing[0]} missing)" if missing else "")
+                      + f": not {what} whose config and weights agree (missing or extra weights)")
 
 
 def init_from_config(cls: Any, path: str | Path, what: str = "a model", **kwargs: Any) -> Any:

@@ -20,14 +20,14 @@ from zh_bert.core.fileio.owned import (claim_dir, claim_file, copy_file, fresh_s
                                   remove_owned, remove_scratch, rename_owned, save_pretrained, save_safetensors, scratch_dir, torch_save,
                                   truncate_owned, write_bytes, write_text)
 from zh_bert.core.fileio.read import (MAX_JSON_BYTES, Record, api_answer, entry_name, inside, json_copy, name_problem,
-                                     number, parse_json, parse_json_line, parse_yaml, read_json, read_object, read_text, read_vocab_txt,
+                                     number, parse_json, parse_json_line, parse_yaml, preview, read_json, read_object, read_text, read_vocab_txt,
                                      shown_name)
 
 __all__ = ["ABLATE_EVALS", "CHECKPOINTS", "CURVES_PNG", "DATA_CACHE", "EVAL_RESULTS", "FINAL", "HOUSEHOLD",
            "METRICS_LOG", "PUBLISHED_RUN_FILES", "RUN_RECIPE", "RUN_SUMMARY", "SUITE_DIR", "TENSORBOARD",
            "VERIFICATION_FILE", "HouseholdEntry", "household_entry", "in_household",
            "MANIFEST", "MAX_JSON_BYTES", "Record", "api_answer", "entry_name", "inside", "json_copy", "name_problem",
-           "number", "parse_json", "parse_json_line", "parse_yaml", "read_object", "shown_name", "atomic_dir", "atomic_write", "check_dir_ours", "claim_dir", "claim_file", "copy_file",
+           "number", "parse_json", "parse_json_line", "parse_yaml", "preview", "read_object", "shown_name", "atomic_dir", "atomic_write", "check_dir_ours", "claim_dir", "claim_file", "copy_file",
            "fault_point", "foreign_entries", "fresh_staging_dir", "rename_owned", "is_claimed", "manifest_files", "open_append", "open_for_write", "pid_alive",
            "read_json", "read_text", "read_vocab_txt", "recover", "refuse_overlap", "remove_owned",
            "remove_scratch", "replace_dir", "reset_claims", "save_pretrained", "save_safetensors", "scratch_dir",

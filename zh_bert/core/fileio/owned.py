@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -246,7 +247,29 @@ def save_pretrained(obj, folder: str | os.PathLike, **kwargs) -> None:
     folder = Path(folder)
     if folder.exists() and any(folder.iterdir()) and not is_claimed(folder):
         raise ZhBertError(f"{folder}: not a folder zh-bert is writing; refusing to save a model into it")
-    obj.save_pretrained(str(folder), **kwargs)
+    try:
+        obj.save_pretrained(str(folder), **kwargs)
+    except OSError as e:
+        if e.errno in _DISK_ERRNOS:
+            raise _disk_error(folder, e) from None
+        raise
+    except Exception as e:   # the tokenizers library raises a bare Exception for an OS error (tokenizer.json)
+        disk = _rust_disk_error(str(e))
+        if disk is None:
+            raise
+        raise _disk_error(folder, disk) from None
+
+
+#: how the tokenizers library words an OS error it raises as a bare Exception ("No space left on device (os error
+#: 28)"): the errno it carries
+_OS_ERROR_CODE = re.compile(r"\(os error (\d+)\)")
+
+
+def _rust_disk_error(message: str) -> OSError | None:
+    """The OSError a Rust library's message stands for, when it is a disk error; None for anything else."""
+    found = _OS_ERROR_CODE.search(message)
+    code = int(found[1]) if found else None
+    return OSError(code, os.strerror(code)) if code in _DISK_ERRNOS else None
 
 
 def open_append(path: str | os.PathLike, encoding: str = "utf-8") -> IO:

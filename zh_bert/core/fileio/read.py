@@ -25,6 +25,11 @@ from zh_bert.core.errors import ZhBertError, suggest
 MAX_JSON_BYTES = 64 << 20
 #: the most bytes of an endpoint's answer that a message quotes
 _QUOTED = 60
+#: JSON nested past Python's recursion limit (about 1,000 levels; no file zh-bert reads nests 10): what its parser
+#: raises as RecursionError, said as one line
+TOO_DEEP = "not valid JSON here (nested deeper than the reader follows: no config, record or line nests so deep)"
+#: the most bytes of a vocab.txt read (Google's is 110 KB; a 1M-token vocabulary is ~10 MB)
+MAX_VOCAB_BYTES = 64 << 20
 
 
 def read_text(path: str | os.PathLike, encoding: str = "utf-8", max_bytes: int | None = None) -> str:
@@ -72,6 +77,8 @@ def parse_json(text: str | bytes, where: str) -> Any:
         raise ZhBertError(f"{where}:{e.lineno}: not valid JSON ({e.msg})") from None
     except (UnicodeDecodeError, ValueError) as e:
         raise ZhBertError(f"{where}: not valid JSON ({e})") from None
+    except RecursionError:
+        raise ZhBertError(f"{where}: {TOO_DEEP}") from None
 
 
 def _no_constant(name: str):
@@ -91,6 +98,53 @@ def parse_json_line(line: str, path: str | os.PathLike, lineno: int) -> Any:
         raise ZhBertError(f"{path}:{lineno}: not JSON ({e.msg} at column {e.colno})") from None
     except ValueError as e:
         raise ZhBertError(f"{path}:{lineno}: not JSON ({e})") from None
+    except RecursionError:
+        raise ZhBertError(f"{path}:{lineno}: {TOO_DEEP}") from None
+
+
+def preview(value: Any, limit: int = 40) -> str:
+    """At most `limit` characters showing a value read from a stranger's file, built without rendering it whole:
+    `str()` of an aliased YAML tree (or of a 700M-character string) would build all of it before any slice."""
+    out: list[str] = []
+    size = 0
+    stack: list[Any] = [value]
+    while stack and size <= limit:
+        item = stack.pop()
+        if isinstance(item, _Literal):
+            piece = item.text
+        elif isinstance(item, (dict, list, tuple)):
+            pairs = isinstance(item, dict)
+            shown = list(_first(item.items() if pairs else item, limit))
+            stack.append(_Literal("}" if pairs else "]"))
+            for i in range(len(shown) - 1, -1, -1):     # popped in order: k0: v0, k1: v1 ...
+                stack += [shown[i][1], _Literal(": "), shown[i][0]] if pairs else [shown[i]]
+                if i:
+                    stack.append(_Literal(", "))
+            piece = "{" if pairs else "["
+        elif isinstance(item, str):
+            piece = repr(item[:limit])
+        elif isinstance(item, int) and not isinstance(item, bool) and item.bit_length() > 64:
+            piece = f"an integer of {item.bit_length():,} bits"
+        else:
+            piece = repr(item)[:limit]
+        out.append(piece)
+        size += len(piece)
+    text = "".join(out)
+    return text if len(text) <= limit and not stack else text[:limit - 1] + "…"
+
+
+class _Literal:
+    __slots__ = ("text",)
+
+    def __init__(self, text: str):
+        self.text = text
+
+
+def _first(items, n: int):
+    for i, x in enumerate(items):
+        if i >= n:
+            return
+        yield x
 
 
 def json_copy(obj: Any) -> Any:
@@ -103,14 +157,14 @@ def parse_yaml(text: str, where: str) -> Any:
     """YAML text (a card's front matter) as plain data: safe loading, no tags, a key given twice is an error."""
     import yaml
 
-    from zh_bert.core.config import DuplicateKeyError, safe_load_unique
+    from zh_bert.core.config import DuplicateKeyError, YamlBudgetError, safe_load_unique
 
     try:
         return safe_load_unique(text)
-    except DuplicateKeyError as e:
+    except (DuplicateKeyError, YamlBudgetError) as e:
         raise ZhBertError(f"{where}: {e.problem}") from None
     except yaml.YAMLError as e:
-        raise ZhBertError(f"{where}: not valid YAML ({str(e).splitlines()[0][:80]})") from None
+        raise ZhBertError(f"{where}: not valid YAML ({(str(e).splitlines() or [type(e).__name__])[0][:80]})") from None
 
 
 def api_answer(body: bytes | str, content_type: str | None, where: str, what: str = "the Hub API") -> Any:
@@ -349,7 +403,7 @@ class Record:
 def read_vocab_txt(path: str | os.PathLike) -> list[str]:
     """Tokens of a BERT vocab.txt, one per line. Split on '\\n' only: Google's vocab has U+2028 inside
     two entries, and str.splitlines() would shift every later id."""
-    text = Path(path).read_text(encoding="utf-8")
+    text = read_text(path, max_bytes=MAX_VOCAB_BYTES)
     if text.endswith("\n"):
         text = text[:-1]
     return [t.rstrip("\r") for t in text.split("\n")] if text else []

@@ -21,6 +21,7 @@ import collections
 import hashlib
 import multiprocessing as mp
 import os
+import signal
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -81,7 +82,11 @@ _worker_cleaner: DocCleaner | None = None  # one per worker process, built by th
 
 
 def _start_cleaner(cfg: CleanConfig) -> None:
+    """A worker: SIGINT is the parent's to handle (it stops the pool), SIGTERM ends the worker quietly (what the
+    pool's terminate sends), so a stopped run prints no worker traceback."""
     global _worker_cleaner
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _worker_cleaner = DocCleaner(cfg)
 
 

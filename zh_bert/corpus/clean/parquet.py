@@ -19,7 +19,7 @@ from typing import Iterator
 
 from zh_bert.core.errors import ZhBertError, suggest
 from zh_bert.corpus.clean.source import Problems, RawDoc
-from zh_bert.corpus.corpus_io import Segment
+from zh_bert.corpus.corpus_io import MAX_LINE_BYTES, Segment
 
 #: the columns a Parquet corpus keeps its text in when `--field` names none, in the order they are looked for
 PARQUET_TEXT_COLUMNS = ("text", "content")
@@ -114,11 +114,23 @@ def _row_group_docs(pf, path: Path, rg: int, column: str, first: int, problems: 
     import pyarrow as pa
 
     row = first
+    group = pf.metadata.row_group(rg)
+    chunk = next((group.column(i) for i in range(group.num_columns) if group.column(i).path_in_schema == column), None)
+    if chunk is not None and chunk.total_uncompressed_size > MAX_LINE_BYTES * max(group.num_rows, 1):
+        # its values average more than a line may hold: reading it would hold such a value whole (a 20 KB file
+        # can unpack to a 2 GB string), so its rows are counted, unread
+        problems.note("too_long", f"{path}#{first}: row group {rg}, {group.num_rows:,} rows holding "
+                                  f"{chunk.total_uncompressed_size:,} bytes of text: values over the "
+                                  f"{MAX_LINE_BYTES:,} read of one; not read")
+        return
     try:
         for batch in pf.iter_batches(batch_size=PARQUET_BATCH_ROWS, row_groups=[rg], columns=[column],
                                      use_threads=False):
-            for text in _batch_texts(batch.column(0), path, row, problems):
-                if text is None:
+            values, over = _short_values(batch.column(0), path, row, problems)
+            for k, text in enumerate(_batch_texts(values, path, row, problems)):
+                if k in over:
+                    pass          # counted too_long by _short_values
+                elif text is None:
                     problems.note("no_text_field", f"{path}#{row}: null '{column}'")
                 elif text is not _UNDECODABLE:
                     yield RawDoc(text, f"{path}#{row}")
@@ -129,6 +141,25 @@ def _row_group_docs(pf, path: Path, rg: int, column: str, first: int, problems: 
 
 
 _UNDECODABLE = object()   # a value whose bytes are not UTF-8 (Parquet writers need not check)
+
+
+def _short_values(values, path: Path, row: int, problems: Problems) -> tuple:
+    """(the batch with each value over `MAX_LINE_BYTES` made null, their indexes): such a value is counted
+    `too_long` and never turned into a Python string nor normalised."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_dictionary(values.type):
+        values = values.dictionary_decode()
+    lengths = pc.binary_length(values)
+    over = pc.fill_null(pc.greater(lengths, MAX_LINE_BYTES), False)
+    if not pc.any(over).as_py():
+        return values, set()
+    found = pc.indices_nonzero(over).to_pylist()
+    for k in found:
+        problems.note("too_long", f"{path}#{row + k}: a value of {lengths[k].as_py():,} bytes, over the "
+                                  f"{MAX_LINE_BYTES:,} read of one")
+    return pc.if_else(over, pa.scalar(None, values.type), values), set(found)
 
 
 def _batch_texts(values, path: Path, row: int, problems: Problems) -> list:

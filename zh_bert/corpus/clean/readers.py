@@ -24,8 +24,8 @@ from zh_bert.corpus.clean.source import COMPRESSED, Problems, RawDoc, inner_name
 from zh_bert.corpus.clean.wikitext import read_mediawiki
 from zh_bert.core.config import option
 from zh_bert.core.fileio import parse_json, parse_json_line
-from zh_bert.corpus.corpus_io import (BROKEN_STREAM, Segment, line_number, lone_surrogate, open_binary,
-                                      segment_raw_lines)
+from zh_bert.corpus.corpus_io import (BROKEN_STREAM, Segment, bounded_lines, line_number, lone_surrogate,
+                                      open_binary, segment_raw_lines, too_long)
 from zh_bert.core.errors import ZhBertError
 
 Format = Literal["auto", "text", "jsonl", "json", "parquet", "wikiextractor", "mediawiki"]
@@ -144,8 +144,11 @@ def read_lines(path: Path, encoding: str, problems: Problems,
         elif segment is not None:
             numbered = ((k, raw) for k, (_, raw) in enumerate(segment_raw_lines(path, 0, segment[2]), 1))
         else:
-            numbered = enumerate(io.BufferedReader(_Prepend(head, f)), 1)
+            numbered = enumerate(bounded_lines(io.BufferedReader(_Prepend(head, f))), 1)
         for i, raw in numbered:
+            if isinstance(raw, int):     # past MAX_LINE_BYTES: counted while read, never decoded nor normalised
+                problems.add("too_long", path, i, too_long(raw))
+                continue
             try:
                 line = raw.decode(encoding)
             except UnicodeDecodeError as e:

@@ -22,7 +22,7 @@ class RawDoc:
 @dataclass
 class Problems:
     """Lines (Parquet rows) the readers could not use, by kind ('undecodable', 'bad_json', 'no_text_field',
-    'bad_text'), with file:line (file#row)."""
+    'bad_text', 'too_long': a line over `corpus_io.MAX_LINE_BYTES`), with file:line (file#row)."""
     counts: dict = field(default_factory=dict)
     where: dict = field(default_factory=dict)
     encodings: dict = field(default_factory=dict)  # path -> encoding used (detected or given)

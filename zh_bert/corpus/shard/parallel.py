@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 from datatrove.pipeline.base import PipelineStep
 
-from zh_bert.corpus.corpus_io import corpus_files, iter_lines, line_number, plan_shares, segment_raw_lines
+from zh_bert.corpus.corpus_io import (corpus_files, iter_lines, line_number, plan_shares, segment_raw_lines,
+                                      too_long)
 from zh_bert.core.errors import ZhBertError
 from zh_bert.corpus.executors import ExecutorOptions, JobMarker, Stage, run_stages
 from zh_bert.core.fileio import atomic_dir, atomic_write, read_json, read_object, refuse_overlap, remove_scratch, write_json
@@ -49,6 +50,9 @@ def segment_lines(path: str, start: int, end: int) -> Lines:
     n = 0
     for pos, raw in segment_raw_lines(path, start, end):
         n += 1
+        if isinstance(raw, int):
+            raise ZhBertError(f"{path}:{n if start == 0 else line_number(path, pos)}: {too_long(raw)}; no document "
+                              f"is that long")
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as e:

@@ -16,7 +16,7 @@ from pathlib import Path
 from zh_bert.core.errors import ZhBertError
 from zh_bert.corpus.ner_files import Sentence, read_ner
 from zh_bert.evaluation.tasks.tag_schemes import Scheme, broken_tags, detect_scheme, scheme_named, split_tag
-from zh_bert.evaluation.tasks.splits import keep_apart, roles_of
+from zh_bert.evaluation.tasks.splits import keep_apart, roles_of, text_key
 
 
 @dataclass
@@ -79,7 +79,7 @@ def assemble_ner(name: str, splits: dict[str, list[Sentence] | None], files: dic
     tagged = {k: v for k, v in splits.items() if v and v[0].tags is not None}
     scheme = _scheme_of(tagged, files, scheme_name)
     train, dev, notes = keep_apart(name, (splits["train"], splits["dev"], test),
-                                   [files["train"], files["dev"], files.get("test")], lambda s: s.text,
+                                   [files["train"], files["dev"], files.get("test")], lambda s: text_key(s.text),
                                    drop_repeats=False)   # a repeated sentence is data, not leakage
     for split, sentences in tagged.items():
         count, first = broken_tags(scheme, [s.tags for s in sentences])

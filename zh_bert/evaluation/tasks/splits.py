@@ -9,7 +9,8 @@ figure that measures memory, so the splits are compared first, by content, never
 
 - span extraction (CMRC 2018): question ids and context hashes of the train file against the reported file;
   any shared one is refused, with both counts (the official train and dev files share none; trial and dev
-  share none either).
+  share none either). Contexts, and NER sentences, are compared as `eval contamination` compares text
+  (`overlap_text`: NFKC, case folded, no whitespace): a copy with new ids and `，` written `,` is the same.
 - sentence classification and cloze items (finetune, FewCLUE): texts. A text of a later role is dropped from
   the earlier one (from train when dev or test holds it, from dev when test holds it) and counted in the notes,
   as the published splits need (ChnSentiCorp repeats 665 train reviews in dev or test and 39 dev reviews in
@@ -23,15 +24,22 @@ import hashlib
 from typing import Callable, Hashable, Sequence
 
 from zh_bert.core.errors import ZhBertError
+from zh_bert.corpus.overlap_hash import overlap_text
 
 #: what each split does, as every summary names it
 ROLES = {"train": "trains", "dev": "chooses", "test": "reports"}
 
 
 def context_key(text: str) -> str:
-    """A context's identity for overlap: the sha256 of its text without whitespace (a re-wrapped copy is the
-    same context)."""
-    return hashlib.sha256("".join(text.split()).encode("utf-8")).hexdigest()
+    """A context's identity for overlap: the sha256 of its text as `eval contamination` compares text
+    (`overlap_text`: NFKC, case folded, no whitespace), so a re-wrapped copy, or one with `，` written `,`, is
+    the same context."""
+    return hashlib.sha256(overlap_text(text).encode("utf-8")).hexdigest()
+
+
+def text_key(text: str) -> str:
+    """A sentence's identity for overlap, by the same normalisation (`overlap_text`)."""
+    return overlap_text(text)
 
 
 def refuse_shared_spans(train: Sequence, train_name: str, reported: Sequence, reported_name: str) -> None:

@@ -9,7 +9,6 @@ placement and DDP wrapping, checkpoints) reaches it.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import torch
@@ -21,10 +20,9 @@ from zh_bert.train.arch import of_config
 from zh_bert.train.model import top1_correct
 from zh_bert.train.objectives.base import Networks
 from zh_bert.train.objectives.teacher import teacher_config, teacher_folder
-from zh_bert.train.weights import load_pretrained
+from zh_bert.train.weights import LAYER_INDEX, load_pretrained
 
 HALF = {"bf16": torch.bfloat16, "fp16": torch.float16}
-_LAYER_INDEX = re.compile(r"\.(layer|layers)\.(\d+)\.")
 
 
 def load_teacher(recipe, folder: Path):
@@ -67,7 +65,7 @@ def start_from_teacher(student, teacher, layer_of: dict[int, int]) -> None:
     more positions) gives its first rows."""
     own = teacher.state_dict()
     for name, param in student.state_dict().items():
-        m = _LAYER_INDEX.search(name)
+        m = LAYER_INDEX.search(name)
         source = (name[:m.start()] + f".{m[1]}.{layer_of[int(m[2]) + 1] - 1}." + name[m.end():]) if m else name
         value = own.get(source)
         if value is None:

@@ -18,7 +18,8 @@ from datatrove.pipeline.base import PipelineStep
 
 from zh_bert.core.errors import ZhBertError
 from zh_bert.core.fileio import atomic_write, read_json, read_object, refuse_overlap, write_json
-from zh_bert.corpus.corpus_io import document_text, is_jsonl, line_number, plan_shares, segment_raw_lines
+from zh_bert.corpus.corpus_io import (document_text, is_jsonl, line_number, plan_shares, segment_raw_lines,
+                                      too_long)
 from zh_bert.corpus.executors import ExecutorOptions, JobMarker, Stage, run_stages
 from zh_bert.evaluation.heads.embed.vectors import Encoder, Lines, write_vectors_npy, write_parquet
 from zh_bert.evaluation.heads.embed.encoder import CHUNK_TEXTS
@@ -67,6 +68,8 @@ def share_texts(share: list, jsonl: dict[str, bool]):
             yield from Lines([Path(path)])
             continue
         for pos, raw in segment_raw_lines(path, start, end):
+            if isinstance(raw, int):
+                raise ZhBertError(f"{path}:{line_number(path, pos)}: {too_long(raw)}")
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
