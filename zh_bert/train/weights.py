@@ -145,8 +145,9 @@ def weight_names(folder: Path) -> list[str] | None:
 
     index = folder / "model.safetensors.index.json"
     if index.is_file():
-        weight_map = read_json(index)
-        return list(weight_map.get("weight_map", {})) if isinstance(weight_map, dict) else None
+        index_data = read_json(index)
+        weight_map = index_data.get("weight_map") if isinstance(index_data, dict) else None
+        return list(weight_map) if isinstance(weight_map, dict) else None
     single = folder / "model.safetensors"
     if not single.is_file():
         return None

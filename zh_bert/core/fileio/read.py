@@ -11,6 +11,7 @@ number from a file is finite and in its range (`number`). `tests/test_read_layer
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -114,7 +115,7 @@ def preview(value: Any, limit: int = 40) -> str:
             piece = item.text
         elif isinstance(item, (dict, list, tuple)):
             pairs = isinstance(item, dict)
-            shown = list(_first(item.items() if pairs else item, limit))
+            shown = list(itertools.islice(item.items() if pairs else item, limit))
             stack.append(_Literal("}" if pairs else "]"))
             for i in range(len(shown) - 1, -1, -1):     # popped in order: k0: v0, k1: v1 ...
                 stack += [shown[i][1], _Literal(": "), shown[i][0]] if pairs else [shown[i]]
@@ -139,12 +140,6 @@ class _Literal:
     def __init__(self, text: str):
         self.text = text
 
-
-def _first(items, n: int):
-    for i, x in enumerate(items):
-        if i >= n:
-            return
-        yield x
 
 
 def json_copy(obj: Any) -> Any:
