@@ -42,7 +42,7 @@ def _recipe(teacher: str, n: int, steps: int):
     from zh_bert.train.recipe import Recipe
 
     return Recipe(lr=1e-4, warmup_steps=0, max_steps=steps, global_batch=n, micro_batch=n, objective="distill",
-                  teacher=teacher, temperature=8.0, kd_weight=1.0, hidden_weight=1.0)
+                  teacher=teacher, temperature=8.0, kd_weight=1.0, hidden_weight=1.0, mlm_weight=0.0)
 
 
 def textbrewer_distiller(teacher, student, pairs, projections, out_dir: str, masked: dict):

@@ -24,7 +24,7 @@ def _score(status: str, claimed: float | None, verified: float | None, split: st
 
 
 def _verification(record: str) -> dict:
-    return {"record": record, "zh_bert_version": "0.1.0", "protocol": {"fewclue": "fewclue-v2"},
+    return {"record": record, "zh_bert_version": "0.1.0", "protocol": {"fewclue": "fewclue-v3"},
             "seeds": [42, 43], "hardware": "2 CPU cores (AMD EPYC)", "wall_s": 123.4, "date": "2026-12-02"}
 
 
@@ -65,7 +65,7 @@ def planted_board() -> dict:
              scores={"fewclue": _score("self-reported", 30.5, None)}, **{"try": "zh-bert demo './x</script>'"}),
     ]
     return {"schema": "zh-bert-board/1", "generated_by": "zh-bert 0.1.0",
-            "protocols": {"fewclue": "fewclue-v2", "cmrc2018": "cmrc2018-v1"}, "tolerance": 0.5,
+            "protocols": {"fewclue": "fewclue-v3", "cmrc2018": "cmrc2018-v1"}, "tolerance": 0.5,
             "reference_text": {"name": "corpora/sample/zhwiki_sampled.txt", "sha256": "0" * 64, "chars": 20000},
             "columns": columns, "rows": rows}
 
@@ -78,8 +78,8 @@ SCORED = tuple(t.name for t in scored(suite_named("fewclue")))   # the eight of 
 
 def suite_claims(accuracy: dict[str, float], em_f1=(10.0, 20.0)) -> list[dict]:
     """eval_results entries shaped as `eval suite` writes them."""
-    details = {"protocol": "fewclue-v2", "split": "test_public", "method": "finetune", "seeds": [42], "pairs": 5}
-    out = [entry("text-classification", f"FewCLUE {t} (fewclue-v2, finetune, 5 pairs x 1 seeds)", f"fewclue-{t}",
+    details = {"protocol": "fewclue-v3", "split": "test_public", "method": "finetune", "seeds": [42], "pairs": 5}
+    out = [entry("text-classification", f"FewCLUE {t} (fewclue-v3, finetune, 5 pairs x 1 seeds)", f"fewclue-{t}",
                  f"FewCLUE {t}", "accuracy", "test_public accuracy", a, **details) for t, a in accuracy.items()]
     cmrc = {"protocol": "cmrc2018-v1", "split": "dev", "seeds": [42], "trained_on": "trial"}
     out += [entry("question-answering", "CMRC 2018", "cmrc2018", "CMRC 2018", m, f"dev {m}", v, **cmrc)
@@ -90,7 +90,7 @@ def suite_claims(accuracy: dict[str, float], em_f1=(10.0, 20.0)) -> list[dict]:
 def record_for(model_id: str, entries: list[dict], weights: str | None = None) -> dict:
     return {"schema": "zh-bert-verification/1", "model": {"id": model_id, "source": model_id,
                                                           "weights_sha256": weights},
-            "zh_bert_version": "0.1.0", "protocols": {"fewclue": "fewclue-v2"}, "seeds": [42],
+            "zh_bert_version": "0.1.0", "protocols": {"fewclue": "fewclue-v3"}, "seeds": [42],
             "hardware": "test machine", "wall_s": 1.0, "date": "2026-12-02", "entries": entries}
 
 

@@ -77,7 +77,7 @@ def planted_models(root: Path) -> list[Path]:
     record = root / "modernbert-zh-shaped.verification.json"
     record.write_text(json.dumps({
         "schema": "zh-bert-verification/1", "model": {"id": str(modern), "source": str(modern)},
-        "zh_bert_version": "0.1.0", "protocols": {"fewclue": "fewclue-v2"}, "seeds": [42],
+        "zh_bert_version": "0.1.0", "protocols": {"fewclue": "fewclue-v3"}, "seeds": [42],
         "hardware": "planted", "wall_s": 0.0, "date": "2026-12-02",
         "entries": [entry("text-classification", f"FewCLUE {t}", f"fewclue-{t}", f"FewCLUE {t}", "accuracy",
                           "test_public accuracy", rerun[t] / 100, split="test_public", method="finetune")

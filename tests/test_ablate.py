@@ -80,7 +80,7 @@ def test_ablate_spec_errors(tmp_path, capsys):
     assert cli.main(["ablate", str(typo)]) == 2
     assert "unknown key 'finetune_sed' (did you mean 'finetune_seeds'?)" in capsys.readouterr().err
     pool = write_yaml(tmp_path / "p.yaml", {"name": "x", "grid": {"masking": ["token", "wwm"]}, "finetune_pooling": "avg"})
-    with pytest.raises(ZhBertError, match="'finetune_pooling' must be one of 'cls', 'mean', 'first-last-avg', got 'avg'"):
+    with pytest.raises(ZhBertError, match="'finetune_pooling' must be one of 'auto', 'cls', 'mean', 'first-last-avg', got 'avg'"):
         load_spec(pool)   # refused before any run starts, not after the first pretraining
     assert cli.main(["ablate", str(pool), "--set", "finetune_pooling=mean", "--set", "finetune_precision=fp8"]) == 2
     assert "'finetune_precision' must be one of 'auto', 'fp32', 'fp16', 'bf16', got 'fp8'" in capsys.readouterr().err

@@ -103,7 +103,7 @@ BAD = [
     ("layer-map-not-pairs", {"layer_map": [[1]]}, "layer_map[0] must be [student layer, teacher layer]"),
     ("temperature-zero", {"temperature": 0}, "'temperature' must be > 0"),
     ("temperature-negative", {"temperature": -2}, "'temperature' must be > 0"),
-    ("weights-all-zero", {"kd_weight": 0, "hidden_weight": 0}, "learns nothing"),
+    ("weights-all-zero", {"kd_weight": 0, "hidden_weight": 0, "mlm_weight": 0}, "learns nothing"),
     ("negative-weight", {"hidden_weight": -1}, "'hidden_weight' must be >= 0"),
     ("attention-heads-differ", {"attention_weight": 1}, "the student has 2 heads and teacher"),
     ("teacher-layers-widths", {"student_init": "teacher-layers"}, "student_init teacher-layers copies teacher layers"),
@@ -172,7 +172,7 @@ def test_checkpoints_hold_the_student_and_projections_never_the_teacher(distill_
     assert type(student) is BertForMaskedLM and student.config.num_hidden_layers == 1
     summary = json.loads((run / "run.json").read_text())
     assert summary["objective"] == "distill" and summary["teacher"]["sha256"] == folder_sha256(teacher)
-    assert summary["distill"]["layer_map"] == [[0, 0], [1, 2]] and summary["distill"]["temperature"] == 8.0
+    assert summary["distill"]["layer_map"] == [[0, 0], [1, 2]] and summary["distill"]["temperature"] == 1.0
     assert {"mlm_loss", "mlm_acc", "kd_loss", "teacher_agree"} == set(summary["final_validation"])
     rows = [r for r in metrics(run) if "loss" in r]
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
@@ -185,7 +185,7 @@ def test_the_card_names_the_teacher_and_the_losses(distill_run):
     teacher = distill_run / "teacher"
     card = build_card(distill_run / "run" / "final", distill_run / "run", "me/tiny-distilled")
     assert f"| teacher | `{teacher}` (BertForMaskedLM, 2 layers, hidden 64;" in card
-    assert "| distillation | temperature 8.0, kd × 1, hidden × 1; layer map (student, teacher) [[0, 0], [1, 2]]" in card
+    assert "| distillation | temperature 1.0, kd × 1, hidden × 1, mlm × 1; layer map (student, teacher) [[0, 0], [1, 2]]" in card
 
 
 def test_a_resume_refuses_a_changed_teacher(distill_run, char_shards, tmp_path, capsys):

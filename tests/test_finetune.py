@@ -353,7 +353,45 @@ def test_fine_tuning_is_deterministic_for_a_seed_and_tokenizes_once(tiny_model_d
     for r in runs:
         r["per_seed"][0].pop("train_s")
     untimed = [[re.sub(r", [\d.]+ s\)$", ")", m) for m in log] for log in logs]
-    assert runs[0] == runs[1] and untimed[0] == untimed[1] and len(untimed[0]) == 3   # 2 dev evals + summary
+    assert runs[0] == runs[1] and untimed[0] == untimed[1] and len(untimed[0]) == 4   # pooling, 2 dev evals, summary
+    assert untimed[0][0].startswith("pooling auto -> mean: the checkpoint trained no pooler") and runs[0]["pooling"] == "mean"
     assert sorted(calls) == [32, 32, 64]                                   # train, dev, test: once each
     assert optimizers_made == [(1e-3, 1e-8, "fused")] * 2
     assert classify.tokenizer_for(tiny_model_dir) is classify.tokenizer_for(tiny_model_dir)
+
+
+def test_pooling_auto_pools_by_cls_only_where_the_checkpoint_trained_its_pooler(tiny_model_dir, tmp_path):
+    """`--pooling auto` (the default): a masked LM alone (no pooler weights) pools by mean; a checkpoint with an
+    NSP/SOP head or a fine-tuned classifier by cls; `--pooling` given is kept; a pooling no classifier computes is
+    one line; `--save` under auto writes the stock [CLS] classifier and says so."""
+    from transformers import BertConfig, BertForPreTraining, BertForSequenceClassification
+
+    from zh_bert.evaluation.heads.classify import ClassifyKind, auto_pooling, classifier_config
+    from zh_bert.evaluation.loop import FinetuneConfig
+
+    small = BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+    BertForPreTraining(small).save_pretrained(tmp_path / "nsp")
+    BertForSequenceClassification(small).save_pretrained(tmp_path / "classifier")
+    assert auto_pooling(tiny_model_dir)[0] == "mean"
+    assert auto_pooling(tmp_path / "nsp") == ("cls", "cls: the checkpoint trained [CLS] through its pooler (an "
+                                                     "NSP/SOP head)")
+    assert auto_pooling(tmp_path / "classifier")[1].endswith("(a fine-tuned classifier)")
+    said = []
+    assert classifier_config(FinetuneConfig(pooling="auto"), tiny_model_dir, said.append).pooling == "mean"
+    assert said == ["pooling auto -> mean: the checkpoint trained no pooler (MLM only), so [CLS] through it would "
+                    "start from noise"]
+    assert classifier_config(FinetuneConfig(pooling="cls"), tiny_model_dir, said.append).pooling == "cls"
+    with pytest.raises(ZhBertError, match="a classifier pools by cls or mean"):
+        classifier_config(FinetuneConfig(pooling="first-last-avg"), tiny_model_dir)
+    assert ClassifyKind().check_save(tiny_model_dir, FinetuneConfig(), {}).pooling == "cls"
+    with pytest.raises(ZhBertError, match="--save with --pooling mean"):
+        ClassifyKind().check_save(tiny_model_dir, FinetuneConfig(pooling="mean"), {})
+
+
+def test_the_pooling_is_recorded_with_every_figure(tiny_model_dir):
+    """eval_results entries of a classifier name the pooling it ran with (auto resolved)."""
+    from zh_bert.evaluation.heads.classify import eval_entries
+
+    summary = {"seeds": [1], "dev_acc": 0.5, "test_acc": 0.4, "test_macro_f1": 0.3, "pooling": "mean"}
+    entries = eval_entries(summary, "chnsenticorp")
+    assert entries and all(e["pooling"] == "mean" for e in entries)

@@ -31,7 +31,7 @@ def official_predictions(name: str, predicted: list) -> list[dict]:
 
 def _fake_run(dev_by_lr: dict, test_by_lr: dict, calls: list):
     """A stand-in for the classifier's runs: dev and test accuracy per learning rate, as if trained."""
-    def run(ckpt, task, cfg, seeds, log=print):
+    def run(ckpt, task, cfg, seeds, log=print, say_pooling=True):
         calls.append(cfg.lr)
         runs = [{"seed": s, "dev_acc": dev_by_lr[cfg.lr], "test_acc": test_by_lr[cfg.lr]} for s in seeds]
         return Result(task.name, cfg.random_init, seeds, runs, predictions=[task.test[0].label] * len(task.test))
@@ -131,10 +131,10 @@ def test_suite_end_to_end_writes_report_predictions_and_entries(tiny_model_dir, 
 
 
 def test_entries_name_split_protocol_seeds_sha_and_version():
-    res = {"zh_bert_version": "9.9", "method": "finetune", "protocols": {"fewclue": "fewclue-v2"},
+    res = {"zh_bert_version": "9.9", "method": "finetune", "protocols": {"fewclue": "fewclue-v3"},
            "pretrained": {"eprstmt": {"seeds": [42], "data_sha256": "ab" * 32, "pairs": 5, "test_acc": 0.61}}}
     (e,) = suite_entries(res)
-    assert e["split"] == "test_public" and e["protocol"] == "fewclue-v2" and e["seeds"] == [42]
+    assert e["split"] == "test_public" and e["protocol"] == "fewclue-v3" and e["seeds"] == [42]
     assert e["data_sha256"] == "ab" * 32 and e["zh_bert_version"] == "9.9" and e["metric_value"] == 0.61
     assert "test_public accuracy" == e["metric_name"]
 
@@ -242,7 +242,7 @@ def test_ablate_takes_suite_tasks_as_downstream_columns(monkeypatch):
     spec = SimpleNamespace(finetune=SimpleNamespace(config=FinetuneConfig(lr=2e-3), seed_list=lambda: [1, 2]))
     s = ablation_results._finetune(spec, "suite:bustm", "model", random_init=True)
     assert seen == {"name": "bustm", "splits": 5, "lrs": [2e-3], "seeds": [1, 2], "random_init": True}
-    assert s["test_acc"] == 0.55 and s["protocol"] == "fewclue-v2"
+    assert s["test_acc"] == 0.55 and s["protocol"] == "fewclue-v3"
     with pytest.raises(ZhBertError, match="suite:bustn: not a task of a suite that chooses.*did you mean 'bustm'"):
         ablation_results._finetune(spec, "suite:bustn", "model")
 
@@ -259,3 +259,20 @@ def test_every_fewclue_task_trains_and_scores_on_its_real_files(tiny_model_dir, 
     assert 0 <= r["test_acc"] <= 1 and 0 <= r["dev_acc"] <= 1 and r["runs"] == 1
     preds = r["per_pair"][0]["test_predictions"]
     assert len(official_predictions(name, preds)) == len(public_records(task_named(name))[0])
+
+
+def test_a_few_shot_pair_trains_longer_than_a_full_training_set_by_default():
+    """`eval suite`'s defaults are the protocol's: 20 epochs, patience 5 on a few-shot task's pairs (3 epochs are a
+    handful of steps on 32 examples per class), finetune's 3 and 2 on a full training set; given ones are kept."""
+    from zh_bert.evaluation.suite.protocol import FEW_SHOT_EPOCHS, FEW_SHOT_PATIENCE, SuiteConfig, task_config
+
+    cfg = SuiteConfig()
+    assert cfg.epochs is None and cfg.patience is None and cfg.pooling is None
+    few = task_config(task_named("eprstmt"), cfg)
+    full = task_config(task_named("resume_ner"), cfg)
+    assert (few.epochs, few.patience) == (FEW_SHOT_EPOCHS, FEW_SHOT_PATIENCE) == (20, 5)
+    assert (full.epochs, full.patience) == (FinetuneConfig.epochs, FinetuneConfig.patience)
+    given = task_config(task_named("eprstmt"), SuiteConfig(epochs=3, patience=1))
+    assert (given.epochs, given.patience) == (3, 1)
+    with pytest.raises(ZhBertError, match="--epochs must be >= 1"):
+        SuiteConfig(epochs=0)

@@ -180,7 +180,7 @@ def test_the_cards_model_index_names_each_task_as_declared_and_the_board_places_
     from zh_bert.leaderboard.record import sort_entries
     from zh_bert.release.card import model_index_fields
 
-    res = {"zh_bert_version": "9.9", "method": "finetune", "protocols": {"fewclue": "fewclue-v2"},
+    res = {"zh_bert_version": "9.9", "method": "finetune", "protocols": {"fewclue": "fewclue-v3"},
            "pretrained": {"tnews": {"seeds": [42], "data_sha256": "ab" * 32, "pairs": 5, "test_acc": 0.31},
                           "cmrc2018": {"seeds": [42], "data_sha256": "cd" * 32, "trained_on": "trial", "em": 1.2,
                                        "f1": 11.1}}}

@@ -143,7 +143,7 @@ def test_trust_nothing_read_a_record_path_that_loops_is_one_line(tmp_path, capsy
     assert not (tmp_path / "b").exists()
 
 
-SUITE = {"zh_bert_version": "0.1.0", "method": "finetune", "protocols": {"fewclue": "fewclue-v2",
+SUITE = {"zh_bert_version": "0.1.0", "method": "finetune", "protocols": {"fewclue": "fewclue-v3",
                                                                         "cmrc2018": "cmrc2018-v1"},
          "pretrained": {}, "random_init": {"eprstmt": {"seeds": [42], "data_sha256": {"train": "ab"}, "pairs": 5,
                                                        "test_acc": 0.45}}}

@@ -7,9 +7,10 @@ A new task is one more declaration: `declare(Task(...))` (a folder of files, a r
 docs/eval.md). The bundled ones:
 
 - FewCLUE (Xu et al. 2021, arXiv:2107.07498), suite `fewclue`: nine few-shot tasks, each with five 32-shot-per-class
-  train/dev pairs (`train_k`, `dev_k`) and a labelled public test set (`test_public`). Protocol `fewclue-v2`:
-  fine-tune on train_k, choose the learning rate and the epoch on dev_k, report test_public, mean over the five
-  pairs; the FewCLUE score is the mean of the eight tasks other than CHID (multiple choice, reported apart).
+  train/dev pairs (`train_k`, `dev_k`) and a labelled public test set (`test_public`). Protocol `fewclue-v3`:
+  fine-tune on train_k (up to 20 epochs, early stop after 5 dev_k evaluations without gain, pooled as the
+  checkpoint trained: `eval suite`'s defaults; v2 was 3 epochs on [CLS]), choose the learning rate and the epoch
+  on dev_k, report test_public, mean over the five pairs; the FewCLUE score is the mean of the eight tasks other than CHID (multiple choice, reported apart).
   TNEWS also has FewCLUE's `train_few_all`/`dev_few_all`, which `zh-bert finetune --task tnews` trains and chooses
   on (the same test_public: one task, one test file).
 - CMRC 2018, suite `cmrc2018`: span extraction, trained a fixed number of epochs on the official train file (or
@@ -122,12 +123,12 @@ def _fewclue_references(key: str) -> tuple[Reference, ...]:
 
 
 def _fewclue(name: str, description: str, reader: Fields | ClozeFile, pattern: Pattern, **kw) -> Task:
-    """A FewCLUE task: its folder, five pairs reported on test_public, protocol fewclue-v2, its board column,
+    """A FewCLUE task: its folder, five pairs reported on test_public, protocol fewclue-v3, its board column,
     its published rows, test_public's records as test text."""
     kw.setdefault("in_score", True)
     return Task(name=name, title=name.upper(), head=kw.pop("head", CLASSIFY), reader=reader,
                 folder=f"fewclue/{name}", pairs=Pairs(5), suites=("fewclue",), metrics=(FEWCLUE_ACCURACY,),
-                protocol="fewclue-v2", published=_fewclue_references(name),
+                protocol="fewclue-v3", published=_fewclue_references(name),
                 columns=(Column(f"fewclue-{name}", name.upper(), "test_public"),), test_text=RecordText(),
                 pattern=pattern, dataset_type=f"fewclue-{name}", dataset_name=f"FewCLUE {name}",
                 description=description, **kw)
@@ -250,7 +251,7 @@ BUNDLED_TASKS: tuple[Task, ...] = (
          "news NER, PER/LOC/ORG, BIO"),
 )
 BUNDLED_SUITES: tuple[Suite, ...] = (
-    Suite("fewclue", "FewCLUE", "fewclue-v2", "trained on train_k, learning rate and epoch chosen on dev_k, reported "
+    Suite("fewclue", "FewCLUE", "fewclue-v3", "trained on train_k, learning rate and epoch chosen on dev_k, reported "
           "on test_public", aliases=("fewclue",),
           score=Score(Column("fewclue", "FewCLUE score", "test_public", "score"),
                       "the mean test_public accuracy of the eight tasks other than CHID",

@@ -42,19 +42,19 @@ from zh_bert.train.recipe_keys import OptimizerKeys, PrecisionKeys
 
 
 #: what `--pooling` takes (each head says which of them it computes)
-PoolingName = Literal["cls", "mean", "first-last-avg"]
+PoolingName = Literal["auto", "cls", "mean", "first-last-avg"]
 
 
 @dataclass
 class FinetuneConfig:
     """How one fine-tuning run trains; `zh-bert ablate` keys its cached evaluations on the whole value."""
-    epochs: int = option(3, help="passes over the training set (early stop on dev may end sooner)")
+    epochs: Optional[int] = option(3, help="passes over the training set (early stop on dev may end sooner)")
     lr: float = option_of(OptimizerKeys, "lr", default=5e-5, help="peak learning rate")
     seq_len: int = option_of(ShardConfig, "seq_len", help="max tokens per example (longer ones are truncated)")
     batch_size: int = option_of(Shared, "batch_size", help="examples per step")
     warmup: float = option(0.1, help="warmup fraction of all steps")
     weight_decay: float = option_of(OptimizerKeys, "weight_decay")
-    patience: int = option(2, help="early stop after N dev evals without gain")
+    patience: Optional[int] = option(2, help="early stop after N dev evals without gain")
     eval_every: int = option(0, help="steps between dev evals (0: per epoch)")
     max_train: int = option(0, help="use N training examples (0: all)")
     random_init: bool = option(False, help="same architecture, random weights (baseline)")
@@ -63,14 +63,17 @@ class FinetuneConfig:
         None, help="how a sentence's tokens become one vector: cls ([CLS]; a classifier reads it through its stock "
                    "pooler), mean (the masked mean of the last layer: an MLM-only checkpoint never trained [CLS] or "
                    "the pooler, every token), first-last-avg (an embedder: the mean of the first and last layers' "
-                   "average); default: the head's (a classifier cls, an embedder mean, or a sentence-transformers "
-                   "folder's own)")
+                   "average); auto (the default): the head's choice for the checkpoint (a classifier cls only where "
+                   "the checkpoint trained its pooler, an NSP/SOP head or a fine-tuned classifier, mean otherwise; an "
+                   "embedder a sentence-transformers folder's own, else mean)")
 
     def __post_init__(self):
         check_finite(self)   # nan passes every `<` test: refuse it (and inf) before any comparison
         check_choices(self)
-        at_least(self, 1, "epochs", "batch_size")
-        at_least(self, 0, "patience", "eval_every", "max_train")
+        if self.pooling == "auto":
+            self.pooling = None     # the head decides, for the checkpoint it is given
+        at_least(self, 1, *(k for k in ("epochs", "batch_size") if getattr(self, k) is not None))
+        at_least(self, 0, *(k for k in ("patience", "eval_every", "max_train") if getattr(self, k) is not None))
         if not 8 <= self.seq_len <= 4096:
             raise ZhBertError(f"--seq-len must be between 8 and 4096, got {self.seq_len}")
         if not (0 < self.lr < 1):

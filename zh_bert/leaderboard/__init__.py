@@ -16,7 +16,7 @@ from zh_bert.core.config import config_from_args, option, option_of
 from zh_bert.core.options import Shared
 from zh_bert.evaluation.heads import option_classes
 from zh_bert.evaluation.loop import FinetuneConfig
-from zh_bert.evaluation.suite.protocol import SuiteArgs
+from zh_bert.evaluation.suite.protocol import SuiteArgs, SuiteConfig
 from zh_bert.leaderboard.record import TOLERANCE
 from zh_bert.leaderboard.verify import VerifyArgs, main_verify
 
@@ -38,7 +38,7 @@ def build_parser():
     return derive_parser("zh-bert leaderboard", __doc__.split("\n\n")[0], subcommands={
         "build": ("a board from runs, model folders, Hub cards and verification records", (BuildArgs,)),
         "verify": ("re-run the suite on a model and compare with its claims", (VerifyArgs, SuiteArgs,
-                                                                                FinetuneConfig,
+                                                                                SuiteConfig,
                                                                                 *option_classes("suite"))),
         "serve": ("the board in a browser", (ServeArgs,))})
 

@@ -47,7 +47,7 @@ NOTE_CLAIMS = 1000
 
 
 def _method_of(e: dict, default: str = BOARD_METHOD) -> str:
-    """`method` detail, else read from a suite task's name "FewCLUE x (fewclue-v2, pet, ...)" (cards drop
+    """`method` detail, else read from a suite task's name "FewCLUE x (fewclue-v3, pet, ...)" (cards drop
     details), else `default` (the column's own: a card that says nothing claims what the column holds)."""
     if e.get("method"):
         return str(e["method"])

@@ -28,7 +28,7 @@ from zh_bert.core.options import Shared
 from zh_bert.evaluation.eval_results import CheckpointArgs
 from zh_bert.evaluation.heads import option_classes
 from zh_bert.evaluation.loop import FinetuneConfig
-from zh_bert.evaluation.suite.protocol import SuiteArgs, head_options, run_suite
+from zh_bert.evaluation.suite.protocol import SuiteArgs, SuiteConfig, head_options, pooling_notes, run_suite
 from zh_bert.evaluation.suite.report import report_lines, suite_entries
 from zh_bert.hub.download import local_model, refuse_model_code
 from zh_bert.leaderboard.record import RECORD_SCHEMA, TOLERANCE, cell, columns, scores_of
@@ -95,6 +95,8 @@ def verify(args: VerifyArgs, suite: SuiteArgs, cfg: FinetuneConfig, opts: dict |
     folder = local_model(args.ckpt, endpoint=args.endpoint, revision=args.revision, log=log)
     t0 = time.perf_counter()
     opts = head_options(suite, opts)
+    for note in pooling_notes(folder, suite, cfg):
+        log(note)
     res = run_suite(folder, suite, cfg, opts, log=log)
     wall = round(time.perf_counter() - t0, 1)
     log("\n".join(report_lines(res)))
@@ -132,7 +134,7 @@ def comparison_lines(record: dict) -> list[str]:
 
 
 def main_verify(args) -> int:
-    vargs, suite, cfg = (config_from_args(c, args) for c in (VerifyArgs, SuiteArgs, FinetuneConfig))
+    vargs, suite, cfg = (config_from_args(c, args) for c in (VerifyArgs, SuiteArgs, SuiteConfig))
     opts = {cls: config_from_args(cls, args) for cls in option_classes("suite")}
     if not suite.lrs and cfg.lr != FinetuneConfig.lr:     # `--lr X` alone: a grid of one rate, as eval suite
         suite = dataclasses.replace(suite, lrs=[cfg.lr])

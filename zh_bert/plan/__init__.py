@@ -54,6 +54,7 @@ from zh_bert.plan.memory_model import (
     plan_recipe,
     shape_and_flops,
 )
+from zh_bert.train.objectives import objective_named
 from zh_bert.train.recipe import Recipe
 
 BERT_PHASE1_STEPS = 900_000          # BERT's 128-token phase: 900k steps × 256 × 128 tokens
@@ -62,7 +63,7 @@ PRESET_ORDER = ("tiny", "mini", "small", "medium", "base", "large")
 
 #: the recipe keys a plan depends on: the same declarations as `zh-bert pretrain`'s (type, default, help)
 RecipeKeys = keys_of(Recipe, "model", "architecture", "global_attn_every_n_layers", "local_attention",
-                     "objective", "generator_ratio", "teacher", "hidden_weight", "projection", "mask_rate", "seq_len",
+                     "objective", "generator_ratio", "teacher", "temperature", "hidden_weight", "projection", "mask_rate", "seq_len",
                      "global_batch", "attention_dropout", "precision", "grad_checkpointing", "vocab_size",
                      name="RecipeKeys")
 
@@ -285,9 +286,12 @@ def main(argv: list[str]) -> int:
         out["largest_within_days"] = {"days_budget": args.days, "model": best.model if best else None,
                                       "days": best.days if best else None}
         out["measured"] = measured
+        out["objective_notes"] = objective_named(args.objective).recipe_notes(args)
         print(json.dumps(out, indent=2, ensure_ascii=False))
     else:
         print(render_plan(plan, best, args.days))
+        for line in objective_named(args.objective).recipe_notes(args):
+            print(f"  {line}")
         if measured:
             print(f"  measured       {measured['tokens_per_s']:,.0f} tokens/s on {measured['device']} "
                   f"(micro-batch {measured['micro_batch']}, {measured['steps']} steps) -> utilisation "

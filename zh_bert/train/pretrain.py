@@ -110,7 +110,8 @@ def print_recipe(recipe: Recipe, path: str, sets: list[str]) -> str:
     _, reasons = recipe_comments(read_text(path))
     given = "".join(f" --set {s}" for s in sets)
     header = (f"# resolved by zh-bert pretrain --print-recipe: {path}{given}\n"
-              f"# above each key its [type, default] and help; after a value, the recipe's own reason for it")
+              f"# above each key its [type, default] and help; after a value, the recipe's own reason for it"
+              + "".join(f"\n# {line}" for line in recipe.objective_spec.recipe_notes(recipe)))
     return render_recipe(recipe, header, reasons)
 
 
@@ -231,6 +232,7 @@ def build_run(recipe: Recipe, resume: str | None = None, log: Callable[[str], No
         save_recipe(recipe, out / RUN_RECIPE)
     accelerator.wait_for_everyone()
     _say_model(run)
+    recipe.objective_spec.start_report(run)
     return run
 
 

@@ -73,8 +73,10 @@ class ObjectiveKeys:
                    "alias or Hub id (downloaded once, as `zh-bert download`). Its tokenizer is the student's; it runs "
                    "frozen at the run's precision and is never saved (its sha256 is recorded: a resume refuses a "
                    "changed teacher)")
-    temperature: float = option(8.0, help="distill: T of the soft targets, softmax(logits / T) of teacher and student "
-                                "on the masked positions, > 0 (MiniRBT: 8)")
+    temperature: float = option(1.0, help="distill: T of the soft targets, softmax(logits / T) of teacher and student "
+                                "on the masked positions, > 0 (1: TinyBERT's; a small or briefly trained teacher's "
+                                "soft targets are near uniform at MiniRBT's 8: the run's first lines give their "
+                                "entropy at T, and warn above 0.95 of ln V)")
     kd_weight: float = option(1.0, help="distill: weight of the soft cross-entropy at `temperature`, per masked "
                               "token, >= 0")
     hidden_weight: float = option(1.0, help="distill: weight of the hidden-state MSE (the student's states through "
@@ -83,8 +85,8 @@ class ObjectiveKeys:
     attention_weight: float = option(0.0, help="distill: weight of the attention-map MSE on layer_map's pairs past "
                                      "the embeddings (per real query token, summed over keys, averaged over heads; "
                                      "the heads must agree; eager attention, slower), >= 0")
-    mlm_weight: float = option(0.0, help="distill: weight of the student's own masked-LM loss on the true tokens "
-                               "(hard labels), >= 0")
+    mlm_weight: float = option(1.0, help="distill: weight of the student's own masked-LM loss on the true tokens "
+                               "(hard labels, as DistilBERT's), >= 0; 0 = the teacher's targets alone (MiniRBT)")
     layer_map: Optional[list[list[int]]] = option(
         None, help="distill: [student layer, teacher layer] pairs whose hidden states (and attention maps) are "
                    "compared, 0 = the embeddings' output; null = uniform (MiniRBT, TextBrewer): [0, 0] and student "

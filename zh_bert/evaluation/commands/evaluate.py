@@ -33,7 +33,8 @@ from zh_bert.evaluation.commands.contamination import ContaminationArgs, main_co
 from zh_bert.evaluation.eval_results import CheckpointArgs, entry, record_for_checkpoint
 from zh_bert.evaluation.heads import option_classes
 from zh_bert.evaluation.loop import FinetuneConfig
-from zh_bert.evaluation.suite.protocol import SuiteArgs, check_suite_data, head_options, run_suite
+from zh_bert.evaluation.suite.protocol import (
+    SuiteArgs, SuiteConfig, check_suite_data, head_options, pooling_notes, run_suite)
 from zh_bert.evaluation.suite.report import (
     claim_outputs,
     report_lines,
@@ -82,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
         "cloze": ("multiple-choice cloze (ChID #idiom# or [MASK] sentences)", (CheckpointArgs, ClozeEvalConfig)),
         "suite": ("the benchmarks under their own protocols: FewCLUE (train on train_k, choose on dev_k, report "
                   "test_public), CMRC 2018 (span extraction, dev EM/F1), any declared suite",
-                  (CheckpointArgs, SuiteArgs, FinetuneConfig, *option_classes("suite"))),
+                  (CheckpointArgs, SuiteArgs, SuiteConfig, *option_classes("suite"))),
         "contamination": ("share of each benchmark test set whose text (character n-grams) is in a pretraining "
                           "corpus", (ContaminationArgs,))})
 
@@ -124,7 +125,7 @@ def _main_cloze(ckpt: str, args: argparse.Namespace) -> tuple[dict, list[dict]]:
 def _main_suite(ckpt: str, args: argparse.Namespace) -> tuple[dict, list[dict]]:
     from transformers.utils import logging as hf_logging
 
-    suite, cfg = (config_from_args(c, args) for c in (SuiteArgs, FinetuneConfig))
+    suite, cfg = (config_from_args(c, args) for c in (SuiteArgs, SuiteConfig))
     if not suite.lrs and cfg.lr != FinetuneConfig.lr:     # `--lr X` alone: a grid of one rate
         suite = dataclasses.replace(suite, lrs=[cfg.lr])
     opts = head_options(suite, {cls: config_from_args(cls, args) for cls in option_classes("suite")})
@@ -135,6 +136,8 @@ def _main_suite(ckpt: str, args: argparse.Namespace) -> tuple[dict, list[dict]]:
     claim_outputs(suite.predictions, report)          # before any training: never a user's folder
     hf_logging.set_verbosity_error()  # "newly initialised classifier" warnings are expected here
     hf_logging.disable_progress_bar()
+    for note in pooling_notes(model, suite, cfg):
+        print(note, flush=True)
     res = run_suite(model, suite, cfg, opts, log=lambda m: print(m, flush=True), data=data)
     print("\n".join(report_lines(res)), flush=True)
     if suite.predictions:

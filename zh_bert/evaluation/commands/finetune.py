@@ -67,7 +67,7 @@ def main(argv: list[str]) -> int:
         labels, what = kind.teacher_labels(data, opts)
         objective = teacher_for(distill, kind.teacher_class, labels, tok, what)
     if distill.save:
-        kind.check_save(ckpt_dir, cfg, opts)
+        cfg = kind.check_save(ckpt_dir, cfg, opts)
     out = claim_save(distill, ckpt_dir)
     kept = []      # the first seed's chosen model, saved once its figures are known (an embedder's card shows them)
     keep = (lambda m: kept.append(copy.deepcopy(m).cpu())) if out else None

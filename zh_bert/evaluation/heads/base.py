@@ -123,8 +123,9 @@ class HeadKind:
     def check_data(self, data, cfg) -> None:
         """Refuse, before any model loads, data that cannot train under `cfg` (one line)."""
 
-    def check_save(self, ckpt_dir: Path, cfg, opts: dict) -> None:
-        """Refuse, before training, a `--save` the kind's folder could not honour."""
+    def check_save(self, ckpt_dir: Path, cfg, opts: dict):
+        """Refuse, before training, a `--save` the kind's folder could not honour; `cfg` as the folder needs it."""
+        return cfg
 
     def save(self, model, tok, ckpt_dir: Path, out: Path, cfg, data, opts: dict, result=None) -> None:
         """Write the chosen model (the first seed's) to `out`, claimed before training: a stock model folder."""
@@ -170,6 +171,10 @@ class HeadKind:
     def suite_facts(self, result) -> dict:
         """What its suite result carries beside the figures (the CRF and decoding of a tagger)."""
         return {}
+
+    def pooling_note(self, ckpt_dir: Path, cfg) -> str | None:
+        """The run's first-lines note of how the head pools this checkpoint under `cfg` (None: nothing to say)."""
+        return None
 
     def mark_entries(self, entries: list[dict], summary: dict) -> list[dict]:
         """eval_results entries of a variant of the head (a CRF) under a task name of their own."""

@@ -43,7 +43,7 @@ from zh_bert.evaluation.tasks.classification import (
 )
 from zh_bert.train.arch import of_config
 from zh_bert.train.rundir import model_dir
-from zh_bert.train.weights import init_from_config, load_pretrained
+from zh_bert.train.weights import init_from_config, load_pretrained, weight_names
 
 BUCKET_BATCHES = 50    # training batches whose examples are sorted by length together (see train_batches)
 PREDICT_BATCHES = 2    # a prediction batch is this many training batches (no gradients: memory to spare)
@@ -273,33 +273,62 @@ class ClassifyHead:
 CLASS_FIGURES = ("dev_acc", "dev_macro_f1", "test_acc", "test_macro_f1")
 
 
-#: the poolings a classifier computes, and what it pools by when `--pooling` is not given
-CLASSIFIER_POOLINGS, CLASSIFIER_POOLING = ("cls", "mean"), "cls"
+#: the poolings a classifier computes; the one a stock BERT classifier folder predicts by (its pooler on [CLS])
+CLASSIFIER_POOLINGS, STOCK_POOLING = ("cls", "mean"), "cls"
 
 
-def classifier_config(cfg):
-    """`cfg` with the classifier's pooling: `--pooling`, else cls; one line for a pooling it does not compute."""
+def trained_pooler(ckpt_dir: Path) -> str | None:
+    """What trained [CLS] into a sentence vector in this checkpoint (an NSP/SOP head, a fine-tuned classifier),
+    None when nothing did: an MLM-only checkpoint's pooler is absent or untrained, and transformers initialises a
+    missing one at random, so [CLS] through it starts a classifier from noise."""
+    config = read_json(Path(ckpt_dir) / "config.json", default={})
+    archs = config.get("architectures") if isinstance(config, dict) else None
+    if any(isinstance(a, str) and a.endswith("ForSequenceClassification") for a in archs or ()):
+        return "a fine-tuned classifier"
+    if any(n.endswith("seq_relationship.weight") for n in weight_names(Path(ckpt_dir)) or ()):
+        return "an NSP/SOP head"
+    return None
+
+
+def auto_pooling(ckpt_dir: Path) -> tuple[str, str]:
+    """(the pooling `--pooling auto` picks for this checkpoint, why): cls where the checkpoint trained its
+    pooler, mean otherwise. The random-init baseline asks the same folder, so both inits pool alike."""
+    trained = trained_pooler(ckpt_dir)
+    if trained:
+        return "cls", f"cls: the checkpoint trained [CLS] through its pooler ({trained})"
+    return "mean", "mean: the checkpoint trained no pooler (MLM only), so [CLS] through it would start from noise"
+
+
+def classifier_config(cfg, ckpt_dir: Path | None = None, log=None):
+    """`cfg` with the classifier's pooling: `--pooling`, else (auto) what `auto_pooling` picks for `ckpt_dir`
+    (said through `log`); one line for a pooling a classifier does not compute."""
     if cfg.pooling is not None and cfg.pooling not in CLASSIFIER_POOLINGS:
-        raise ZhBertError(f"--pooling {cfg.pooling}: a classifier pools by {' or '.join(CLASSIFIER_POOLINGS)}")
-    return cfg if cfg.pooling else replace(cfg, pooling=CLASSIFIER_POOLING)
+        raise ZhBertError(f"--pooling {cfg.pooling}: a classifier pools by {' or '.join(CLASSIFIER_POOLINGS)} "
+                          f"(or auto)")
+    if cfg.pooling is not None:
+        return cfg
+    pooling, why = auto_pooling(ckpt_dir) if ckpt_dir is not None else (STOCK_POOLING, "")
+    if log and why:
+        log(f"pooling auto -> {why}")
+    return replace(cfg, pooling=pooling)
 
 
 def train_one(ckpt_dir: Path, task: TaskData, cfg, seed: int, tok=None, log=print) -> dict:
     """Fine-tune once with `seed` (the classifier on the one loop); dev/test accuracy and macro-F1 of the
     best-on-dev state, and the predicted test labels."""
-    cfg = classifier_config(cfg)
+    cfg = classifier_config(cfg, ckpt_dir)
     return run_seed(ClassifyHead(ckpt_dir, task, cfg, tok or tokenizer_for(ckpt_dir)), cfg, seed, log=log)
 
 
 def run_classifier(ckpt, task: TaskData, cfg, seeds: list[int], log=print, tok=None, objective=HARD_LABELS,
-                   keep=None) -> Result:
+                   keep=None, say_pooling=True) -> Result:
     """Fine-tune once per seed. `tok`: the checkpoint's tokenizer when the caller has it (default: `tokenizer_for`,
     shared by every run on the checkpoint); `objective`: gold labels, or a teacher's soft labels beside
     (`heads.distill`); `keep(model)`: the first seed's chosen model (`--save`). The first seed's test labels are
     the result's `predictions`."""
     check_trainable(task, cfg, seeds)
-    cfg = classifier_config(cfg)
     ckpt_dir = model_dir(ckpt)
+    cfg = classifier_config(cfg, ckpt_dir, log if say_pooling else None)
     head = ClassifyHead(ckpt_dir, task, cfg, tok or tokenizer_for(ckpt_dir), objective)
     runs = []
     for seed in seeds:
@@ -315,7 +344,8 @@ def run_classifier(ckpt, task: TaskData, cfg, seeds: list[int], log=print, tok=N
     majority = max(set(gold), key=gold.count)
     facts = {"checkpoint": str(ckpt_dir), **objective.facts(), "majority_dev_acc": gold.count(majority) / len(gold),
              "n_train": min(len(task.train), cfg.max_train or len(task.train)), "n_dev": len(task.dev),
-             "n_test": len(task.test) if task.test else 0, "splits": task.roles, "config": asdict(cfg)}
+             "n_test": len(task.test) if task.test else 0, "splits": task.roles, "pooling": cfg.pooling,
+             "config": asdict(cfg)}
     return Result(task.name, cfg.random_init, seeds, runs, facts, CLASS_FIGURES, predictions)
 
 
@@ -337,7 +367,8 @@ def eval_entries(summary: dict, task_spec: str) -> list[dict]:
         (dtype, name), names, metrics = task.dataset, task.splits.names[1:], task.metrics
     figures = [(names[0], "dev_acc", ACCURACY)] + [(names[1], m.key, m) for m in metrics]
     return distilled_entries([entry("text-classification", task_name, dtype, name, m.type, f"{split} {m.name}",
-                                    m.of_fraction(summary[key]), protocol=protocol, split=split)
+                                    m.of_fraction(summary[key]), protocol=protocol, split=split,
+                                    **({"pooling": summary["pooling"]} if summary.get("pooling") else {}))
                               for split, key, m in figures if summary.get(key) is not None], summary)
 
 
@@ -371,14 +402,19 @@ class ClassifyKind(HeadKind):
     def teacher_labels(self, data: TaskData, opts: dict) -> tuple[list[str], str]:
         return data.labels, f"task {data.name}"
 
-    def check_save(self, ckpt_dir: Path, cfg, opts: dict) -> None:
-        """A BERT pooled by `mean` is refused: its stock folder would predict through the pooler on [CLS]."""
+    def check_save(self, ckpt_dir: Path, cfg, opts: dict):
+        """A BERT pooled by `mean` is refused: its stock folder would predict through the pooler on [CLS];
+        `--pooling auto` saves by cls, said."""
         config = read_json(Path(ckpt_dir) / "config.json", default={})
-        cfg = classifier_config(cfg)
-        if cfg.pooling != CLASSIFIER_POOLING and not of_config(config).pools_itself():
+        if cfg.pooling not in (None, STOCK_POOLING) and not of_config(config).pools_itself():
             raise ZhBertError(f"--save with --pooling {cfg.pooling}: a stock {config.get('model_type', 'BERT')} "
                               f"classifier predicts from [CLS] through its pooler; fine-tune with --pooling cls to "
                               f"save it")
+        if cfg.pooling is None and not of_config(config).pools_itself():
+            print(f"pooling auto -> cls: --save writes a stock {config.get('model_type', 'BERT')} classifier, which "
+                  f"predicts from [CLS] through its pooler", flush=True)
+            return replace(cfg, pooling=STOCK_POOLING)
+        return cfg
 
     def run(self, ckpt_dir, data, cfg, opts, seeds, log=print, tok=None, objective=None, keep=None) -> Result:
         return run_classifier(ckpt_dir, data, cfg, seeds, log=log, tok=tok, objective=objective or HARD_LABELS,
@@ -397,7 +433,13 @@ class ClassifyKind(HeadKind):
     def setting(self, ckpt, task: Task, k: int | None, method: str, cfg, seeds: list[int], log, opts: dict) -> Result:
         if method != "finetune":
             return run_prompt_task(ckpt, task, k or 0, method, cfg, seeds, log=log)
-        return run_classifier(ckpt, load_pair(task, k), cfg, seeds, log=log)
+        return run_classifier(ckpt, load_pair(task, k), cfg, seeds, log=log, say_pooling=False)   # said once: `pooling_note`
+
+    def suite_facts(self, result) -> dict:
+        return {"pooling": result.facts["pooling"]} if result.facts.get("pooling") else {}
+
+    def pooling_note(self, ckpt_dir: Path, cfg) -> str | None:
+        return f"classifier pooling auto -> {auto_pooling(ckpt_dir)[1]}" if cfg.pooling is None else None
 
     def chance(self, task: Task) -> tuple[float, str]:
         gold = [e.label for e in load_pair(task, 0 if task.pairs else None).test or []]

@@ -36,6 +36,7 @@ from zh_bert.evaluation.loop import FinetuneConfig, Seeds, TaskBar, init_label
 from zh_bert.evaluation.result import FIGURE_UNIT, Result
 from zh_bert.evaluation.step import no_tick
 from zh_bert.evaluation.tasks.classification import SUITE_PREFIX, public_records
+from zh_bert.train.rundir import model_dir
 
 #: the learning rates tried for every task and pair that chooses, chosen on the choosing split: 2e-5 is the
 #: published base-model rate, 2e-3 what a tiny from-scratch model needs; a decade between them
@@ -43,6 +44,33 @@ LR_GRID = (2e-5, 2e-4, 2e-3)
 SUITE_METHODS = ("finetune", "zero-shot", "pet")
 #: the most few-shot pairs a task declares (FewCLUE's five); `--splits` runs the first N
 PAIRS = 5
+
+
+#: how long a classifier trains on a few-shot pair (FewCLUE's 32-160 examples) when `--epochs`/`--patience` are not
+#: given: 3 epochs are ~5-15 steps there, too few for any rate of the grid to move a small model off chance
+#: (measured on the main command's checkpoint: FewCLUE 32.86 at 3 epochs and cls pooling, against 41.15 at 20
+#: epochs, patience 5 and mean pooling; docs/results.md). A full training set keeps finetune's defaults.
+FEW_SHOT_EPOCHS, FEW_SHOT_PATIENCE = 20, 5
+
+
+@dataclass
+class SuiteConfig(FinetuneConfig):
+    """`eval suite`'s (and `leaderboard verify`'s) fine-tuning: `FinetuneConfig` whose training length defaults to
+    the task's: the few-shot one on a task of pairs, finetune's on a full training set (`task_config`)."""
+    epochs: Optional[int] = option_of(FinetuneConfig, "epochs", default=None, help=(
+        f"passes over the training set (default: {FEW_SHOT_EPOCHS} on a few-shot task's pairs, "
+        f"{FinetuneConfig.epochs} on a full training set; early stop on dev may end sooner)"))
+    patience: Optional[int] = option_of(FinetuneConfig, "patience", default=None, help=(
+        f"early stop after N dev evals without gain (default: {FEW_SHOT_PATIENCE} on a few-shot task's pairs, "
+        f"{FinetuneConfig.patience} on a full training set)"))
+
+
+def task_config(task: Task, cfg: FinetuneConfig) -> FinetuneConfig:
+    """`cfg` with the training length the user left open set for `task`: few-shot on pairs, else finetune's."""
+    few = task.pairs is not None
+    epochs = cfg.epochs if cfg.epochs is not None else (FEW_SHOT_EPOCHS if few else FinetuneConfig.epochs)
+    patience = cfg.patience if cfg.patience is not None else (FEW_SHOT_PATIENCE if few else FinetuneConfig.patience)
+    return dataclasses.replace(cfg, epochs=epochs, patience=patience)
 
 
 @dataclass(kw_only=True)
@@ -199,6 +227,12 @@ def _suite_score(res: dict) -> float | None:
     return None
 
 
+def pooling_notes(ckpt, args: SuiteArgs, cfg: FinetuneConfig) -> list[str]:
+    """How each fine-tuned head kind of the run pools this checkpoint (a run's first lines)."""
+    kinds = dict.fromkeys(head_kind(t) for t in args.tasks if head_kind(t).method(args.method) == "finetune")
+    return [n for n in (k.pooling_note(model_dir(ckpt), cfg) for k in kinds) if n]
+
+
 def run_suite(ckpt, args: SuiteArgs, cfg: FinetuneConfig, opts: dict | None = None, log=print,
               data: dict | None = None) -> dict:
     """Every asked task, pretrained and (with --baselines) from random weights; `opts`: the head kinds' options
@@ -217,10 +251,10 @@ def run_suite(ckpt, args: SuiteArgs, cfg: FinetuneConfig, opts: dict | None = No
     inits = [("pretrained", cfg)] + ([("random_init", dataclasses.replace(cfg, random_init=True))]
                                      if args.baselines else [])
     out["wall_s_by_init"] = {}
-    for key, c in inits:
+    for key, c_init in inits:
         t_init = time.perf_counter()
         for task in args.tasks:
-            kind = head_kind(task)
+            kind, c = head_kind(task), task_config(task, c_init)
             if not kind.chooses:
                 log(f"{task.name} ({init_label(c)}): {args.seeds} seed(s)")
                 res = kind.fixed(ckpt, task, c, opts, data[task.name], args.seed_list(), log)

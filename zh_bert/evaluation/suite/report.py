@@ -103,6 +103,8 @@ def suite_entries(res: dict) -> list[dict]:
         protocol = res["protocols"].get(task.suites[0], task.protocol)
         details = {**common, "method": head_kind(task).recorded_method(res["method"]), "seeds": r["seeds"],
                    "data_sha256": r["data_sha256"], "protocol": protocol, "split": task.report_name}
+        if r.get("pooling"):
+            details["pooling"] = r["pooling"]
         if "pairs" in r:
             details["pairs"] = r["pairs"]
             how = f"{r['pairs']} pairs x {len(r['seeds'])} seeds"

@@ -151,6 +151,14 @@ class Objective:
         """What the start-of-run line says about the networks besides the trained model."""
         return ""
 
+    def start_report(self, run) -> None:
+        """What the run's first lines say of the objective once its networks and data are ready (`run.say`,
+        `run.warn`): distillation, whether the teacher's soft targets carry signal at the recipe's temperature."""
+
+    def recipe_notes(self, recipe) -> list[str]:
+        """Lines `--print-recipe` and `plan` add about the objective, measured where its inputs are local."""
+        return []
+
     def summary_fields(self, run) -> dict:
         """run.json entries of the objective (ELECTRA: `generator`; distillation: `teacher`, `distill`)."""
         return {}

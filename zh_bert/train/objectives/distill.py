@@ -23,10 +23,29 @@ import dataclasses
 from pathlib import Path
 
 from zh_bert.core.errors import ZhBertError
+from zh_bert.corpus.corpus_io import bounded_lines
 from zh_bert.corpus.tokenizer_files import tokenizer_fingerprint
 from zh_bert.train.arch.base import FAMILIES
 from zh_bert.train.objectives.base import LossTerm, Objective, add_objective
 from zh_bert.train.objectives.teacher import plan_teacher, teacher_config, teacher_facts, teacher_folder
+
+#: the text `--print-recipe` and `plan` measure the teacher's soft targets on, when the recipe names none
+SAMPLE_TEXT = Path(__file__).resolve().parents[3] / "corpora" / "sample" / "zhwiki_sampled.txt"
+SAMPLE_LINES = 64
+
+
+def _first_lines(path: Path, n: int) -> list[str]:
+    """The first `n` non-blank lines of a text file, each read within the corpus line bound."""
+    out = []
+    with open(path, "rb") as f:
+        for raw in bounded_lines(f):
+            text = raw.decode("utf-8", "replace").strip() if isinstance(raw, bytes) else ""
+            if text:
+                out.append(text)
+            if len(out) == n:
+                break
+    return out
+
 
 def uniform_layer_map(student_layers: int, teacher_layers: int) -> list[list[int]]:
     """[0, 0] (the embeddings' output) and student layer i with teacher layer round(i × Lt / Ls): MiniRBT's and
@@ -207,6 +226,38 @@ class Distill(Objective):
         t = nets.frozen["teacher"]
         return (f" | teacher {t.name_or_path} ({type(t).__name__} L{t.config.num_hidden_layers}/"
                 f"H{t.config.hidden_size}, {count_params(t) / 1e6:.1f}M, frozen)")
+
+    def start_report(self, run):
+        """The teacher's soft-target entropy at `temperature` on the run's first batches, as a fraction of ln V,
+        and one warning line when they are almost uniform, naming a temperature that keeps signal."""
+        from zh_bert.train.objectives.distill_net import (
+            TEMPERATURES, entropy_lines, first_batches, soft_target_entropy)
+
+        r, vocab = run.recipe, run.hf.config.vocab_size
+        temps = sorted({float(r.temperature), *TEMPERATURES}, reverse=True)
+        entropy = soft_target_entropy(run.nets.frozen["teacher"], first_batches(run), temps, vocab)
+        if entropy:
+            line, warning = entropy_lines(entropy, r.temperature, vocab, "the run's first 2 micro-batches")
+            run.say(line)
+            if warning:
+                run.warn(warning)
+
+    def recipe_notes(self, recipe):
+        """The same measure on the first lines of the recipe's text (or the bundled sample) when the teacher is a
+        local folder: a Hub teacher is not fetched to print a recipe."""
+        from zh_bert.train.objectives.distill_net import entropy_on_text
+
+        if not recipe.teacher or not Path(str(recipe.teacher)).exists():
+            return []
+        data = getattr(recipe, "data", None)     # `plan` has no data: the bundled sample
+        where = next((Path(d) for d in ([data] if isinstance(data, str) else data or [])
+                      if str(d).endswith(".txt") and Path(d).is_file()), SAMPLE_TEXT)
+        if not where.is_file():
+            return []
+        texts = _first_lines(where, SAMPLE_LINES)
+        line, warning = entropy_on_text(recipe, teacher_folder(recipe.teacher), texts,
+                                        f"the first {len(texts)} lines of {where}")
+        return [line] + ([warning] if warning else [])
 
     def summary_fields(self, run):
         from zh_bert.train.model import count_params

@@ -88,7 +88,7 @@ def pair_tasks() -> list[Task]:
 
 def checkpoint_pooling(ckpt_dir: Path, cfg) -> Pooling:
     """`--pooling`, else a sentence-transformers folder's own, else mean."""
-    if cfg.pooling is None and is_st_folder(ckpt_dir):
+    if cfg.pooling in (None, "auto") and is_st_folder(ckpt_dir):
         return st_pooling(ckpt_dir)
     return pooling_named(cfg.pooling)
 
@@ -157,11 +157,12 @@ class EmbedKind(HeadKind):
         return (f"task {data.name}: {len(data.train):,} train / {len(data.dev or []):,} dev / "
                 f"{len(data.test or []):,} test pairs ({kinds})", data.notes, data.warnings)
 
-    def check_save(self, ckpt_dir: Path, cfg, opts: dict) -> None:
+    def check_save(self, ckpt_dir: Path, cfg, opts: dict):
         pooling = checkpoint_pooling(ckpt_dir, cfg)
         if pooling.st_config(1) is None:
             raise ZhBertError(f"--save with --pooling {pooling.name}: sentence-transformers has no such pooling; "
                               f"train with --pooling mean or cls to save")
+        return cfg
 
     def run(self, ckpt_dir, data, cfg, opts, seeds, log=print, tok=None, objective=None, keep=None) -> Result:
         eo = opts[EmbedOptions]

@@ -50,7 +50,7 @@ DEFAULT_POOLING = "mean"
 
 
 def pooling_named(name: str | None) -> Pooling:
-    return POOLINGS[name or DEFAULT_POOLING]
+    return POOLINGS[DEFAULT_POOLING if name in (None, "auto") else name]
 
 
 def pooling_of_st(config: dict) -> Pooling | None:
