@@ -6,7 +6,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from zh_bert.hub.crc32c import crc32c, masked
+from zh_bert.hub.tf_checkpoint import masked_crc
 from zh_bert.hub.tf_checkpoint import TABLE_MAGIC, _block, _block_items, _proto_fields, _varint
 
 
@@ -50,10 +50,10 @@ def _table_block(pairs: list[tuple[bytes, bytes]]) -> bytes:
 def write(path: Path, pairs: list[tuple[bytes, bytes]]) -> None:
     """One data block, one index block, the footer; each block with its type byte and masked CRC-32C."""
     data = _table_block(pairs)
-    out = data + b"\0" + struct.pack("<I", masked(crc32c(data + b"\0")))
+    out = data + b"\0" + struct.pack("<I", masked_crc(data + b"\0"))
     index = _table_block([(pairs[-1][0] + b"\xff", varint(0) + varint(len(data)))])
     index_at = len(out)
-    out += index + b"\0" + struct.pack("<I", masked(crc32c(index + b"\0")))
+    out += index + b"\0" + struct.pack("<I", masked_crc(index + b"\0"))
     footer = (varint(0) + varint(0) + varint(index_at) + varint(len(index))).ljust(40, b"\0")
     path.write_bytes(out + footer + struct.pack("<Q", TABLE_MAGIC))
 

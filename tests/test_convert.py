@@ -261,12 +261,17 @@ def test_force_replaces_only_an_earlier_convert_output(tmp_path, capsys):
     assert json.loads((out / "conversion.json").read_text(encoding="utf-8"))["source"]["kind"] == "tf1"
 
 
-def test_crc32c_matches_the_standard_on_both_paths():
-    from zh_bert.hub.crc32c import _raw, crc32c
+def test_crc32c_is_the_standard_in_tensorflows_masked_form():
+    """google-crc32c's C code (not its slow pure-Python fallback) gives the CRC-32C check value, stored masked as
+    LevelDB's `crc32c::Mask`."""
+    import google_crc32c
 
-    assert crc32c(b"123456789") == 0xE3069283          # the CRC-32C check value
-    data = bytes(range(256)) * 40 + b"x"               # above the size where chunks are combined with numpy
-    assert crc32c(data) == _raw(data, 0xFFFFFFFF) ^ 0xFFFFFFFF
+    from zh_bert.hub.tf_checkpoint import masked_crc
+
+    assert google_crc32c.implementation == "c"
+    assert google_crc32c.value(b"123456789") == 0xE3069283          # the CRC-32C check value
+    crc = 0xE3069283
+    assert masked_crc(b"123456789") == (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
 def test_models_says_each_entry_source_format():
