@@ -43,6 +43,7 @@ VARIANTS = {
     "minirbt-t8": ["temperature=8", "mlm_weight=0"],
     "t1-kd-only": ["temperature=1", "mlm_weight=0"],
     "t1-mlm1": ["temperature=1", "mlm_weight=1"],
+    "t1-mlm0.4": ["temperature=1", "mlm_weight=0.4"],
     "t2-mlm1": ["temperature=2", "mlm_weight=1"],
     "scratch": ["objective=mlm", "teacher=null", f"tokenizer={TEACHER}"],
 }

@@ -368,6 +368,29 @@ def test_a_hub_teacher_comes_through_download(tmp_path, char_shards, teacher, hu
     assert summary["teacher"]["path"] == str(fetched.resolve())
 
 
+@pytest.mark.slow
+def test_the_python_api_resolves_a_hub_teacher_without_the_cli(tmp_path, char_shards, teacher, hub):
+    """`pretrain.train(recipe)` in a fresh interpreter that never imports zh_bert.cli fetches a Hub-id teacher as
+    the CLI does: the hub stage is found through the package's `zh_bert.model_sources` entry point."""
+    import subprocess
+
+    from _hub_helpers import seed_repo
+
+    seed_repo(hub, "zh-org/api-teacher", teacher)
+    recipe = write_recipe(tmp_path / "r.yaml", char_shards, "zh-org/api-teacher", max_steps=2, save_every=0,
+                          eval_every=0)
+    code = ("import sys\nfrom zh_bert.train.pretrain import train\nfrom zh_bert.train.recipe import load_recipe\n"
+            "train(load_recipe(sys.argv[1], []))\nassert 'zh_bert.cli' not in sys.modules, 'the CLI was imported'\n")
+    env = {k: v for k, v in ONE_THREAD.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    env.update(HF_ENDPOINT=hub.url, HF_HUB_CACHE=str(tmp_path / "cache"), HF_HUB_DISABLE_IMPLICIT_TOKEN="1")
+    done = subprocess.run([sys.executable, "-c", code, str(recipe)], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    fetched = tmp_path / "models" / "zh-org--api-teacher"
+    assert (fetched / "model.safetensors").read_bytes() == (teacher / "model.safetensors").read_bytes()
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["teacher"]["path"] == str(fetched.resolve())
+
+
 def teacher_agreement(student_dir: Path, teacher_dir: Path, sharddir: Path, batches: int = 8) -> float:
     """Share of the held-out (valid split) masked positions, fixed masks, where the student's top-1 is the
     teacher's."""

@@ -160,7 +160,7 @@ def test_one_tnews():
 
 
 def test_the_registry_refuses_a_second_declaration_and_names_the_tasks():
-    with pytest.raises(ZhBertError, match="task tnews: already declared"):
+    with pytest.raises(ZhBertError, match="task tnews: already registered"):
         declare(task_named("tnews"))
     with pytest.raises(ZhBertError, match="task nofiles: declares no files"):
         declare(Task("nofiles", "No files", "classify", None, "x"))

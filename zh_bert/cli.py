@@ -16,7 +16,6 @@ import threading
 from zh_bert import __version__
 from zh_bert.core.errors import ZhBertError, suggest
 from zh_bert.core.fileio import reset_claims
-from zh_bert.train.objectives.teacher import MODEL_SOURCES
 
 # One row per command, in pipeline order: name, module, one-line help.
 _TABLE = """
@@ -48,16 +47,6 @@ def _usage() -> str:
              "usage: zh-bert COMMAND [ARGS...]   (zh-bert COMMAND --help for details)", "", "commands:"]
     lines += [f"  {name:<{width}}  {help_}" for name, (_, help_) in COMMANDS.items()]
     return "\n".join(lines)
-
-
-def _hub_model(name: str, log=print):
-    """A catalog alias or Hub id as a local folder (`zh-bert download`'s, fetched once): how the train stage,
-    which comes before the hub stage, gets a distillation teacher that is no local path."""
-    return importlib.import_module("zh_bert.hub.download").local_model(name, log=log)
-
-
-if _hub_model not in MODEL_SOURCES:
-    MODEL_SOURCES.append(_hub_model)
 
 
 class Terminated(KeyboardInterrupt):

@@ -40,7 +40,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from zh_bert.core.errors import ZhBertError, suggest
+from zh_bert.core.errors import ZhBertError
+from zh_bert.core.registry import Registry
 from zh_bert.corpus.cloze_items import ClozeFile
 from zh_bert.corpus.ner_files import NerFile, NerText
 from zh_bert.corpus.pair_files import PairFile, PairText
@@ -266,25 +267,21 @@ BUNDLED_SUITES: tuple[Suite, ...] = (
 #: what `finetune --task NAME --train F --dev F [--test F]` takes for the user's own files, and their head kind
 USER_FILE_TASKS = {"ner": TAG}
 
-_TASKS: dict[str, Task] = {}
-_SUITES: dict[str, Suite] = {}
+_TASKS: Registry[Task] = Registry("task")
+_SUITES: Registry[Suite] = Registry("benchmark suite", also=(ALL_SUITES,))
 
 
 def declare(task: Task) -> Task:
     """Add a task to the registry (a name already declared is refused); what every command then knows."""
-    if task.name in _TASKS or task.name == ALL_SUITES:
-        raise ZhBertError(f"task {task.name}: already declared")
+    if task.name == ALL_SUITES:
+        raise ZhBertError(f"task {task.name}: already registered")
     if (task.splits or task.pairs) is None:
         raise ZhBertError(f"task {task.name}: declares no files (splits or pairs)")
-    _TASKS[task.name] = task
-    return task
+    return _TASKS.add(task.name, task)
 
 
 def declare_suite(suite: Suite) -> Suite:
-    if suite.name in _SUITES or suite.name == ALL_SUITES:
-        raise ZhBertError(f"suite {suite.name}: already declared")
-    _SUITES[suite.name] = suite
-    return suite
+    return _SUITES.add(suite.name, suite)
 
 
 def forget(name: str) -> None:
@@ -303,21 +300,15 @@ def suites() -> list[Suite]:
 
 def suite_names() -> tuple[str, ...]:
     """What `--suite` takes: every suite's name, then `all`."""
-    return (*_SUITES, ALL_SUITES)
+    return _SUITES.names()
 
 
 def task_named(name: str, flag: str = "--task") -> Task:
-    if name not in _TASKS:
-        raise ZhBertError(f"{flag} {name}: unknown task{suggest(name, list(_TASKS))}; the tasks are "
-                          f"{', '.join(_TASKS)}")
-    return _TASKS[name]
+    return _TASKS.named(name, flag)
 
 
 def suite_named(name: str, flag: str = "--suite") -> Suite:
-    if name not in _SUITES:
-        raise ZhBertError(f"{flag} {name}: unknown benchmark suite{suggest(name, suite_names())}; choose from "
-                          f"{', '.join(suite_names())}")
-    return _SUITES[name]
+    return _SUITES.named(name, flag)
 
 
 def suites_of(name: str, flag: str = "--suite") -> list[Suite]:

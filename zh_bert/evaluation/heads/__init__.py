@@ -15,7 +15,8 @@ This module is the only one that maps a kind's name to its object or compares ki
 
 from __future__ import annotations
 
-from zh_bert.core.errors import ZhBertError, suggest
+from zh_bert.core.errors import ZhBertError
+from zh_bert.core.registry import Registry
 from zh_bert.corpus.task_registry import USER_FILE_TASKS, task_named, tasks
 from zh_bert.corpus.task_spec import Task
 from zh_bert.evaluation.heads import choice, classify, span
@@ -24,14 +25,12 @@ from zh_bert.evaluation.heads.embed import kind as embed
 from zh_bert.evaluation.heads.tag import kind as tag
 
 #: head kind (`Task.head`) -> what `finetune` and `eval suite` ask of it
-HEAD_KINDS: dict[str, HeadKind] = {k.name: k for k in (classify.CLASSIFY_HEAD, choice.CHOICE_HEAD,
-                                                          span.SPAN_HEAD, tag.TAG_HEAD, embed.EMBED_HEAD)}
+HEAD_KINDS: Registry[HeadKind] = Registry.of("head kind", (classify.CLASSIFY_HEAD, choice.CHOICE_HEAD, span.SPAN_HEAD,
+                                                           tag.TAG_HEAD, embed.EMBED_HEAD))
 
 
 def kind_named(name: str) -> HeadKind:
-    if name not in HEAD_KINDS:
-        raise ZhBertError(f"head kind {name!r}{suggest(name, HEAD_KINDS)}: one of {', '.join(HEAD_KINDS)}")
-    return HEAD_KINDS[name]
+    return HEAD_KINDS.named(name)
 
 
 def head_kind(task: Task) -> HeadKind:

@@ -3,7 +3,6 @@ the recipe's `architecture` key names one, a checkpoint's config.json `model_typ
 
 from __future__ import annotations
 
-from zh_bert.core.errors import ZhBertError, suggest
 from zh_bert.train.arch.base import FAMILIES, Architecture, family_of
 from zh_bert.train.arch.bert import BERT
 from zh_bert.train.arch.modernbert import MODERNBERT
@@ -13,16 +12,12 @@ __all__ = ["ARCHITECTURES", "BERT", "MODERNBERT", "Architecture", "get", "names"
 
 
 def names() -> tuple[str, ...]:
-    return tuple(ARCHITECTURES)
+    return ARCHITECTURES.names()
 
 
 def get(name: str) -> Architecture:
     """The family a recipe's `architecture` value names."""
-    try:
-        return ARCHITECTURES[name]
-    except KeyError:
-        raise ZhBertError(f"unknown architecture {name!r}{suggest(name, ARCHITECTURES)}: one of "
-                          f"{', '.join(ARCHITECTURES)}") from None
+    return ARCHITECTURES.named(name)
 
 
 def of_config(config) -> Architecture:

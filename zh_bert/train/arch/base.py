@@ -13,6 +13,7 @@ from pathlib import Path
 
 from zh_bert.core.errors import ZhBertError, suggest
 from zh_bert.core.fileio import Record, read_json
+from zh_bert.core.registry import Registry
 
 # name -> (layers, hidden, heads); intermediate = 4 * hidden (UER-py / Turc et al. miniatures)
 PRESETS: dict[str, tuple[int, int, int]] = {
@@ -53,12 +54,11 @@ def config_errors() -> tuple[type[BaseException], ...]:
 
 
 #: model_type -> the family object, filled by `register` as each family's module loads
-FAMILIES: dict[str, "Architecture"] = {}
+FAMILIES: Registry["Architecture"] = Registry("architecture")
 
 
 def register(arch: "Architecture") -> "Architecture":
-    FAMILIES[arch.name] = arch
-    return arch
+    return FAMILIES.add(arch.name, arch)
 
 
 def family_of(config) -> "Architecture":

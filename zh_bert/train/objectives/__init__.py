@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Literal
 
-from zh_bert.core.errors import ZhBertError, suggest
 from zh_bert.train.objectives.base import OBJECTIVES, LossTerm, Networks, Objective
 from zh_bert.train.objectives.mlm import MLM, MLM_NSP, MLM_SOP   # registered in this order: the recipe's
 from zh_bert.train.objectives.electra import ELECTRA  # noqa: I001  (choices read mlm | mlm+nsp | ... | distill)
@@ -19,8 +18,4 @@ __all__ = ["DISTILL", "ELECTRA", "MLM", "MLM_NSP", "MLM_SOP", "OBJECTIVES", "Los
 
 def objective_named(name: str) -> Objective:
     """The objective a recipe's `objective` value (or a run.json's) names."""
-    try:
-        return OBJECTIVES[name]
-    except KeyError:
-        raise ZhBertError(f"unknown objective {name!r}{suggest(name, OBJECTIVES)}: one of "
-                          f"{', '.join(OBJECTIVES)}") from None
+    return OBJECTIVES.named(name)

@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from zh_bert.core.errors import ZhBertError
+from zh_bert.core.registry import Registry
 
 #: name -> the objective object, filled by `add_objective` as each objective's module loads
-OBJECTIVES: dict[str, "Objective"] = {}
+OBJECTIVES: Registry["Objective"] = Registry("objective")
 
 
 def add_objective(objective: "Objective") -> "Objective":
-    OBJECTIVES[objective.name] = objective
-    return objective
+    return OBJECTIVES.add(objective.name, objective)
 
 
 @dataclass(frozen=True)

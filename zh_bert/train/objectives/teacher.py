@@ -5,6 +5,7 @@ checked as a masked LM of a family zh-bert runs, the sha256 a resume compares, a
 from __future__ import annotations
 
 import hashlib
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Callable
 
@@ -13,9 +14,18 @@ from zh_bert.core.fileio import Record, read_json
 from zh_bert.train.arch.base import FAMILIES, PRESETS
 from zh_bert.train.rundir import model_dir
 
-#: where a teacher that is no local path comes from: callables (name, log) -> model folder, tried in order;
-#: `zh_bert.cli` registers the hub stage's `download.local_model` (catalog aliases, Hub ids, converted releases)
+#: where a teacher that is no local path comes from: callables (name, log) -> model folder, the first answers; the
+#: installed package's `zh_bert.model_sources` entry points (the hub stage's `download.local_model`: catalog
+#: aliases, Hub ids, converted releases), loaded on first need, so the CLI and the Python API resolve alike
 MODEL_SOURCES: list[Callable] = []
+MODEL_SOURCE_GROUP = "zh_bert.model_sources"
+
+
+def model_sources() -> list[Callable]:
+    """`MODEL_SOURCES`, filled from the entry points when nothing registered one (a test may put its own first)."""
+    if not MODEL_SOURCES:
+        MODEL_SOURCES.extend(ep.load() for ep in sorted(entry_points(group=MODEL_SOURCE_GROUP), key=lambda e: e.name))
+    return MODEL_SOURCES
 _FOUND: dict[str, Path] = {}     # teacher name -> folder, resolved once per process
 _HASHED: dict[tuple, str] = {}   # (teacher folder, its weight files' names, sizes, mtimes) -> their sha256
 WEIGHT_FILES = ("config.json", "model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
@@ -31,8 +41,8 @@ def teacher_folder(name: str, log=print) -> Path:
         folder = model_dir(name)
     elif path.parent != Path(".") and path.parent.is_dir():   # a mistyped path, not a repo id
         raise ZhBertError(f"teacher {name}: no such folder")
-    elif MODEL_SOURCES:
-        folder = model_dir(MODEL_SOURCES[0](name, log))
+    elif model_sources():
+        folder = model_dir(model_sources()[0](name, log=log))
     else:
         raise ZhBertError(f"teacher {name}: no such folder (a catalog alias or Hub id is fetched by `zh-bert "
                           f"download {name}`; give the folder it writes)")
