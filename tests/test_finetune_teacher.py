@@ -155,12 +155,12 @@ def test_a_distilled_student_agrees_with_its_teacher_more_than_one_trained_alone
 
     torch.set_num_threads(1)
     task, tok, quiet = load_task(reviews), tokenizer_for(tiny_model_dir), (lambda m: None)
-    cfg = FinetuneConfig(epochs=3, lr=2e-3, seq_len=48, batch_size=16)
+    cfg = FinetuneConfig(epochs=3, lr=2e-3, seq_len=48, batch_size=16, pooling="cls")   # a stock folder's pooling
     out = claim_save(TaskDistillOptions(save=str(tmp_path / "teacher")), tiny_model_dir)
     teacher = run_classifier(tiny_model_dir, task, cfg, [1], log=quiet, tok=tok,
                              keep=lambda m: save_finetuned(m, tok, tiny_model_dir, out, log=quiet))
     said = np.array(teacher.predictions)
-    cfg = FinetuneConfig(epochs=3, lr=1e-3, seq_len=48, batch_size=16)
+    cfg = FinetuneConfig(epochs=3, lr=1e-3, seq_len=48, batch_size=16, pooling="cls")
     objective = teacher_for(TaskDistillOptions(teacher=str(out), kd_alpha=0.9), CLASSIFY_HEAD.teacher_class,
                             task.labels, tok, "t")
     alone = [run_classifier(tiny_model_dir, task, cfg, [s], log=quiet, tok=tok) for s in (11, 12, 13)]
