@@ -14,6 +14,7 @@ ln V: 1.0 is uniform).
 
     python -m bench.distill_defaults                                   # 400 steps, 3 seeds, every variant
     python -m bench.distill_defaults --steps 2000 --variants defaults --variants scratch
+    python -m bench.distill_defaults --quick     # a random teacher, 8 steps on 5,000 lines: a smoke test
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ import torch
 
 from bench.cli import parse
 from bench.timing import machine
-from zh_bert.core.config import option
-from zh_bert.core.fileio import parse_json_line, read_text
+from zh_bert.core.config import at_least, option
+from zh_bert.core.errors import ZhBertError, suggest
+from zh_bert.core.fileio import atomic_dir, copy_file, parse_json_line, read_text, save_pretrained
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes" / "distill-tiny-cpu.yaml"
@@ -49,31 +51,47 @@ VARIANTS = {
 }
 
 
+QUICK_DATA = REPO / "corpora" / "sample" / "CLUECorpusSmall_5000_lines_bert.txt"
+VOCAB = REPO / "tests" / "data" / "bert_base_chinese_vocab" / "vocab.txt"
+
+
 @dataclass
-class Args:
+class Options:
     steps: list[int] = option(default_factory=list, action="append", help="max_steps per run (default 400)")
     seeds: int = option(3, help="seeds 1..N")
     variants: list[str] = option(default_factory=list, action="append",
                                  help=f"of {', '.join(VARIANTS)} (default: all)")
-    out: str = option("/tmp/distill_defaults", help="where the runs go")
+    out: str = option("/tmp/distill_defaults", help="where the runs go (a run already there is scored, not rerun)")
+    quick: bool = option(False, help="a random tiny teacher with Google's vocab, 8 steps of the defaults and scratch "
+                                     "on 5,000 lines, one seed: a smoke test whose figures mean nothing")
+
+    def __post_init__(self):
+        at_least(self, 1, "seeds")
+        unknown = [v for v in self.variants if v not in VARIANTS]
+        if unknown:
+            raise ZhBertError(f"--variants {unknown[0]}: not a variant{suggest(unknown[0], VARIANTS)}; one of "
+                              f"{', '.join(VARIANTS)}")
+        if self.quick:
+            self.steps, self.seeds, self.variants = [8], 1, ["defaults", "scratch"]
 
 
-def train(variant: str, steps: int, seed: int, root: Path) -> Path:
+def train(variant: str, steps: int, seed: int, root: Path, teacher: Path, extra: list[str]) -> Path:
     out = root / f"{variant}-{steps}-{seed}"
     if not (out / "final" / "model.safetensors").exists():
+        keys = [k.replace(str(TEACHER), str(teacher)) for k in VARIANTS[variant]]
         sets = [f"out_dir={out}", f"max_steps={steps}", f"seed={seed}", "save_every=0", "eval_every=0",
-                f"log_every={max(steps // 4, 1)}", *VARIANTS[variant]]
+                f"log_every={max(steps // 4, 1)}", *extra, *keys]
         cmd = [sys.executable, "-m", "zh_bert.cli", "pretrain", str(RECIPE)] + [a for s in sets for a in ("--set", s)]
         subprocess.run(cmd, check=True, cwd=REPO)
     return out / "final"
 
 
-def held_out_batches(tok, teacher_data: Path) -> dict[str, list[dict]]:
+def held_out_batches(tok, data: Path) -> dict[str, list[dict]]:
     """The masked batches every student is scored on: in-domain (the shards' valid split) and the law articles."""
     from zh_bert.train.data import ShardDataset, ShardLoader
     from zh_bert.train.masking import MaskingConfig
 
-    ds = ShardDataset(teacher_data, "valid")
+    ds = ShardDataset(data, "valid")
     loader = ShardLoader(ds, 16, MaskingConfig(strategy="wwm", mask_rate=0.25), seed=1234, shuffle=False)
     n = (len(ds) + 15) // 16
     inside = list(itertools.islice(iter(loader), n))
@@ -120,14 +138,18 @@ def main(argv=None) -> int:
 
     from zh_bert.train.objectives.distill_net import soft_target_entropy
 
-    args = parse(Args, "distill_defaults", __doc__, argv)
+    args = parse(Options, "distill_defaults", __doc__, argv)
     steps, variants = args.steps or [400], args.variants or list(VARIANTS)
-    root = Path(args.out)
+    root = Path(args.out) / ("quick" if args.quick else "")
     root.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(2)
-    tok = AutoTokenizer.from_pretrained(TEACHER)
-    teacher = AutoModelForMaskedLM.from_pretrained(TEACHER).eval()
-    data = next((REPO / "runs" / "tiny-cpu" / "data").glob("*/shards"))
+    where, extra = (random_teacher(root), [f"data={QUICK_DATA}", "seq_len=64", "valid_docs=20"]) if args.quick \
+        else (TEACHER, [])
+    extra += [f"teacher={where}"] if args.quick else []
+    tok = AutoTokenizer.from_pretrained(where)
+    teacher = AutoModelForMaskedLM.from_pretrained(where).eval()
+    first = train(variants[0], steps[0], 1, root, where, extra)
+    data = next(first.parent.glob("data/*/shards")) if args.quick else next((REPO / "runs" / "tiny-cpu" / "data").glob("*/shards"))
     batches = held_out_batches(tok, data)
     teacher_top = {d: top1(teacher, bs) for d, bs in batches.items()}
     temps = {v: float(dict(s.split("=") for s in VARIANTS[v] if s.startswith("temperature")).get("temperature", 0)
@@ -138,7 +160,7 @@ def main(argv=None) -> int:
           f"{sum(int((b['labels'] != -100).sum()) for b in batches['law (out-of-domain)']):,}")
     rows = []
     for s, v in itertools.product(steps, variants):
-        got = [score(train(v, s, seed, root), teacher_top, batches) for seed in range(1, args.seeds + 1)]
+        got = [score(train(v, s, seed, root, where, extra), teacher_top, batches) for seed in range(1, args.seeds + 1)]
         cells = []
         for d in batches:
             agree, acc = np.array([g[d][0] for g in got]), np.array([g[d][1] for g in got])
@@ -149,6 +171,22 @@ def main(argv=None) -> int:
     print("\n| variant | steps | teacher entropy / ln V | agreement in-domain | MLM acc in-domain | agreement law | "
           "MLM acc law |\n|---|---|---|---|---|---|---|\n" + "\n".join(rows))
     return 0
+
+
+def random_teacher(root: Path) -> Path:
+    """A random tiny BERT with Google's vocab (the quick run's teacher: no trained checkpoint needed)."""
+    from transformers import BertConfig, BertForMaskedLM, BertTokenizer
+
+    out = root / "teacher"
+    if not (out / "model.safetensors").exists():
+        torch.manual_seed(0)
+        model = BertForMaskedLM(BertConfig(vocab_size=21128, hidden_size=64, num_hidden_layers=2,
+                                           num_attention_heads=2, intermediate_size=256))
+        with atomic_dir(out) as tmp:
+            save_pretrained(model, tmp)
+            save_pretrained(BertTokenizer(vocab=str(VOCAB)), tmp)
+            copy_file(VOCAB, tmp / "vocab.txt")
+    return out
 
 
 def _default_t() -> float:

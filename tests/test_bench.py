@@ -32,6 +32,8 @@ RESULT_LINES = {
                     rf"^keep_freed_memory, ACTIVE .* {NUM}x +minor faults",
                     rf"^keep_freed_memory, PASSIVE .* {NUM}x +minor faults"],
     "demo_latency": [rf"^zh-bert fill, 1 blank .* median +{NUM} ms", rf"^ratio baseline/ours: {NUM}x"],
+    "distill_defaults": [rf"^\| defaults \| 8 \| {NUM} \(T = {NUM}\) \| {NUM} ± {NUM} \| {NUM} ± {NUM} \| {NUM} ± {NUM} \| {NUM} ± {NUM} \|$",
+                         rf"^\| scratch \| 8 \| – \| {NUM} ± {NUM} \|"],
     "distill_speed": [rf"^\| mini → tiny \| fp32 \| {NUM} \| {NUM} \| \*\*{NUM}×\*\* \| {NUM}% \| {NUM}% \|$",
                       rf"^fp32: first-step loss TextBrewer {NUM}, zh-bert {NUM}$"],
     "embed_speed": [rf"^\| CoSENT on STS-B train, 64 pairs × 1 epochs \| zh-bert \| {NUM} tokens/s \| STS-B test -?{NUM} ",

@@ -185,7 +185,7 @@ def test_the_card_names_the_teacher_and_the_losses(distill_run):
     teacher = distill_run / "teacher"
     card = build_card(distill_run / "run" / "final", distill_run / "run", "me/tiny-distilled")
     assert f"| teacher | `{teacher}` (BertForMaskedLM, 2 layers, hidden 64;" in card
-    assert "| distillation | temperature 1.0, kd × 1, hidden × 1, mlm × 1; layer map (student, teacher) [[0, 0], [1, 2]]" in card
+    assert "| distillation | temperature 1.0, kd × 1, hidden × 1, mlm × 0.4; layer map (student, teacher) [[0, 0], [1, 2]]" in card
 
 
 def test_a_resume_refuses_a_changed_teacher(distill_run, char_shards, tmp_path, capsys):

@@ -85,8 +85,9 @@ class ObjectiveKeys:
     attention_weight: float = option(0.0, help="distill: weight of the attention-map MSE on layer_map's pairs past "
                                      "the embeddings (per real query token, summed over keys, averaged over heads; "
                                      "the heads must agree; eager attention, slower), >= 0")
-    mlm_weight: float = option(1.0, help="distill: weight of the student's own masked-LM loss on the true tokens "
-                               "(hard labels, as DistilBERT's), >= 0; 0 = the teacher's targets alone (MiniRBT)")
+    mlm_weight: float = option(0.4, help="distill: weight of the student's own masked-LM loss on the true tokens "
+                               "(hard labels), >= 0 (0.4: DistilBERT's 2 to 5 of its MLM and soft terms; 0 = the "
+                               "teacher's targets alone, MiniRBT's)")
     layer_map: Optional[list[list[int]]] = option(
         None, help="distill: [student layer, teacher layer] pairs whose hidden states (and attention maps) are "
                    "compared, 0 = the embeddings' output; null = uniform (MiniRBT, TextBrewer): [0, 0] and student "
