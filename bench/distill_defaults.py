@@ -90,22 +90,14 @@ def held_out_batches(tok, data: Path) -> dict[str, list[dict]]:
     """The masked batches every student is scored on: in-domain (the shards' valid split) and the law articles."""
     from zh_bert.train.data import ShardDataset, ShardLoader
     from zh_bert.train.masking import MaskingConfig
+    from zh_bert.train.objectives.distill_net import text_batches
 
     ds = ShardDataset(data, "valid")
     loader = ShardLoader(ds, 16, MaskingConfig(strategy="wwm", mask_rate=0.25), seed=1234, shuffle=False)
     n = (len(ds) + 15) // 16
     inside = list(itertools.islice(iter(loader), n))
     texts = [parse_json_line(line, LAW, i + 1)["text"] for i, line in enumerate(read_text(LAW).splitlines())]
-    g = torch.Generator().manual_seed(1234)
-    outside = []
-    for i in range(0, len(texts), 16):
-        enc = tok(texts[i:i + 16], truncation=True, max_length=128, padding=True, return_tensors="pt")
-        ids, labels = enc["input_ids"].clone(), torch.full_like(enc["input_ids"], -100)
-        special = torch.tensor([[t in tok.all_special_ids for t in row] for row in ids.tolist()])
-        pick = (torch.rand(ids.shape, generator=g) < 0.15) & enc["attention_mask"].bool() & ~special
-        labels[pick], ids[pick] = ids[pick], tok.mask_token_id
-        outside.append({"input_ids": ids, "attention_mask": enc["attention_mask"],
-                        "token_type_ids": torch.zeros_like(ids), "labels": labels})
+    outside = text_batches(tok, texts, mask_rate=0.15, seq_len=128, seed=1234)
     return {"in-domain": inside, "law (out-of-domain)": outside}
 
 
