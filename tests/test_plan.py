@@ -293,6 +293,7 @@ def test_measure_on_this_cpu(capsys):
     (dict(gpu="gtx980"), "unknown GPU 'gtx980'"),
     (dict(gpu="p100", gpus=3), "not divisible by --gpus 3"),
     (dict(mask_rate=1.5), "--mask-rate must be in"),
+    (dict(temperature=-1.0), "--temperature must be > 0"),
     (dict(seq_len=4), "--seq-len must be >= 8"),
     (dict(utilisation=0), "--utilisation must be in"),
     (dict(days=float("inf")), "--days must be a finite number"),

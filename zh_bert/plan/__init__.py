@@ -103,6 +103,8 @@ class PlanArgs(RecipeKeys):
             raise ZhBertError(f"--tokens must be positive, got {self.tokens}")
         if self.utilisation is not None and not 0 < self.utilisation <= 1:
             raise ZhBertError(f"--utilisation must be in (0, 1], got {self.utilisation}")
+        if not self.temperature > 0:
+            raise ZhBertError(f"--temperature must be > 0 (softmax(logits / T)), got {self.temperature}")
         if not 0 < self.generator_ratio <= 1:
             raise ZhBertError(f"--generator-ratio must be in (0, 1], got {self.generator_ratio}")
         if self.measure_steps < 1:
